@@ -1,0 +1,67 @@
+"""Kernel AST -> program: simplify, decompose, linearize, render, compile, load. Cached per AST."""
+from __future__ import annotations
+import os, re
+from .uop import UOp, Ops, ALU
+from .pattern import graph_rewrite
+from .symbolic import symbolic
+from .decomp import decompositions
+from .linearize import linearize
+from .render_c import CRenderer
+from .rangeify import KernelSpec
+
+DEBUG = int(os.environ.get("DEBUG", "0"))
+RENDERERS = {"CPU": CRenderer}
+_programs: dict = {}
+_decomp = decompositions()
+stats = {"kernels_compiled": 0}
+
+
+def renderer_for(device: str):
+  if device not in RENDERERS: raise RuntimeError(f"no renderer for device {device}")
+  return RENDERERS[device]()
+
+
+def optimize_ast(ast: UOp, renderer, rewrite_stats: dict | None = None) -> UOp:
+  ast = graph_rewrite(ast, symbolic, stats=rewrite_stats)
+  ast = graph_rewrite(ast, _decomp, ctx=renderer.native_ops, stats=rewrite_stats)
+  return graph_rewrite(ast, symbolic, stats=rewrite_stats)
+
+
+def estimate(ast: UOp, params) -> dict:
+  """Rough flop and byte counts: ALU ops times the iterations of the loops they sit in."""
+  flops = 0
+  for u in ast.toposort():
+    if u.op in ALU:
+      iters = 1
+      for r in u.toposort():
+        if r.op is Ops.RANGE and r.src[0].op is Ops.CONST: iters *= r.src[0].arg
+      flops += iters
+  nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else _numel(p.shape) * p.dtype.itemsize for p in params)
+  return {"flops": flops, "bytes": nbytes}
+
+
+def _numel(shape) -> int:
+  n = 1
+  for s in shape: n *= s
+  return n
+
+
+def get_program(spec: KernelSpec):
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.program import Program
+  key = (spec.ast, spec.device)
+  prog = _programs.get(key)
+  if prog is not None: return prog
+  renderer = renderer_for(spec.device)
+  ast = optimize_ast(spec.ast, renderer)
+  program, alias = linearize(ast)
+  variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
+  name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
+  src = renderer.render(name, program, alias, len(spec.params), variables)
+  if DEBUG >= 4: print(src)
+  dev = Device.get(spec.device)
+  prog = Program(spec.device, name, dev.driver.compile(src), src, len(spec.params), tuple(v.arg[0] for v in variables),
+                 meta=estimate(ast, spec.params)).load(dev)
+  stats["kernels_compiled"] += 1
+  _programs[key] = prog
+  return prog

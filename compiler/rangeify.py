@@ -1,0 +1,239 @@
+"""Rangeify: turn a Tensor graph into kernels.
+
+Shapes become loop ranges; movement ops become index arithmetic on those ranges; a reduction that is
+broadcast again (or read by several users) is materialized into its own buffer; everything else fuses.
+Each kernel is an AST `SINK(STORE(INDEX(PARAM 0, idx), value))` over PARAMs, RANGEs and DEFINE_VARs.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from .uop import UOp, Ops, MOVEMENT, ELEMENTWISE, identity_for
+from .dtype import dtypes
+
+
+@dataclass(frozen=True)
+class BufferSlot:
+  """A placeholder for a realized buffer in a normalized graph (arg of Ops.BUFFER)."""
+  index: int
+  size: int
+  dtype: object
+  device: str
+
+
+@dataclass
+class KernelSpec:
+  """One kernel of a schedule: its AST and which graph nodes feed its PARAMs (0 is the output)."""
+  ast: UOp
+  params: list[UOp]            # graph nodes (materialized nodes or BUFFERs), params[0] is the output node
+  name: str
+  device: str
+
+
+@dataclass
+class CopySpec:
+  dest: UOp
+  src: UOp
+  device: str
+
+
+@dataclass
+class Schedule:
+  items: list = field(default_factory=list)      # KernelSpec | CopySpec in dependency order
+  materialized: list[UOp] = field(default_factory=list)
+
+
+def _strides(shape) -> list[int]:
+  out, acc = [], 1
+  for s in reversed(shape):
+    out.append(acc); acc *= s
+  return out[::-1]
+
+
+def flat_index(idx: tuple[UOp, ...], shape) -> UOp:
+  out = UOp.const(dtypes.index, 0)
+  for i, st, s in zip(idx, _strides(shape), shape):
+    if s != 1: out = out + i * st
+  return out
+
+
+def _is_expanding(u: UOp) -> bool:
+  return u.op is Ops.EXPAND and any(a != b for a, b in zip(u.src[0].shape, u.arg))
+
+
+def find_materialized(sink: UOp) -> list[UOp]:
+  """The nodes that get their own buffer, in dependency order."""
+  order = sink.toposort()
+  users: dict[UOp, int] = {}
+  for n in order:
+    for s in n.src: users[s] = users.get(s, 0) + 1
+  mat: set[UOp] = set()
+  for out in sink.src:
+    if out.base.op is not Ops.BUFFER or not _is_contiguous_view(out): mat.add(out)
+  for n in order:
+    if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): mat.add(n)
+    if n.op is Ops.COPY: mat.add(n.src[0])
+    if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1: mat.add(n)
+  # a reduce reached through a broadcast would be recomputed per broadcast element: give it a buffer
+  seen: set = set()
+  stack = [(m, False) for m in mat]
+  while stack:
+    n, expanded = stack.pop()
+    if (n, expanded) in seen: continue
+    seen.add((n, expanded))
+    if n.op is Ops.REDUCE_AXIS and expanded and n not in mat:
+      mat.add(n); stack.append((n, False)); continue
+    if n.op is Ops.BUFFER: continue
+    child_flag = expanded or _is_expanding(n)
+    for s in n.src:
+      if s in mat: stack.append((s, False))
+      else: stack.append((s, child_flag))
+  return [n for n in order if n in mat]
+
+
+def _is_contiguous_view(u: UOp) -> bool:
+  """A RESHAPE chain straight onto a whole BUFFER reads it in order."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
+class KernelBuilder:
+  """Lowers one materialized node into a kernel AST by pushing indices down the graph."""
+
+  def __init__(self, root: UOp, materialized: set[UOp]):
+    self.root, self.materialized = root, materialized
+    self.params: list[UOp] = [root]
+    self.memo: dict = {}
+    self.n_ranges = 0
+
+  def new_range(self, size: int, kind: str) -> UOp:
+    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (self.n_ranges, kind))
+    self.n_ranges += 1
+    return r
+
+  def ranges_for(self, shape, kind: str) -> tuple[UOp, ...]:
+    return tuple(self.new_range(s, kind) if s != 1 else UOp.const(dtypes.index, 0) for s in shape)
+
+  def param(self, node: UOp) -> UOp:
+    if node not in self.params: self.params.append(node)
+    dt = node.dtype
+    return UOp(Ops.PARAM, dt, (), self.params.index(node))
+
+  def build(self) -> UOp:
+    root = self.root
+    target = root.src[0] if root.op is Ops.ASSIGN else root
+    value_node = root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
+    idx = self.ranges_for(root.shape, "global")
+    value = self.lower(value_node, idx, None, top=True)
+    if value.dtype != root.dtype: value = value.cast(root.dtype)
+    if root.op is Ops.ASSIGN:
+      # write through the target's view into its buffer
+      buf = target.base
+      self.params[0] = buf
+      out_index = self.view_index(target, idx)
+    else:
+      out_index = flat_index(idx, root.shape)
+    store = UOp(Ops.STORE, None, (UOp(Ops.INDEX, None, (UOp(Ops.PARAM, root.dtype, (), 0), out_index)), value))
+    return UOp.sink(store)
+
+  def view_index(self, view: UOp, idx) -> UOp:
+    """Index into the base buffer of a chain of RESHAPE views (the assign target)."""
+    while view.op is Ops.RESHAPE:
+      idx = self.reshape_index(idx, view.shape, view.src[0].shape)
+      view = view.src[0]
+    if view.op is not Ops.BUFFER: raise ValueError("assign target must be a realized tensor")
+    return idx[0]
+
+  @staticmethod
+  def reshape_index(idx, new_shape, old_shape):
+    squeezed_new = [s for s in new_shape if s != 1]
+    if squeezed_new == [s for s in old_shape if s != 1]:
+      it = iter(i for i, s in zip(idx, new_shape) if s != 1)
+      return tuple(next(it) if s != 1 else UOp.const(dtypes.index, 0) for s in old_shape)
+    lin = flat_index(idx, new_shape)
+    return tuple((lin // st) % s if s != 1 else UOp.const(dtypes.index, 0)
+                 for st, s in zip(_strides(old_shape), old_shape))
+
+  def lower(self, n: UOp, idx: tuple, valid: UOp | None, top: bool = False) -> UOp:
+    key = (n, idx, valid)
+    hit = self.memo.get(key)
+    if hit is not None: return hit
+    out = self._lower(n, idx, valid, top)
+    self.memo[key] = out
+    return out
+
+  def load(self, node: UOp, idx, valid) -> UOp:
+    shape = node.shape
+    src = (self.param(node), flat_index(idx, shape)) + ((valid,) if valid is not None else ())
+    return UOp(Ops.LOAD, node.dtype, (UOp(Ops.INDEX, None, src),))
+
+  def _lower(self, n: UOp, idx, valid, top) -> UOp:
+    op = n.op
+    if op is Ops.BUFFER or (n in self.materialized and not top): return self.load(n, idx, valid)
+    if op is Ops.CONST: return UOp.const(n.dtype, n.arg) if n.src else n
+    if op is Ops.IOTA: return idx[0].cast(n.dtype)
+    if op is Ops.DEFINE_VAR: return n
+    if op is Ops.BIND: return n.src[0]
+    if op in ELEMENTWISE:
+      return UOp(op, n.dtype, tuple(self.lower(s, idx, valid) for s in n.src), n.arg)
+    if op is Ops.CONTIGUOUS: return self.lower(n.src[0], idx, valid)
+    src_shape = n.src[0].shape if n.src else ()
+    if op is Ops.RESHAPE: return self.lower(n.src[0], self.reshape_index(idx, n.shape, src_shape), valid)
+    if op is Ops.PERMUTE:
+      new = [None] * len(idx)
+      for i, p in enumerate(n.arg): new[p] = idx[i]
+      return self.lower(n.src[0], tuple(new), valid)
+    if op is Ops.EXPAND:
+      return self.lower(n.src[0], tuple(UOp.const(dtypes.index, 0) if s == 1 else i for i, s in zip(idx, src_shape)), valid)
+    if op is Ops.SHRINK:
+      return self.lower(n.src[0], tuple(i + b if b else i for i, (b, _) in zip(idx, n.arg)), valid)
+    if op is Ops.FLIP:
+      return self.lower(n.src[0], tuple((s - 1) - i if d in n.arg else i
+                                        for d, (i, s) in enumerate(zip(idx, src_shape))), valid)
+    if op is Ops.PAD:
+      conds, new_idx = [], []
+      for i, (b, a), s in zip(idx, n.arg[0], src_shape):
+        if b or a:
+          conds.append(UOp.const(dtypes.index, b - 1) < i)
+          conds.append(i < b + s)
+        new_idx.append(i - b if b else i)
+      pad_valid = None
+      for c in conds: pad_valid = c if pad_valid is None else (pad_valid & c)
+      inner_valid = pad_valid if valid is None else (valid & pad_valid if pad_valid is not None else valid)
+      inner = self.lower(n.src[0], tuple(new_idx), inner_valid)
+      if pad_valid is None: return inner
+      return pad_valid.where(inner, UOp.const(n.dtype, n.arg[1]))
+    if op is Ops.REDUCE_AXIS:
+      rop, axes = n.arg
+      src_idx, ranges = list(idx), []
+      for ax in axes:
+        size = src_shape[ax]
+        r = self.new_range(size, "reduce") if size != 1 else UOp.const(dtypes.index, 0)
+        src_idx[ax] = r
+        if size != 1: ranges.append(r)
+      if any(src_shape[ax] == 0 for ax in axes): return UOp.const(n.dtype, identity_for(rop, n.dtype))
+      val = self.lower(n.src[0], tuple(src_idx), valid)
+      return UOp(Ops.REDUCE, n.dtype, (val,) + tuple(ranges), rop)
+    raise NotImplementedError(f"rangeify cannot lower {op.name} (shape {n.shape})")
+
+
+def kernel_name(root: UOp) -> str:
+  reduce_sizes = []
+  for n in root.toposort():
+    if n.op is Ops.REDUCE_AXIS:
+      reduce_sizes = [n.src[0].shape[a] for a in n.arg[1]]
+  shape = "_".join(str(s) for s in root.shape) or "1"
+  if reduce_sizes: return f"r_{shape}_{'_'.join(map(str, reduce_sizes))}"
+  return f"E_{shape}"
+
+
+def rangeify(sink: UOp, device_of) -> Schedule:
+  """Split a Tensor graph sink into kernels and copies, in dependency order."""
+  mat_list = find_materialized(sink)
+  mat = set(mat_list)
+  sched = Schedule(materialized=mat_list)
+  for m in mat_list:
+    if m.op is Ops.COPY:
+      sched.items.append(CopySpec(m, m.src[0], m.arg)); continue
+    builder = KernelBuilder(m, mat)
+    ast = builder.build()
+    sched.items.append(KernelSpec(ast, builder.params, kernel_name(m), device_of(m)))
+  return sched

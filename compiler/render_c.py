@@ -1,0 +1,213 @@
+"""Render a linearized kernel to freestanding C for the CPU device.
+
+Calling convention: `void name(const unsigned long long *args)`; args[i] are buffer addresses in PARAM
+order, then the DEFINE_VAR values sorted by name. float16/bfloat16 live as 16-bit storage and compute in
+float, rounded after every op (as numpy does).
+"""
+from __future__ import annotations
+import math
+from .uop import UOp, Ops
+from .dtype import DType, dtypes
+
+PRELUDE = r"""
+typedef unsigned short bg_u16; typedef unsigned int bg_u32;
+static inline float bg_bits_f32(bg_u32 b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
+static inline bg_u32 bg_f32_bits(float f) { bg_u32 b; __builtin_memcpy(&b, &f, 4); return b; }
+static inline float bg_bf16_f32(bg_u16 h) { return bg_bits_f32((bg_u32)h << 16); }
+static inline bg_u16 bg_f32_bf16(float f) {
+  bg_u32 b = bg_f32_bits(f);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (bg_u16)((b >> 16) | 0x40);
+  return (bg_u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+static inline float bg_f16_f32(bg_u16 h) {
+  bg_u32 s = (bg_u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return bg_bits_f32(s | 0x7f800000u | (m << 13));
+  if (e == 0) return (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-08f;
+  return bg_bits_f32(s | ((e + 112u) << 23) | (m << 13));
+}
+static inline bg_u16 bg_f32_f16(float f) {
+  bg_u32 b = bg_f32_bits(f), s = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return (bg_u16)(s | 0x7e00u);
+  if (a >= 0x477ff000u) return (bg_u16)(s | 0x7c00u);           /* rounds to inf */
+  if (a < 0x38800000u) {                                        /* subnormal or zero */
+    float v = bg_bits_f32(a) * 16777216.0f;                     /* scale by 2^24: exact units of 2^-24 */
+    bg_u32 q = (bg_u32)v; float r = v - (float)q;
+    if (r > 0.5f || (r == 0.5f && (q & 1u))) q++;
+    return (bg_u16)(s | q);
+  }
+  bg_u32 e = ((a >> 23) - 112u) << 10, m = (a >> 13) & 0x3ffu, rest = a & 0x1fffu;
+  bg_u32 h = e | m;
+  if (rest > 0x1000u || (rest == 0x1000u && (m & 1u))) h++;
+  return (bg_u16)(s | h);
+}
+"""
+
+
+def ctype(dt: DType) -> str:
+  """The C type a value of `dt` is computed in."""
+  if dt in (dtypes.float16, dtypes.bfloat16): return "float"
+  if dt is dtypes.bool: return "_Bool"
+  return dt.ctype
+
+
+def literal(value, dt: DType) -> str:
+  if dt.is_bool: return "1" if value else "0"
+  if dt.is_int:
+    if dt.is_unsigned: return f"{value}ULL" if dt.itemsize == 8 else f"{value}u"
+    if value == dt.min: return f"({value + 1}LL-1)" if dt.itemsize == 8 else f"({value + 1}-1)"
+    return f"{value}LL" if dt.itemsize == 8 else str(value)
+  suffix = "" if dt == dtypes.float64 else "f"
+  if math.isnan(value): return f"__builtin_nan{suffix}(\"\")"
+  if math.isinf(value): return f"({'-' if value < 0 else ''}__builtin_inf{suffix}())"
+  return f"{float(value).hex()}{suffix}"
+
+
+def _round16(expr: str, dt: DType) -> str:
+  if dt == dtypes.float16: return f"bg_f16_f32(bg_f32_f16({expr}))"
+  if dt == dtypes.bfloat16: return f"bg_bf16_f32(bg_f32_bf16({expr}))"
+  return expr
+
+
+def _binary(op: Ops, a: str, b: str, dt: DType, src_dt: DType) -> str:
+  if op is Ops.ADD: return f"({a}|{b})" if dt.is_bool else f"({a}+{b})"
+  if op is Ops.MUL: return f"({a}&{b})" if dt.is_bool else f"({a}*{b})"
+  if op is Ops.MAX:
+    if dt.is_float: return f"(({a}!={a}||{a}>{b})?{a}:{b})"
+    return f"({a}>{b}?{a}:{b})"
+  if op is Ops.IDIV:
+    return f"({b}?({b}==-1?-{a}:{a}/{b}):0)" if dt.kind == 'i' else f"({b}?{a}/{b}:0)"
+  if op is Ops.MOD:
+    return f"(({b}&&{b}!=-1)?{a}%{b}:0)" if dt.kind == 'i' else f"({b}?{a}%{b}:0)"
+  if op is Ops.CMPLT: return f"({a}<{b})"
+  if op is Ops.CMPNE: return f"({a}!={b})"
+  if op is Ops.XOR: return f"({a}^{b})"
+  if op is Ops.OR: return f"({a}|{b})"
+  if op is Ops.AND: return f"({a}&{b})"
+  if op is Ops.SHL: return f"({a}<<{b})"
+  if op is Ops.SHR: return f"({a}>>{b})"
+  raise NotImplementedError(op)
+
+
+def _unary(op: Ops, a: str, dt: DType) -> str:
+  f = "" if dt == dtypes.float64 else "f"
+  if op is Ops.NEG: return f"(!{a})" if dt.is_bool else f"(-{a})"
+  if op is Ops.RECIP: return f"(1.0{f}/{a})" if dt.is_float else f"(1/{a})"
+  if op is Ops.SQRT: return f"__builtin_sqrt{f}({a})"
+  if op is Ops.TRUNC: return f"__builtin_trunc{f}({a})" if dt.is_float else a
+  if op is Ops.EXP2: return f"__builtin_exp2{f}({a})"
+  if op is Ops.LOG2: return f"__builtin_log2{f}({a})"
+  if op is Ops.SIN: return f"__builtin_sin{f}({a})"
+  raise NotImplementedError(op)
+
+
+def _cast(a: str, src: DType, dst: DType) -> str:
+  if dst.is_bool: return f"({a}!=0)"
+  out = f"(({ctype(dst)}){a})"
+  return _round16(out, dst) if dst in (dtypes.float16, dtypes.bfloat16) and src != dst else out
+
+
+def _bits_type(dt: DType) -> str:
+  return {1: "unsigned char", 2: "bg_u16", 4: "bg_u32", 8: "unsigned long long"}[dt.itemsize]
+
+
+def _bitcast(a: str, src: DType, dst: DType) -> str:
+  # to raw bits of the storage format first
+  if src == dtypes.float16: bits = f"bg_f32_f16({a})"
+  elif src == dtypes.bfloat16: bits = f"bg_f32_bf16({a})"
+  else: bits = f"({{ {_bits_type(src)} _b; {ctype(src)} _v = {a}; __builtin_memcpy(&_b, &_v, {src.itemsize}); _b; }})"
+  if dst == dtypes.float16: return f"bg_f16_f32((bg_u16){bits})"
+  if dst == dtypes.bfloat16: return f"bg_bf16_f32((bg_u16){bits})"
+  return f"({{ {_bits_type(dst)} _w = {bits}; {dst.ctype} _r; __builtin_memcpy(&_r, &_w, {dst.itemsize}); ({ctype(dst)})_r; }})"
+
+
+def _load(ptr: str, idx: str, dt: DType) -> str:
+  v = f"{ptr}[{idx}]"
+  if dt == dtypes.float16: return f"bg_f16_f32({v})"
+  if dt == dtypes.bfloat16: return f"bg_bf16_f32({v})"
+  if dt.is_bool: return f"({v}!=0)"
+  return v
+
+
+def _store_value(v: str, dt: DType) -> str:
+  if dt == dtypes.float16: return f"bg_f32_f16({v})"
+  if dt == dtypes.bfloat16: return f"bg_f32_bf16({v})"
+  return v
+
+
+class CRenderer:
+  device = "CPU"
+  native_ops = {Ops.SQRT, Ops.TRUNC}      # exp2/log2/sin come from compiler.decomp (freestanding: no libm)
+
+  def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
+    names: dict[UOp, str] = {}
+    lines: list[str] = []
+    indent = 1
+    params: dict[int, DType] = {}
+    for u in program:
+      if u.op is Ops.PARAM: params[u.arg] = u.dtype
+    head = [f"void {name}(const unsigned long long *restrict args) {{"]
+    for i in range(n_params):
+      dt = params.get(i, dtypes.uint8)
+      const = "" if i == 0 else "const "
+      head.append(f"  {const}{dt.ctype} *restrict data{i} = ({const}{dt.ctype} *)args[{i}];")
+    for j, v in enumerate(variables):
+      head.append(f"  const long long {v.arg[0]} = (long long)args[{n_params + j}];")
+      names[v] = v.arg[0]
+    counter = [0]
+
+    def name_of(u: UOp) -> str:
+      u = alias.get(u, u)
+      if u.op is Ops.CONST: return literal(u.arg, u.dtype)
+      return names[u]
+
+    def new_var(u: UOp, expr: str, prefix="v"):
+      nm = f"{prefix}{counter[0]}"; counter[0] += 1
+      lines.append("  " * indent + f"const {ctype(u.dtype)} {nm} = {expr};")
+      names[u] = nm
+
+    for u in program:
+      op = u.op
+      if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.SINK): continue
+      if op is Ops.PARAM: names[u] = f"data{u.arg}"; continue
+      if op is Ops.RANGE:
+        nm = f"r{u.arg[0]}"
+        names[u] = nm
+        lines.append("  " * indent + f"for (long long {nm} = 0; {nm} < {name_of(u.src[0])}; {nm}++) {{")
+        indent += 1
+      elif op is Ops.ENDRANGE:
+        indent -= 1
+        lines.append("  " * indent + "}")
+      elif op is Ops.DEFINE_ACC:
+        nm = f"acc{u.arg[1]}"
+        names[u] = nm
+        from .uop import identity_for
+        lines.append("  " * indent + f"{ctype(u.dtype)} {nm} = {literal(identity_for(u.arg[0], u.dtype), u.dtype)};")
+      elif op is Ops.ACC_UPDATE:
+        acc, val = name_of(u.src[0]), name_of(u.src[1])
+        expr = _binary(u.arg, acc, val, u.dtype, u.dtype)
+        lines.append("  " * indent + f"{acc} = {_round16(expr, u.dtype)};")
+      elif op is Ops.INDEX:
+        names[u] = name_of(u.src[1])      # rendered by LOAD/STORE
+      elif op is Ops.LOAD:
+        idx = u.src[0]
+        v = _load(name_of(idx.src[0]), name_of(idx.src[1]), u.dtype)
+        if len(idx.src) == 3:
+          v = f"({name_of(idx.src[2])}?{v}:{literal(0, u.dtype)})"
+        new_var(u, v)
+      elif op is Ops.STORE:
+        idx = u.src[0]
+        st = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}] = {_store_value(name_of(u.src[1]), u.src[1].dtype)};"
+        if len(idx.src) == 3: st = f"if ({name_of(idx.src[2])}) {st}"
+        lines.append("  " * indent + st)
+      elif op is Ops.CAST: new_var(u, _cast(name_of(u.src[0]), u.src[0].dtype, u.dtype))
+      elif op is Ops.BITCAST: new_var(u, _bitcast(name_of(u.src[0]), u.src[0].dtype, u.dtype))
+      elif op is Ops.WHERE: new_var(u, f"({name_of(u.src[0])}?{name_of(u.src[1])}:{name_of(u.src[2])})")
+      elif op is Ops.MUL and u.dtype.is_float and u.src[1].op is Ops.RECIP:
+        new_var(u, _round16(f"({name_of(u.src[0])}/{name_of(u.src[1].src[0])})", u.dtype))
+      elif len(u.src) == 2:
+        new_var(u, _round16(_binary(op, name_of(u.src[0]), name_of(u.src[1]), u.dtype, u.src[0].dtype), u.dtype))
+      elif len(u.src) == 1:
+        new_var(u, _round16(_unary(op, name_of(u.src[0]), u.dtype), u.dtype))
+      else:
+        raise NotImplementedError(f"C renderer: no rule for {op.name}")
+    return PRELUDE + "\n".join(head + lines + ["}"]) + "\n"

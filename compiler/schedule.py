@@ -1,0 +1,122 @@
+"""Schedule: a sink of Tensor graph outputs -> ExecItems (programs + buffers), cached by graph structure.
+
+Realized buffers are replaced by numbered slots first, so the same computation on other data (the common
+case in eager loops) reuses the cached kernels and buffer plan without running rangeify again.
+"""
+from __future__ import annotations
+import os, weakref
+from dataclasses import dataclass
+from .uop import UOp, Ops, MOVEMENT
+from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
+from .codegen import get_program
+
+DEBUG = int(os.environ.get("DEBUG", "0"))
+# tensor-graph node -> the BUFFER view that holds its value, once realized
+realized: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
+stats = {"schedules_built": 0, "schedule_cache_hits": 0}
+
+
+@dataclass
+class Plan:
+  """A cached schedule: kernels/copies with references ('in', slot) or ('new', k) for their buffers."""
+  steps: list            # (program or None, [refs], meta)
+  new_buffers: list      # (device, size, dtype) for each ('new', k)
+  outputs: list          # ref per sink source
+
+
+def normalize(sink: UOp):
+  """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals)."""
+  buffers, var_vals, mapping = [], {}, {}
+  for n in sink.toposort():
+    if n in mapping: continue
+    view = realized.get(n)
+    if view is not None and view is not n:
+      n_map = normalize_leaf(view, buffers, mapping)
+      mapping[n] = n_map
+    elif n.op is Ops.BUFFER and not isinstance(n.arg, BufferSlot):
+      normalize_leaf(n, buffers, mapping)
+    elif n.op is Ops.BIND:
+      var, val = n.src[0], n.src[1].arg
+      if not var.arg[1] <= val <= var.arg[2]:
+        raise ValueError(f"variable {var.arg[0]}={val} is outside its range [{var.arg[1]}, {var.arg[2]}]")
+      var_vals[var.arg[0]] = val
+      mapping[n] = var
+  if not mapping: return sink, buffers, var_vals
+  from .pattern import substitute
+  return substitute(sink, mapping), buffers, var_vals
+
+
+def normalize_leaf(view: UOp, buffers: list, mapping: dict) -> UOp:
+  """Map the BUFFER under a realized view to a slot; return the view rebuilt on the slot."""
+  chain = []
+  node = view
+  while node.op is not Ops.BUFFER:
+    chain.append(node); node = node.src[0]
+  if node not in mapping:
+    buf = node.arg
+    slot = UOp(Ops.BUFFER, node.dtype, (), BufferSlot(len(buffers), buf.size, buf.dtype, buf.device))
+    buffers.append(buf)
+    mapping[node] = slot
+  out = mapping[node]
+  for c in reversed(chain): out = c.replace(src=(out,))
+  return out
+
+
+_plans: dict[UOp, Plan] = {}
+
+
+def build_plan(sink: UOp) -> Plan:
+  stats["schedules_built"] += 1
+  sched = rangeify(sink, lambda n: n.device)
+  ref: dict[UOp, tuple] = {}
+  new_buffers = []
+  for m in sched.materialized:
+    if m.op is Ops.ASSIGN:
+      target = m.src[0].base
+      ref[m] = ("in", target.arg.index)
+    else:
+      ref[m] = ("new", len(new_buffers))
+      size = 1
+      for s in m.shape: size *= s
+      new_buffers.append((m.device, size, m.dtype))
+  steps = []
+  for item in sched.items:
+    if isinstance(item, CopySpec):
+      steps.append((None, [ref[item.dest], ref[item.src]], {"name": f"copy {item.src.device}->{item.device}"}))
+      continue
+    out = item.params[0]
+    if _numel(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) == 0: continue
+    prog = get_program(item)
+    refs = [ref[p] if p.op is not Ops.BUFFER else ("in", p.arg.index) for p in item.params]
+    steps.append((prog, refs, dict(prog.meta, name=prog.name)))
+  outputs = []
+  for out in sink.src:
+    if out in ref: outputs.append(ref[out])
+    else:
+      node = out
+      while node.op in MOVEMENT: node = node.src[0]
+      outputs.append(("in", node.arg.index))
+  if DEBUG >= 2:
+    print(f"schedule: {len(steps)} steps, {len(new_buffers)} new buffers")
+    for prog, refs, meta in steps: print(f"  {meta['name']:30s} bufs={refs}")
+  return Plan(steps, new_buffers, outputs)
+
+
+def _numel(shape) -> int:
+  n = 1
+  for s in shape: n *= s
+  return n
+
+
+def create_schedule(outs: list[UOp]):
+  """Returns (ExecItems, one Buffer per output)."""
+  from baregrad.hcq.buffer import Buffer
+  from baregrad.hcq.runtime import ExecItem
+  sink, buffers, var_vals = normalize(UOp.sink(*outs))
+  plan = _plans.get(sink)
+  if plan is None: plan = _plans[sink] = build_plan(sink)
+  else: stats["schedule_cache_hits"] += 1
+  new = [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
+  def get(r): return buffers[r[1]] if r[0] == "in" else new[r[1]]
+  items = [ExecItem(prog, [get(r) for r in refs], var_vals, meta) for prog, refs, meta in plan.steps]
+  return items, [get(r) for r in plan.outputs]

@@ -1,0 +1,136 @@
+"""Symbolic simplification: constant folding, linear index arithmetic, div/mod by constants using value ranges."""
+from __future__ import annotations
+import math
+from .uop import UOp, Ops, exec_alu, ALU
+from .dtype import dtypes
+from .pattern import UPat, PatternMatcher
+
+
+def sort_key(u: UOp) -> tuple:
+  """A deterministic order for the terms of a sum (cached on the node)."""
+  key = u.__dict__.get("_sort_key")
+  if key is None:
+    if u.op is Ops.RANGE: key = (0, u.arg[0])
+    elif u.op is Ops.DEFINE_VAR: key = (1, u.arg[0])
+    elif u.op is Ops.CONST: key = (3, repr(u.arg))
+    else: key = (2, u.op.value, repr(u.arg), tuple(sort_key(s) for s in u.src))
+    u.__dict__["_sort_key"] = key
+  return key
+
+
+# ---------- linear forms: sum(coef * term) + const, for index arithmetic ----------
+def linear(u: UOp) -> tuple[dict[UOp, int], int]:
+  if u.op is Ops.CONST: return {}, u.arg
+  if u.op is Ops.ADD:
+    (ta, ca), (tb, cb) = linear(u.src[0]), linear(u.src[1])
+    out = dict(ta)
+    for t, c in tb.items(): out[t] = out.get(t, 0) + c
+    return {t: c for t, c in out.items() if c != 0}, ca + cb
+  if u.op is Ops.NEG:
+    t, c = linear(u.src[0])
+    return {k: -v for k, v in t.items()}, -c
+  if u.op is Ops.MUL and (u.src[0].op is Ops.CONST or u.src[1].op is Ops.CONST):
+    k, x = (u.src[0].arg, u.src[1]) if u.src[0].op is Ops.CONST else (u.src[1].arg, u.src[0])
+    if k == 0: return {}, 0
+    t, c = linear(x)
+    return {a: b * k for a, b in t.items()}, c * k
+  return {u: 1}, 0
+
+
+def from_linear(terms: dict[UOp, int], const: int, dtype=dtypes.index) -> UOp:
+  out = None
+  for t in sorted(terms, key=sort_key):
+    c = terms[t]
+    if c == 0: continue
+    term = t if c == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, c)))
+    out = term if out is None else UOp(Ops.ADD, dtype, (out, term))
+  if out is None: return UOp.const(dtype, const)
+  return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
+
+
+def canonical_linear(x: UOp) -> UOp | None:
+  terms, c = linear(x)
+  out = from_linear(terms, c, x.dtype)
+  return None if out is x else out
+
+
+def div_mod_const(x: UOp, c: UOp, op: Ops) -> UOp | None:
+  d = c.arg
+  if d <= 0 or x.vmin < 0: return None
+  if d == 1: return x if op is Ops.IDIV else x.const_like(0)
+  if x.vmax < d: return x.const_like(0) if op is Ops.IDIV else x
+  # nested: (y // a) // d -> y // (a*d);  (y % (k*d)) // d -> (y // d) % k;  (y % (k*d)) % d -> y % d
+  if x.op is Ops.IDIV and op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+    return UOp(Ops.IDIV, x.dtype, (x.src[0], x.const_like(x.src[1].arg * d)))
+  if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % d == 0 and x.src[0].vmin >= 0:
+    y, m = x.src[0], x.src[1].arg
+    if op is Ops.MOD: return UOp(Ops.MOD, x.dtype, (y, c))
+    return UOp(Ops.MOD, x.dtype, (UOp(Ops.IDIV, x.dtype, (y, c)), x.const_like(m // d)))
+  terms, k = linear(x)
+  if not terms: return None
+  g = math.gcd(d, k, *terms.values())
+  if g > 1:
+    inner = from_linear({t: v // g for t, v in terms.items()}, k // g, x.dtype)
+    if op is Ops.IDIV: return UOp(Ops.IDIV, x.dtype, (inner, x.const_like(d // g)))
+    return UOp(Ops.MUL, x.dtype, (UOp(Ops.MOD, x.dtype, (inner, x.const_like(d // g))), x.const_like(g)))
+  q_terms = {t: v // d for t, v in terms.items() if v % d == 0}
+  r_terms = {t: v for t, v in terms.items() if v % d != 0}
+  if not q_terms and k < d: return None
+  rem = from_linear(r_terms, k % d, x.dtype)
+  if rem.vmin < 0 or rem.vmax >= d:
+    if not q_terms: return None
+    # split off the exact part: (d*q + r) // d = q + r // d when both parts are non-negative
+    quot = from_linear(q_terms, k // d, x.dtype)
+    if quot.vmin < 0 or rem.vmin < 0: return None
+    if op is Ops.IDIV: return UOp(Ops.ADD, x.dtype, (quot, UOp(Ops.IDIV, x.dtype, (rem, c))))
+    return UOp(Ops.MOD, x.dtype, (rem, c)) if r_terms else None
+  if op is Ops.MOD: return rem
+  return from_linear(q_terms, k // d, x.dtype)
+
+
+def fold_const(u: UOp) -> UOp | None:
+  if not all(s.op is Ops.CONST for s in u.src): return None
+  try:
+    return UOp.const(u.dtype, exec_alu(u.op, u.dtype, tuple(s.arg for s in u.src)))
+  except (NotImplementedError, OverflowError, ValueError, ZeroDivisionError):
+    return None
+
+
+def fold_range(u: UOp) -> UOp | None:
+  """Any integer or bool node whose value range is a single point is that constant."""
+  if u.op is Ops.CONST or u.dtype is None or not (u.dtype.is_int or u.dtype.is_bool): return None
+  if u.op in (Ops.BUFFER, Ops.PARAM, Ops.LOAD, Ops.INDEX, Ops.STORE, Ops.DEFINE_VAR, Ops.BIND): return None
+  lo, hi = u.vrange
+  if lo == hi and not isinstance(lo, float): return UOp.const(u.dtype, lo)
+  return None
+
+
+def _is(v): return lambda u: u.op is Ops.CONST and u.arg == v
+def _int(u): return u.dtype is not None and (u.dtype.is_int or u.dtype.is_bool)
+
+symbolic = PatternMatcher([
+  (UPat(ALU | {Ops.CAST}, name="u"), lambda u: fold_const(u) if u.op is not Ops.CAST or u.src[0].op is not Ops.CONST
+   else UOp.const(u.dtype, u.src[0].arg)),
+  (UPat(ALU | {Ops.CAST, Ops.RANGE}, name="u"), fold_range),
+  # index arithmetic in canonical linear form (merges x*c1 + x*c2)
+  (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=dtypes.index, name="x"), canonical_linear),
+  (UPat((Ops.IDIV, Ops.MOD), src=(UPat.var("x"), UPat.cvar("c")), name="u"),
+   lambda u, x, c: div_mod_const(x, c, u.op) if _int(x) else None),
+  # identities
+  (UPat(Ops.ADD, src=(UPat.var("x"), UPat(predicate=_is(0))), commutative=True), lambda x: x if _int(x) else None),
+  (UPat(Ops.MUL, src=(UPat.var("x"), UPat(predicate=_is(1))), commutative=True), lambda x: x),
+  (UPat(Ops.MUL, src=(UPat.var("x"), UPat(predicate=_is(0), name="z")), commutative=True), lambda x, z: z if _int(x) else None),
+  (UPat(Ops.AND, src=(UPat.var("x"), UPat(Ops.CONST, name="c")), commutative=True),
+   lambda x, c: (x if c.arg else c) if x.dtype.is_bool else None),
+  (UPat(Ops.OR, src=(UPat.var("x"), UPat(Ops.CONST, name="c")), commutative=True),
+   lambda x, c: (c if c.arg else x) if x.dtype.is_bool else None),
+  (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("a"))), lambda c, a: a),
+  (UPat(Ops.CAST, name="u"), lambda u: u.src[0] if u.src[0].dtype == u.dtype else None),
+  # a reduce over a constant (size-1) range: drop the range
+  (UPat(Ops.REDUCE, name="u"), lambda u: (u.src[0] if len(u.src) == 1 else None) if all(r.op is Ops.RANGE for r in u.src[1:])
+   else u.replace(src=(u.src[0],) + tuple(r for r in u.src[1:] if r.op is Ops.RANGE))),
+  # an index whose validity is always true needs no gate
+  (UPat(Ops.INDEX, src=(UPat.var("b"), UPat.var("i"), UPat(Ops.CONST, name="v"))),
+   lambda b, i, v: UOp(Ops.INDEX, None, (b, i)) if v.arg else None),
+])

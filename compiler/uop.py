@@ -1,0 +1,266 @@
+"""The UOp IR: one immutable, hash-consed node type for every stage from Tensor graph to linear program."""
+from __future__ import annotations
+import math, weakref, functools
+from enum import Enum, auto
+from typing import Any
+from .dtype import DType, dtypes, truncate
+
+
+class Ops(Enum):
+  # sources
+  BUFFER = auto()       # a device buffer (arg: hcq Buffer); shape (size,)
+  CONST = auto()        # a scalar (arg: value); shape ()
+  DEFINE_VAR = auto()   # a symbolic integer (arg: (name, min, max))
+  BIND = auto()         # DEFINE_VAR bound to a value (src: (var, CONST))
+  PARAM = auto()        # kernel parameter slot (arg: index); a pointer
+  DEVICE = auto()       # where a constant lives (arg: device name); src of tensor-level CONST/IOTA
+  IOTA = auto()         # the integers 0..n-1 (arg: n); src (DEVICE,)
+  # movement (tensor level)
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
+  # reductions
+  REDUCE_AXIS = auto()  # tensor level: arg (op, axes); keeps reduced dims as 1
+  REDUCE = auto()       # kernel level: src (value, *ranges), arg op
+  # unary
+  RECIP = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); TRUNC = auto(); NEG = auto()
+  CAST = auto(); BITCAST = auto()
+  # binary
+  ADD = auto(); MUL = auto(); MAX = auto(); MOD = auto(); IDIV = auto(); CMPLT = auto(); CMPNE = auto()
+  XOR = auto(); OR = auto(); AND = auto(); SHL = auto(); SHR = auto()
+  # ternary
+  WHERE = auto()
+  # materialization and ordering
+  CONTIGUOUS = auto()   # force a buffer here
+  COPY = auto()         # to another device (arg: device name)
+  ASSIGN = auto()       # write src[1] into the buffer of src[0]
+  SINK = auto()
+  # kernel level
+  RANGE = auto()        # loop counter: src (size,), arg (id, kind)
+  INDEX = auto()        # src (param, linear index[, valid])
+  LOAD = auto()
+  STORE = auto()        # src (index, value)
+  # linear program only
+  DEFINE_ACC = auto(); ACC_UPDATE = auto(); ENDRANGE = auto()
+
+
+UNARY = {Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.NEG}
+BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR}
+ALU = UNARY | BINARY | {Ops.WHERE}
+ELEMENTWISE = ALU | {Ops.CAST, Ops.BITCAST}
+MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
+REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: -math.inf}
+
+
+def identity_for(op: Ops, dtype: DType):
+  if op is Ops.MAX: return dtype.min if not dtype.is_float else -math.inf
+  return truncate(REDUCE_IDENTITY[op], dtype)
+
+
+def exec_alu(op: Ops, dtype: DType, vals: tuple):
+  """Evaluate an ALU op on Python values with the kernel's (C) semantics."""
+  a = vals[0]
+  if op is Ops.NEG: r = -a
+  elif op is Ops.RECIP: r = (1.0 / a) if a != 0 else math.copysign(math.inf, a)
+  elif op is Ops.SQRT: r = math.sqrt(a) if a >= 0 else math.nan
+  elif op is Ops.EXP2:
+    try: r = 2.0 ** a
+    except OverflowError: r = math.inf
+  elif op is Ops.LOG2: r = math.log2(a) if a > 0 else (-math.inf if a == 0 else math.nan)
+  elif op is Ops.SIN: r = math.sin(a) if math.isfinite(a) else math.nan
+  elif op is Ops.TRUNC: r = float(math.trunc(a)) if math.isfinite(a) else a
+  elif op is Ops.ADD: r = a + vals[1]
+  elif op is Ops.MUL: r = a * vals[1]
+  elif op is Ops.MAX: r = max(a, vals[1])
+  elif op is Ops.IDIV:
+    b = vals[1]
+    r = 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+  elif op is Ops.MOD:
+    b = vals[1]
+    r = 0 if b == 0 else abs(a) % abs(b) * (-1 if a < 0 else 1)
+  elif op is Ops.CMPLT: r = a < vals[1]
+  elif op is Ops.CMPNE: r = a != vals[1]
+  elif op is Ops.XOR: r = a ^ vals[1]
+  elif op is Ops.OR: r = a | vals[1]
+  elif op is Ops.AND: r = a & vals[1]
+  elif op is Ops.SHL: r = a << vals[1]
+  elif op is Ops.SHR: r = a >> vals[1]
+  elif op is Ops.WHERE: r = vals[1] if a else vals[2]
+  else: raise NotImplementedError(f"cannot evaluate {op} on constants")
+  return truncate(r, dtype)
+
+
+class UOp:
+  """An immutable node `(op, dtype, src, arg)`. Equal nodes are the same object (hash-consed)."""
+  __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
+  _cache: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
+
+  def __new__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None):
+    # floats are keyed by their bits so that 0.0 and -0.0 stay apart and nan finds itself
+    karg = ("f", arg.hex()) if isinstance(arg, float) else arg
+    key = (op, dtype, tuple(id(s) for s in src), karg)
+    try:
+      hit = UOp._cache.get(key)
+    except TypeError:
+      raise TypeError(f"UOp arg must be hashable, got {arg!r}") from None
+    if hit is not None: return hit
+    self = object.__new__(cls)
+    self.op, self.dtype, self.src, self.arg, self._key = op, dtype, tuple(src), arg, key
+    UOp._cache[key] = self
+    return self
+
+  def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
+  def __repr__(self): return pretty(self)
+  def replace(self, **kw) -> UOp:
+    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+
+  # ---- graph walks ----
+  def toposort(self) -> list[UOp]:
+    """Every node reachable from self, sources before users (iterative: graphs get deep)."""
+    order, seen, stack = [], set(), [(self, False)]
+    while stack:
+      node, done = stack.pop()
+      if done: order.append(node); continue
+      if node in seen: continue
+      seen.add(node)
+      stack.append((node, True))
+      for s in reversed(node.src):
+        if s not in seen: stack.append((s, False))
+    return order
+
+  # ---- derived: shape (tensor-level nodes) ----
+  @functools.cached_property
+  def shape(self) -> tuple[int, ...]:
+    op = self.op
+    if op is Ops.BUFFER: return (self.arg.size,)
+    if op is Ops.IOTA: return (self.arg,)
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): return ()
+    if op is Ops.RESHAPE or op is Ops.EXPAND: return self.arg
+    if op is Ops.PERMUTE: return tuple(self.src[0].shape[i] for i in self.arg)
+    if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(self.src[0].shape, self.arg[0]))
+    if op is Ops.SHRINK: return tuple(e - b for b, e in self.arg)
+    if op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
+    if op is Ops.ASSIGN: return self.src[0].shape
+    if op is Ops.SINK: return ()
+    return self.src[0].shape if self.src else ()
+
+  @functools.cached_property
+  def device(self) -> str | None:
+    if self.op in (Ops.BUFFER,): return self.arg.device
+    if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
+    for s in self.src:
+      if (d := s.device) is not None: return d
+    return None
+
+  @functools.cached_property
+  def base(self) -> UOp:
+    """The node under any movement ops."""
+    node = self
+    while node.op in MOVEMENT: node = node.src[0]
+    return node
+
+  # ---- derived: value range (for symbolic simplification) ----
+  @functools.cached_property
+  def vrange(self) -> tuple:
+    return _vrange(self)
+  @property
+  def vmin(self): return self.vrange[0]
+  @property
+  def vmax(self): return self.vrange[1]
+
+  # ---- constructors and index arithmetic sugar ----
+  @staticmethod
+  def const(dtype: DType, value) -> UOp: return UOp(Ops.CONST, dtype, (), truncate(value, dtype))
+  def const_like(self, value) -> UOp: return UOp.const(self.dtype, value)
+  def alu(self, op: Ops, *src: UOp) -> UOp:
+    out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else (src[-1].dtype if op is Ops.WHERE else self.dtype)
+    return UOp(op, out, (self,) + src)
+  def _c(self, x) -> UOp: return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
+  def __add__(self, x): return self.alu(Ops.ADD, self._c(x))
+  def __radd__(self, x): return self._c(x).alu(Ops.ADD, self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self._c(x))
+  def __rmul__(self, x): return self._c(x).alu(Ops.MUL, self)
+  def __sub__(self, x): return self.alu(Ops.ADD, self._c(x).alu(Ops.NEG) if isinstance(x, UOp) else self._c(-x))
+  def __neg__(self): return self.alu(Ops.NEG)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self._c(x))
+  def __mod__(self, x): return self.alu(Ops.MOD, self._c(x))
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self._c(x))
+  def ne(self, x): return self.alu(Ops.CMPNE, self._c(x))
+  def __and__(self, x): return self.alu(Ops.AND, self._c(x))
+  def __or__(self, x): return self.alu(Ops.OR, self._c(x))
+  def where(self, a: UOp, b: UOp) -> UOp: return self.alu(Ops.WHERE, a, b)
+  def maximum(self, x): return self.alu(Ops.MAX, self._c(x))
+  def cast(self, dtype: DType) -> UOp: return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+  def sink(*srcs: UOp) -> UOp: return UOp(Ops.SINK, None, tuple(srcs))
+  def __bool__(self): raise TypeError(f"a UOp has no truth value (op {self.op.name}); compare .op or use .arg")
+  __hash__ = object.__hash__
+  def __eq__(self, other): return self is other
+
+  @staticmethod
+  def variable(name: str, vmin: int, vmax: int) -> UOp:
+    if not (isinstance(vmin, int) and isinstance(vmax, int) and vmin <= vmax):
+      raise ValueError(f"Variable {name!r} needs integer bounds min <= max, got {vmin}, {vmax}")
+    return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, vmin, vmax))
+
+
+def _vrange(u: UOp) -> tuple:
+  op, dt = u.op, u.dtype
+  if op is Ops.CONST: return (u.arg, u.arg)
+  if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if op is Ops.BIND: return u.src[0].vrange
+  if op is Ops.RANGE:
+    size = u.src[0]
+    return (0, size.vmax - 1)
+  full = (dt.min, dt.max) if dt is not None else (-math.inf, math.inf)
+  if op is Ops.CMPLT or op is Ops.CMPNE:
+    (a0, a1), (b0, b1) = u.src[0].vrange, u.src[1].vrange
+    if op is Ops.CMPLT:
+      if a1 < b0: return (True, True)
+      if a0 >= b1: return (False, False)
+    elif a1 < b0 or b1 < a0: return (True, True)
+    elif a0 == a1 == b0 == b1: return (False, False)
+    return (False, True)
+  if dt is None or not (dt.is_int or dt.is_bool): return full
+  if op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.NEG):
+    (a0, a1) = u.src[0].vrange
+    if op is Ops.NEG: r = (-a1, -a0)
+    else:
+      (b0, b1) = u.src[1].vrange
+      if op is Ops.ADD: r = (a0 + b0, a1 + b1)
+      elif op is Ops.MAX: r = (max(a0, b0), max(a1, b1))
+      else:
+        c = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+        if any(isinstance(x, float) and math.isnan(x) for x in c): return full
+        r = (min(c), max(c))
+    return r if full[0] <= r[0] and r[1] <= full[1] else full
+  if op is Ops.IDIV and u.src[1].op is Ops.CONST and u.src[1].arg > 0:
+    (a0, a1), c = u.src[0].vrange, u.src[1].arg
+    if a0 >= 0: return (a0 // c, a1 // c)
+    return (-(-a0 // c), a1 // c) if a1 <= 0 else (-((-a0) // c), a1 // c)
+  if op is Ops.MOD and u.src[1].op is Ops.CONST and u.src[1].arg > 0:
+    (a0, a1), c = u.src[0].vrange, u.src[1].arg
+    if a0 >= 0: return (0, min(a1, c - 1))
+    return (-(c - 1), c - 1)
+  if op is Ops.WHERE:
+    (b0, b1), (c0, c1) = u.src[1].vrange, u.src[2].vrange
+    return (min(b0, c0), max(b1, c1))
+  if op is Ops.AND and dt.is_bool:
+    (a0, a1), (b0, b1) = u.src[0].vrange, u.src[1].vrange
+    return (a0 and b0, a1 and b1)
+  if op is Ops.CAST and u.src[0].dtype is not None and (u.src[0].dtype.is_int or u.src[0].dtype.is_bool):
+    r = u.src[0].vrange
+    return r if full[0] <= r[0] and r[1] <= full[1] else full
+  return full
+
+
+def pretty(u: UOp, limit: int = 40) -> str:
+  """A readable multi-line dump of a UOp graph (shared nodes printed once)."""
+  order = u.toposort()
+  if len(order) > limit: order = order[-limit:]
+  names = {n: f"%{i}" for i, n in enumerate(order)}
+  lines = []
+  for n in order:
+    srcs = ", ".join(names.get(s, "…") for s in n.src)
+    arg = "" if n.arg is None else f" {n.arg!r}"
+    lines.append(f"{names[n]} = {n.op.name}{'' if n.dtype is None else ':' + n.dtype.name}({srcs}){arg}")
+  return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
+from __future__ import annotations
+import os, importlib
+from .buffer import LRUAllocator
+from .signal import Signal, SignalPool
+from .queue import HWQueue
+
+# name -> (module, class, what it needs); the module is imported only when the device is opened
+DRIVERS = {
+  "CPU": ("baregrad.drivers.cpu.driver", "CPUDriver"),
+  "AMD": (None, "the AMD driver (KFD) is not part of this build yet; use DEV=CPU"),
+  "NV": (None, "the NVIDIA driver (RM ioctls) is not part of this build yet; use DEV=CPU"),
+  "METAL": (None, "the Metal driver is not part of this build yet; use DEV=CPU"),
+}
+
+
+def canonical(name: str) -> str:
+  if not isinstance(name, str):
+    raise ValueError(f"device must be a string like 'CPU', got {name!r}")
+  base = name.upper().split(":")[0]
+  if base not in DRIVERS:
+    raise ValueError(f"unknown device {name!r}: available devices are {', '.join(DRIVERS)}")
+  return base
+
+
+class Device:
+  _open: dict[str, "Device"] = {}
+  default_timeout = float(os.environ.get("TIMEOUT", "30"))
+
+  @staticmethod
+  def default() -> str: return canonical(os.environ.get("DEV", "CPU"))
+
+  @classmethod
+  def get(cls, name: str) -> "Device":
+    name = canonical(name)
+    dev = cls._open.get(name)
+    if dev is None:
+      module, what = DRIVERS[name]
+      if module is None: raise RuntimeError(f"device {name} is not available: {what}")
+      driver = getattr(importlib.import_module(module), what)()
+      dev = cls._open[name] = Device(name, driver)
+    return dev
+
+  def __init__(self, name: str, driver):
+    self.name, self.driver = name, driver
+    self.allocator = LRUAllocator(driver)
+    self.signal_pool = SignalPool(driver)
+    self.timeline = Signal(self, "timeline")
+    self.timeline_value = 0
+    self.last_command: str | None = None
+    self.kernargs = KernargArena(self)
+
+  def compute_queue(self) -> HWQueue: return HWQueue("compute")
+  def copy_queue(self) -> HWQueue: return HWQueue("copy")
+
+  def next_timeline(self) -> int:
+    self.timeline_value += 1
+    return self.timeline_value
+
+  def synchronize(self, timeout: float | None = None):
+    self.timeline.wait(self.timeline_value, timeout)
+    self.check_faults()
+
+  def check_faults(self):
+    self.driver.check_faults(self.name)
+
+  def copyin(self, buf, mv: memoryview):
+    self.synchronize()
+    self.driver.view(buf.addr, buf.nbytes)[:] = mv
+
+  def copyout(self, out: memoryview, buf):
+    self.synchronize()
+    memoryview(out).cast("B")[:] = self.driver.view(buf.addr, buf.nbytes)
+
+  def __repr__(self): return f"<Device {self.name}>"
+
+
+class KernargArena:
+  """Kernel arguments (one 64-bit word each) live in device memory; a bump allocator that waits for the
+  device before it wraps around."""
+
+  def __init__(self, dev: Device, size: int = 1 << 20):
+    self.dev, self.size = dev, size
+    self.mem = dev.driver.alloc(size)
+    self.view = dev.driver.view(self.mem.addr, size)
+    self.offset = 0
+
+  def put(self, words: list[int]) -> int:
+    n = 8 * max(len(words), 1)
+    if self.offset + n > self.size:
+      self.dev.synchronize()
+      self.offset = 0
+    addr = self.mem.addr + self.offset
+    self.view[self.offset:self.offset + 8 * len(words)] = b"".join((w & (2**64 - 1)).to_bytes(8, "little") for w in words)
+    self.offset += (n + 63) // 64 * 64
+    return addr

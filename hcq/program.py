@@ -1,0 +1,20 @@
+"""A program loaded on a device: its name, entry point and the source it came from."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Program:
+  device: str
+  name: str
+  binary: bytes
+  source: str = ""
+  n_params: int = 0
+  variables: tuple = ()            # names of the symbolic int arguments after the buffers
+  meta: dict = field(default_factory=dict)
+  entry: int = 0
+  handle: object = None
+
+  def load(self, dev) -> "Program":
+    self.entry, self.handle = dev.driver.load_program(self.binary, self.name)
+    return self

@@ -1,0 +1,65 @@
+"""ExecItems and the loop that runs them on a device's queues."""
+from __future__ import annotations
+import os, time
+from dataclasses import dataclass, field
+from .device import Device
+from .program import Program
+
+DEBUG = int(os.environ.get("DEBUG", "0"))
+
+
+@dataclass(eq=False)
+class ExecItem:
+  """One compiled program (or a copy when program is None) with its buffers and variable values."""
+  program: Program | None
+  bufs: list
+  var_vals: dict = field(default_factory=dict)
+  meta: dict = field(default_factory=dict)     # name, flops, bytes
+
+  @property
+  def name(self) -> str: return self.program.name if self.program is not None else self.meta.get("name", "copy")
+
+
+def kernel_args(item: ExecItem) -> list[int]:
+  return [b.addr for b in item.bufs] + [item.var_vals[v] for v in item.program.variables]
+
+
+def run_schedule(items: list[ExecItem], sync: bool = False):
+  """Queue every item in order on its device and signal the timeline once at the end."""
+  if not items: return
+  if DEBUG >= 1: return _run_timed(items)
+  by_dev: dict[str, tuple] = {}
+  for item in items:
+    for b in item.bufs: b.ensure_allocated()
+    dev = Device.get(item.bufs[0].device)
+    q = by_dev.get(dev.name)
+    if q is None: q = by_dev[dev.name] = (dev, dev.compute_queue())
+    _enqueue(q[0], q[1], item)
+  for dev, q in by_dev.values():
+    q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+    if sync: dev.synchronize()
+
+
+def _enqueue(dev, q, item: ExecItem):
+  if item.program is None:
+    dst, src = item.bufs
+    q.copy(dst.addr, src.addr, dst.nbytes)
+  else:
+    q.exec(item.program, dev.kernargs.put(kernel_args(item)), item.meta.get("global_size", (1, 1, 1)))
+
+
+def _run_timed(items: list[ExecItem]):
+  for item in items:
+    for b in item.bufs: b.ensure_allocated()
+    dev = Device.get(item.bufs[0].device)
+    q = dev.compute_queue()
+    from .signal import Signal
+    t0, t1 = Signal(dev, "t0"), Signal(dev, "t1")
+    q.timestamp(t0)
+    _enqueue(dev, q, item)
+    q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    dt = max(t1.timestamp - t0.timestamp, 1) * 1e-9
+    gflops = item.meta.get("flops", 0) / dt * 1e-9
+    gbs = item.meta.get("bytes", 0) / dt * 1e-9
+    print(f"{dev.name:4s} {item.name:32s} {dt * 1e6:10.2f} us {gflops:9.2f} GFLOP/s {gbs:9.2f} GB/s")

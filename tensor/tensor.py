@@ -1,0 +1,574 @@
+"""The lazy Tensor: every op adds UOps to a graph; realize() schedules, compiles and runs it."""
+from __future__ import annotations
+import math, os
+from typing import Sequence
+import numpy as np
+from baregrad.compiler.uop import UOp, Ops, MOVEMENT
+from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promote, scalar_dtype, truncate
+from baregrad.compiler.schedule import create_schedule, realized
+from baregrad.hcq.device import Device, canonical
+from baregrad.hcq.buffer import Buffer
+from baregrad.hcq.runtime import run_schedule
+from .composite import ComposedOps
+
+Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
+
+
+def _prod(xs) -> int:
+  out = 1
+  for x in xs: out *= x
+  return out
+
+
+def _shape_args(shape: tuple, op: str) -> tuple[int, ...]:
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
+      raise TypeError(f"{op}: shape entries must be ints, got {shape!r}")
+  return tuple(int(s) for s in shape)
+
+
+def _fmt(shape) -> str: return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _np_to_bf16_bits(a: np.ndarray) -> np.ndarray:
+  b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+  rounded = ((b + 0x7fff + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+  return np.where(np.isnan(a), np.uint16(0x7fc0), rounded)
+
+
+class Tensor(ComposedOps):
+  """A lazy n-dimensional array on a device."""
+  __slots__ = ("uop", "requires_grad", "grad")
+  _seed: list = [0, 0]   # [seed, counter]
+
+  def __init__(self, data, dtype=None, device: str | None = None, requires_grad: bool | None = None):
+    self.requires_grad, self.grad = requires_grad, None
+    dtype = None if dtype is None else to_dtype(dtype)
+    if isinstance(data, UOp):
+      self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
+      return
+    device = Device.default() if device is None else canonical(device)
+    if isinstance(data, Tensor):
+      t = data.to(device)
+      self.uop = t.uop if dtype is None else t.cast(dtype).uop
+      return
+    if isinstance(data, Scalar):
+      dt = dtype or scalar_dtype(data)
+      self.uop = _const(data, dt, device)
+      return
+    if isinstance(data, (list, tuple, np.ndarray)):
+      self.uop = _from_numpy(data, dtype, device)
+      return
+    raise TypeError(f"cannot make a Tensor from {type(data).__name__}: expected a scalar, a (nested) list, a numpy "
+                    f"array or a Tensor")
+
+  # ---------------- properties ----------------
+  @property
+  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def device(self) -> str: return self.uop.device
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return _prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
+  def size(self, dim=None):
+    return self.shape if dim is None else self.shape[dim]
+  def __len__(self):
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self):
+    return f"<Tensor shape={_fmt(self.shape)} dtype={self.dtype.name} device={self.device}>"
+  def __hash__(self): return id(self)
+
+  # ---------------- creation ----------------
+  @staticmethod
+  def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+    shape = _shape_args((shape,) if isinstance(shape, int) else tuple(shape), "full")
+    if any(s < 0 for s in shape): raise ValueError(f"full: negative dimension in shape {_fmt(shape)}")
+    dev = Device.default() if device is None else canonical(device)
+    dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
+    t = Tensor(_const(fill_value, dt, dev))
+    return t.reshape((1,) * len(shape)).expand(shape) if shape else t
+
+  @staticmethod
+  def zeros(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.full(_shape_args(shape, "zeros"), 0, dtype or dtypes.default_float, device)
+  @staticmethod
+  def ones(*shape, dtype=None, device=None) -> Tensor:
+    return Tensor.full(_shape_args(shape, "ones"), 1, dtype or dtypes.default_float, device)
+  @staticmethod
+  def empty(*shape, dtype=None, device=None) -> Tensor:
+    shape = _shape_args(shape, "empty")
+    dev = Device.default() if device is None else canonical(device)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    buf = Buffer(dev, _prod(shape), dt)
+    return Tensor(UOp(Ops.BUFFER, dt, (), buf)).reshape(shape)
+
+  @staticmethod
+  def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    n = max(0, math.ceil((stop - start) / step))
+    all_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+    dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
+    dev = Device.default() if device is None else canonical(device)
+    idx = Tensor(UOp(Ops.IOTA, dt if dt.is_int else dtypes.int32, (UOp(Ops.DEVICE, None, (), dev),), n))
+    if not dt.is_int: idx = idx.cast(dt)
+    out = idx * step if step != 1 else idx
+    return (out + start if start != 0 else out).cast(dt)
+
+  @staticmethod
+  def manual_seed(seed: int = 0):
+    Tensor._seed[:] = [int(seed), 0]
+
+  @staticmethod
+  def _random_bits(shape, device=None) -> Tensor:
+    """uint32 random bits from Threefry-2x32 (20 rounds), keyed by the seed, counter-based: the same seed gives
+    the same bits on every device."""
+    shape = _shape_args(tuple(shape), "rand")
+    n = _prod(shape)
+    seed, counter = Tensor._seed
+    Tensor._seed[1] = counter + n
+    dev = Device.default() if device is None else canonical(device)
+    ctr = Tensor.arange(n, dtype=dtypes.uint32, device=dev) + (counter & 0xffffffff)
+    hi = Tensor.full((n,), (counter >> 32) & 0xffffffff, dtypes.uint32, dev)
+    return _threefry2x32(ctr, hi, seed & 0xffffffff, (seed >> 32) & 0xffffffff).reshape(shape)
+
+  @staticmethod
+  def rand(*shape, dtype=None, device=None) -> Tensor:
+    shape = _shape_args(shape, "rand")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    bits = Tensor._random_bits(shape, device)
+    # the top 24 bits as a float in [0, 1)
+    return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).cast(dt)
+
+  # ---------------- movement primitives ----------------
+  def reshape(self, *shape) -> Tensor:
+    shape = _shape_args(shape, "reshape")
+    if shape.count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
+    if -1 in shape:
+      known = _prod(s for s in shape if s != -1)
+      if known == 0 or self.numel() % known != 0:
+        raise ValueError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) "
+                         f"into {_fmt(shape)}")
+      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+    if any(s < 0 for s in shape): raise ValueError(f"reshape: negative dimension in {_fmt(shape)}")
+    if _prod(shape) != self.numel():
+      raise ValueError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) into "
+                       f"{_fmt(shape)} ({_prod(shape)} elements)")
+    if shape == self.shape: return self
+    src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+    return Tensor(src if src.shape == shape else UOp(Ops.RESHAPE, self.dtype, (src,), shape))
+
+  def permute(self, *order) -> Tensor:
+    order = _shape_args(order, "permute")
+    order = tuple(o + self.ndim if o < 0 else o for o in order)
+    if sorted(order) != list(range(self.ndim)):
+      raise ValueError(f"permute: order {order} is not a permutation of the {self.ndim} dims of shape {_fmt(self.shape)}")
+    if order == tuple(range(self.ndim)): return self
+    return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), order))
+
+  def expand(self, *shape) -> Tensor:
+    shape = _shape_args(shape, "expand")
+    if len(shape) < self.ndim:
+      raise ValueError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)} (fewer dims)")
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
+    new = tuple(s if s != -1 else o for s, o in zip(shape, x.shape))
+    for s, o in zip(new, x.shape):
+      if o != s and o != 1:
+        raise ValueError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)}")
+    if new == x.shape: return x
+    return Tensor(UOp(Ops.EXPAND, self.dtype, (x.uop,), new))
+
+  def pad(self, padding, value=0.0) -> Tensor:
+    padding = tuple(padding)
+    if len(padding) != self.ndim:
+      raise ValueError(f"pad: need one (before, after) pair per dim of shape {_fmt(self.shape)}, got {padding}")
+    pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    if any(b < 0 or a < 0 for b, a in pads): raise ValueError(f"pad: padding must be non-negative, got {pads}")
+    if all(p == (0, 0) for p in pads): return self
+    return Tensor(UOp(Ops.PAD, self.dtype, (self.uop,), (pads, truncate(value, self.dtype))))
+
+  def shrink(self, arg) -> Tensor:
+    arg = tuple(arg)
+    if len(arg) != self.ndim:
+      raise ValueError(f"shrink: need one (start, end) pair per dim of shape {_fmt(self.shape)}, got {arg}")
+    rng = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    for (b, e), s in zip(rng, self.shape):
+      if not 0 <= b <= e <= s: raise ValueError(f"shrink: range {rng} is outside shape {_fmt(self.shape)}")
+    if all(r == (0, s) for r, s in zip(rng, self.shape)): return self
+    return Tensor(UOp(Ops.SHRINK, self.dtype, (self.uop,), rng))
+
+  def flip(self, *axis) -> Tensor:
+    axis = _shape_args(axis, "flip")
+    axes = tuple(sorted({a + self.ndim if a < 0 else a for a in axis}))
+    if any(not 0 <= a < self.ndim for a in axes): raise ValueError(f"flip: axis {axis} out of range for shape {_fmt(self.shape)}")
+    axes = tuple(a for a in axes if self.shape[a] > 1)
+    if not axes: return self
+    return Tensor(UOp(Ops.FLIP, self.dtype, (self.uop,), axes))
+
+  # ---------------- elementwise primitives ----------------
+  @staticmethod
+  def _broadcast_shape(*shapes) -> tuple[int, ...]:
+    nd = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for dims in zip(*padded):
+      big = {d for d in dims if d != 1}
+      if len(big) > 1:
+        raise ValueError(f"shapes {' and '.join(_fmt(s) for s in shapes)} cannot be broadcast together")
+      out.append(big.pop() if big else 1)
+    return tuple(out)
+
+  def _to_tensor_like(self, x, dtype: DType | None = None) -> Tensor:
+    if isinstance(x, Tensor): return x
+    return Tensor(_const(x, dtype or weak_promote(self.dtype, x), self.device))
+
+  def _operands(self, other, reverse=False, dtype_fn=None) -> tuple[Tensor, Tensor]:
+    """Promote and broadcast self and other (a Tensor or a Python scalar)."""
+    if isinstance(other, Tensor):
+      if other.device != self.device:
+        raise ValueError(f"operands are on different devices: {self.device} and {other.device}; move one with .to()")
+      dt = promote(self.dtype, other.dtype)
+    elif isinstance(other, Scalar): dt = weak_promote(self.dtype, other)
+    elif isinstance(other, (list, np.ndarray)):
+      other = Tensor(other, device=self.device)
+      dt = promote(self.dtype, other.dtype)
+    else: raise TypeError(f"unsupported operand type {type(other).__name__} for a Tensor op")
+    if dtype_fn is not None: dt = dtype_fn(dt)
+    a, b = self.cast(dt), (other.cast(dt) if isinstance(other, Tensor) else Tensor(_const(other, dt, self.device)))
+    shape = Tensor._broadcast_shape(a.shape, b.shape)
+    a, b = a.expand(shape), b.expand(shape)
+    return (b, a) if reverse else (a, b)
+
+  def _alu(self, op: Ops, *src: Tensor, dtype: DType | None = None) -> Tensor:
+    dt = dtype or (dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else self.dtype)
+    return Tensor(UOp(op, dt, (self.uop,) + tuple(s.uop for s in src)))
+
+  def _binop(self, op: Ops, other, reverse=False, dtype_fn=None) -> Tensor:
+    a, b = self._operands(other, reverse, dtype_fn)
+    return a._alu(op, b)
+
+  def add(self, other, reverse=False) -> Tensor:
+    return self._binop(Ops.ADD, other, reverse)
+  def mul(self, other, reverse=False) -> Tensor:
+    return self._binop(Ops.MUL, other, reverse)
+  def sub(self, other, reverse=False) -> Tensor:
+    a, b = self._operands(other, reverse)
+    if a.dtype.is_bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor or cast first")
+    return a._alu(Ops.ADD, b._alu(Ops.NEG))
+  def div(self, other, reverse=False) -> Tensor:
+    a, b = self._operands(other, reverse, lambda d: d if d.is_float else dtypes.default_float)
+    return a._alu(Ops.MUL, b._alu(Ops.RECIP))
+  def idiv(self, other, reverse=False) -> Tensor:
+    """Floor division (Python/numpy semantics)."""
+    a, b = self._operands(other, reverse)
+    if a.dtype.is_float: return (a / b).floor()
+    if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
+    q = a._alu(Ops.IDIV, b)
+    if a.dtype.is_unsigned: return q
+    r = a._alu(Ops.MOD, b)
+    fix = r._alu(Ops.CMPNE, b._const_like(0)) & (r._alu(Ops.CMPLT, b._const_like(0))._alu(Ops.CMPNE, b._alu(Ops.CMPLT, b._const_like(0))))
+    return fix.where(q - 1, q)
+  def mod(self, other, reverse=False) -> Tensor:
+    """Remainder with the sign of the divisor (Python/numpy semantics)."""
+    a, b = self._operands(other, reverse)
+    if a.dtype.is_float:
+      r = a - (a / b).floor() * b
+      return b._alu(Ops.CMPNE, b._const_like(0)).where(r, a._const_like(math.nan))
+    if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
+    r = a._alu(Ops.MOD, b)
+    if a.dtype.is_unsigned: return r
+    fix = r._alu(Ops.CMPNE, r._const_like(0)) & (r._alu(Ops.CMPLT, r._const_like(0))._alu(Ops.CMPNE, b._alu(Ops.CMPLT, b._const_like(0))))
+    return fix.where(r + b, r)
+  def maximum(self, other) -> Tensor:
+    return self._binop(Ops.MAX, other)
+  def minimum(self, other) -> Tensor:
+    a, b = self._operands(other)
+    take_a = a._alu(Ops.CMPLT, b)
+    if a.dtype.is_float: take_a = take_a | a._alu(Ops.CMPNE, a)
+    return take_a.where(a, b)
+
+  def _const_like(self, v) -> Tensor: return Tensor(_const(v, self.dtype, self.device)).expand(self.shape) if self.shape else Tensor(_const(v, self.dtype, self.device))
+
+  def __add__(self, x): return self.add(x)
+  def __radd__(self, x): return self.add(x, True)
+  def __sub__(self, x): return self.sub(x)
+  def __rsub__(self, x): return self.sub(x, True)
+  def __mul__(self, x): return self.mul(x)
+  def __rmul__(self, x): return self.mul(x, True)
+  def __truediv__(self, x): return self.div(x)
+  def __rtruediv__(self, x): return self.div(x, True)
+  def __floordiv__(self, x): return self.idiv(x)
+  def __rfloordiv__(self, x): return self.idiv(x, True)
+  def __mod__(self, x): return self.mod(x)
+  def __rmod__(self, x): return self.mod(x, True)
+  def __neg__(self):
+    if self.dtype.is_bool: raise TypeError("negation of a bool tensor is not supported; use logical_not()")
+    return self._alu(Ops.NEG)
+  def __pos__(self): return self
+
+  # comparisons (NaN compares unequal and unordered, as in numpy)
+  def lt(self, x): return self._binop(Ops.CMPLT, x)
+  def gt(self, x): return self._binop(Ops.CMPLT, x, reverse=True)
+  def ne(self, x): return self._binop(Ops.CMPNE, x)
+  def eq(self, x): return self.ne(x).logical_not()
+  def le(self, x):
+    a, b = self._operands(x)
+    return a._alu(Ops.CMPLT, b) | b._alu(Ops.CMPNE, a).logical_not()
+  def ge(self, x):
+    a, b = self._operands(x)
+    return b._alu(Ops.CMPLT, a) | b._alu(Ops.CMPNE, a).logical_not()
+  __lt__, __gt__, __le__, __ge__ = lt, gt, le, ge
+  def __eq__(self, x): return self.eq(x)
+  def __ne__(self, x): return self.ne(x)
+
+  # bitwise
+  def _bitop(self, op: Ops, x, reverse=False) -> Tensor:
+    a, b = self._operands(x, reverse)
+    if a.dtype.is_float: raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}")
+    return a._alu(op, b)
+  def bitwise_and(self, x): return self._bitop(Ops.AND, x)
+  def bitwise_or(self, x): return self._bitop(Ops.OR, x)
+  def bitwise_xor(self, x): return self._bitop(Ops.XOR, x)
+  def __and__(self, x): return self._bitop(Ops.AND, x)
+  def __rand__(self, x): return self._bitop(Ops.AND, x, True)
+  def __or__(self, x): return self._bitop(Ops.OR, x)
+  def __ror__(self, x): return self._bitop(Ops.OR, x, True)
+  def __xor__(self, x): return self._bitop(Ops.XOR, x)
+  def __rxor__(self, x): return self._bitop(Ops.XOR, x, True)
+  def __lshift__(self, x): return self._bitop(Ops.SHL, x)
+  def __rshift__(self, x): return self._bitop(Ops.SHR, x)
+  def __rlshift__(self, x): return self._bitop(Ops.SHL, x, True)
+  def __rrshift__(self, x): return self._bitop(Ops.SHR, x, True)
+  def __invert__(self):
+    if self.dtype.is_bool: return self.logical_not()
+    if self.dtype.is_float: raise TypeError(f"bitwise not needs an integer or bool tensor, got {self.dtype.name}")
+    return self._alu(Ops.XOR, self._const_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
+  def logical_not(self):
+    b = self if self.dtype.is_bool else self._alu(Ops.CMPNE, self._const_like(0))
+    return b._alu(Ops.CMPNE, b._const_like(True))
+
+  # unary math (ints are computed as float32)
+  def _float_unary(self, op: Ops) -> Tensor:
+    x = self if self.dtype.is_float else self.cast(dtypes.default_float)
+    return x._alu(op)
+  def exp2(self): return self._float_unary(Ops.EXP2)
+  def log2(self): return self._float_unary(Ops.LOG2)
+  def sin(self): return self._float_unary(Ops.SIN)
+  def sqrt(self): return self._float_unary(Ops.SQRT)
+  def reciprocal(self): return self._float_unary(Ops.RECIP)
+  def trunc(self): return self._alu(Ops.TRUNC) if self.dtype.is_float else self
+  def floor(self):
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+  def ceil(self):
+    if not self.dtype.is_float: return self
+    t = self.trunc()
+    return (t < self).where(t + 1, t)
+  def round(self):
+    """Round half to even, like numpy."""
+    if not self.dtype.is_float: return self
+    f = self.floor()
+    diff = self - f
+    up = (diff > 0.5) | ((diff == 0.5) & ((f * 0.5).floor() * 2 != f))
+    return up.where(f + 1, f)
+
+  def where(self, x, y) -> Tensor:
+    cond = self if self.dtype.is_bool else self.cast(dtypes.bool)
+    if isinstance(x, Tensor) and isinstance(y, Tensor): dt = promote(x.dtype, y.dtype)
+    elif isinstance(x, Tensor): dt = weak_promote(x.dtype, y)
+    elif isinstance(y, Tensor): dt = weak_promote(y.dtype, x)
+    else: dt = promote(scalar_dtype(x), scalar_dtype(y))
+    xt = x.cast(dt) if isinstance(x, Tensor) else Tensor(_const(x, dt, cond.device))
+    yt = y.cast(dt) if isinstance(y, Tensor) else Tensor(_const(y, dt, cond.device))
+    shape = Tensor._broadcast_shape(cond.shape, xt.shape, yt.shape)
+    return Tensor(UOp(Ops.WHERE, dt, (cond.expand(shape).uop, xt.expand(shape).uop, yt.expand(shape).uop)))
+
+  def cast(self, dtype) -> Tensor:
+    dt = to_dtype(dtype)
+    if dt == self.dtype: return self
+    if dt in (dtypes.uint16, dtypes.uint64) and False: pass
+    if self.uop.op is Ops.CONST: return Tensor(_const(self.uop.arg, dt, self.device))
+    return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
+
+  def bitcast(self, dtype) -> Tensor:
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize:
+      raise ValueError(f"bitcast from {self.dtype.name} ({self.dtype.itemsize} bytes) to {dt.name} ({dt.itemsize} bytes): "
+                       f"item sizes must match")
+    if dt == self.dtype: return self
+    if dt.is_bool or self.dtype.is_bool: raise TypeError(f"bitcast to or from bool is not supported ({self.dtype.name} -> {dt.name})")
+    return Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+
+  # ---------------- reductions ----------------
+  def _reduce_axes(self, axis, op: str) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+      a = int(a)
+      if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
+        raise IndexError(f"{op}: axis {a} is out of range for a tensor of shape {_fmt(self.shape)}")
+      out.append(a + self.ndim if a < 0 else a)
+    return tuple(sorted(set(a for a in out if self.ndim)))
+
+  def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
+    axes = self._reduce_axes(axis, op.name.lower())
+    if not axes: return self
+    out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+    return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+  def sum(self, axis=None, keepdim=False, dtype=None):
+    x = self.cast(dtype) if dtype is not None else (self.cast(dtypes.int32) if self.dtype.is_bool else self)
+    return x._reduce(Ops.ADD, axis, keepdim)
+  def prod(self, axis=None, keepdim=False, dtype=None):
+    x = self.cast(dtype) if dtype is not None else (self.cast(dtypes.int32) if self.dtype.is_bool else self)
+    return x._reduce(Ops.MUL, axis, keepdim)
+  def max(self, axis=None, keepdim=False):
+    return self._reduce(Ops.MAX, axis, keepdim)
+  def min(self, axis=None, keepdim=False):
+    # an order-reversing map, then max: -x for floats, ~x for ints (no overflow), not for bool
+    return self._order_flip()._reduce(Ops.MAX, axis, keepdim)._order_flip()
+  def _order_flip(self):
+    if self.dtype.is_float: return -self
+    return ~self
+
+  # ---------------- realization ----------------
+  def contiguous(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def detach(self) -> Tensor: return Tensor(self.uop)
+
+  def realize(self, *others: Tensor) -> Tensor:
+    tensors = [self, *others]
+    pending = [t for t in tensors if not _is_realized(t.uop)]
+    if pending:
+      items, bufs = create_schedule([t.uop for t in pending])
+      run_schedule(items)
+      for t, buf in zip(pending, bufs):
+        view = UOp(Ops.BUFFER, buf.dtype, (), buf)
+        view = UOp(Ops.RESHAPE, buf.dtype, (view,), t.shape) if t.shape != (buf.size,) else view
+        realized[t.uop] = view
+        t.uop = view
+    return self
+
+  def _buffer(self) -> Buffer:
+    self.realize()
+    node = self.uop
+    while node.op is Ops.RESHAPE: node = node.src[0]
+    return node.arg
+
+  def numpy(self) -> np.ndarray:
+    buf = self._buffer()
+    if self.dtype == dtypes.bfloat16:
+      bits = np.empty(self.numel(), dtype=np.uint16)
+      if bits.size: buf.copyout(memoryview(bits))
+      return (bits.astype(np.uint32) << 16).view(np.float32).reshape(self.shape)
+    out = np.empty(self.numel(), dtype=self.dtype.np)
+    if out.size: buf.copyout(memoryview(out.view(np.uint8)))
+    return out.reshape(self.shape)
+
+  def item(self):
+    if self.numel() != 1:
+      raise ValueError(f"item() needs a tensor with one element, got shape {_fmt(self.shape)} ({self.numel()} elements)")
+    return self.numpy().reshape(()).item()
+  def tolist(self): return self.numpy().tolist()
+  def __float__(self): return float(self.item())
+  def __int__(self): return int(self.item())
+  def __bool__(self): return bool(self.item())
+  def __index__(self):
+    if self.dtype.is_float: raise TypeError("only integer tensors can be used as an index")
+    return int(self.item())
+
+  def to(self, device: str) -> Tensor:
+    dev = canonical(device)
+    if dev == self.device: return self
+    return Tensor(UOp(Ops.COPY, self.dtype, (self.contiguous().uop,), dev))
+
+  def assign(self, other) -> Tensor:
+    """Write other's values into this tensor's buffer (the buffer, and every view of it, changes)."""
+    other = other if isinstance(other, Tensor) else Tensor(_const(other, self.dtype, self.device))
+    if other.shape != self.shape:
+      if Tensor._broadcast_shape(other.shape, self.shape) != self.shape:
+        raise ValueError(f"assign: value of shape {_fmt(other.shape)} does not fit tensor of shape {_fmt(self.shape)}")
+      other = other.expand(self.shape)
+    if other.device != self.device:
+      raise ValueError(f"assign: value is on {other.device}, tensor on {self.device}")
+    self.realize()
+    value = other.cast(self.dtype)
+    if _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
+    self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
+    return self
+
+
+# ---------------- helpers ----------------
+def _const(value, dtype: DType, device: str) -> UOp:
+  if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
+  return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
+
+
+def _is_realized(u: UOp) -> bool:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
+def _from_numpy(data, dtype: DType | None, device: str) -> UOp:
+  if isinstance(data, np.ndarray):
+    arr = data
+    if dtype is None:
+      try: dtype = to_dtype(arr.dtype)
+      except TypeError: raise TypeError(f"unsupported numpy dtype {arr.dtype}") from None
+  else:
+    try: arr = np.array(data)
+    except ValueError as e: raise ValueError(f"cannot make a Tensor from ragged nested lists: {e}") from None
+    if arr.dtype == object: raise TypeError("cannot make a Tensor from a list with non-numeric items")
+    if dtype is None:
+      dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_int if arr.dtype.kind in "iu" else \
+        dtypes.default_float if arr.dtype.kind == "f" else None
+      if dtype is None: raise TypeError(f"cannot make a Tensor from values of numpy kind {arr.dtype}")
+  if dtype == dtypes.bfloat16:
+    host = _np_to_bf16_bits(arr.astype(np.float32))
+  else:
+    with np.errstate(over="ignore", invalid="ignore"):
+      host = np.ascontiguousarray(arr.astype(dtype.np, copy=False))
+  buf = Buffer(device, int(host.size), dtype)
+  if host.size: buf.copyin(memoryview(host.reshape(-1).view(np.uint8)))
+  u = UOp(Ops.BUFFER, dtype, (), buf)
+  return u if arr.shape == (host.size,) else UOp(Ops.RESHAPE, dtype, (u,), tuple(arr.shape))
+
+
+def _reads_shifted(value: UOp, buf: Buffer) -> bool:
+  """Does `value` read `buf` through a view that moves elements (so writing in place would be a hazard)?"""
+  state: dict[UOp, int] = {}   # 0 no, 1 reads at the same index, 2 reads elsewhere
+  for n in value.toposort():
+    if n.op is Ops.BUFFER: state[n] = 1 if n.arg is buf else 0
+    elif not n.src: state[n] = 0
+    else:
+      s = max(state[x] for x in n.src)
+      if s and (n.op in MOVEMENT and n.op is not Ops.RESHAPE or n.op is Ops.REDUCE_AXIS): s = 2
+      if n.op is Ops.RESHAPE and s == 1 and n.src[0].op is not Ops.BUFFER and n.shape != n.src[0].shape: s = 2
+      state[n] = s
+  return state[value] == 2
+
+
+def _rotl(x: Tensor, r: int) -> Tensor: return (x << r) | (x >> (32 - r))
+
+
+def _threefry2x32(x0: Tensor, x1: Tensor, k0: int, k1: int) -> Tensor:
+  """Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11);
+  rotation constants and key-schedule parity 0x1BD11BDA from the paper."""
+  rot = (13, 15, 26, 6, 17, 29, 16, 24)
+  ks = (k0, k1, (k0 ^ k1 ^ 0x1BD11BDA) & 0xffffffff)
+  x0, x1 = x0 + ks[0], x1 + ks[1]
+  for block in range(5):
+    for i in range(4):
+      x0 = x0 + x1
+      x1 = _rotl(x1, rot[(block % 2) * 4 + i]) ^ x0
+    s = block + 1
+    x0 = x0 + ks[s % 3]
+    x1 = x1 + ((ks[(s + 1) % 3] + s) & 0xffffffff)
+  return x0
