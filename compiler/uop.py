@@ -180,6 +180,7 @@ class UOp:
   def __mul__(self, x): return self.alu(Ops.MUL, self._c(x))
   def __rmul__(self, x): return self._c(x).alu(Ops.MUL, self)
   def __sub__(self, x): return self.alu(Ops.ADD, self._c(x).alu(Ops.NEG) if isinstance(x, UOp) else self._c(-x))
+  def __rsub__(self, x): return self._c(x) - self
   def __neg__(self): return self.alu(Ops.NEG)
   def __floordiv__(self, x): return self.alu(Ops.IDIV, self._c(x))
   def __mod__(self, x): return self.alu(Ops.MOD, self._c(x))

@@ -443,6 +443,11 @@ class Tensor(ComposedOps):
   def contiguous(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def detach(self) -> Tensor: return Tensor(self.uop)
 
+  def schedule(self, *others: Tensor) -> list:
+    """The ExecItems (kernels and copies) that realizing these tensors would run, without running them."""
+    pending = [t for t in (self, *others) if not _is_realized(t.uop)]
+    return create_schedule([t.uop for t in pending])[0] if pending else []
+
   def realize(self, *others: Tensor) -> Tensor:
     tensors = [self, *others]
     pending = [t for t in tensors if not _is_realized(t.uop)]

@@ -1,0 +1,147 @@
+"""C compiler front end for the CPU device: C source in, relocatable ELF object (.o) bytes out.
+
+The object is loaded by baregrad's own loader (`elf.py`), so it is compiled freestanding and
+position independent: no startup code, no libc headers, every libc call goes through a GOT slot
+that the loader fills. Objects are cached on disk by a hash of everything that decides the bytes
+(compiler path and version, host CPU when `-march=native` is used, flags, source).
+
+Environment:
+  CC               compiler to use (a path or a name on PATH); default: the first of COMPILERS found
+  BAREGRAD_CACHE   cache directory (default `$XDG_CACHE_HOME/baregrad` or `~/.cache/baregrad`)
+  CACHE=0          do not look objects up in the cache (they are still written)
+"""
+from __future__ import annotations
+import functools, hashlib, json, os, shutil, subprocess, tempfile, threading, warnings
+from pathlib import Path
+
+COMPILERS = ("clang", "clang-22", "clang-19", "gcc", "cc")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fPIC", "-ffreestanding", "-fno-math-errno", "-fno-stack-protector",
+                 "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-fno-plt")
+
+# in-process counters, so callers and tests can see whether the cache worked
+stats = {"compiles": 0, "cache_hits": 0}
+_stats_lock = threading.Lock()
+
+
+class CompilerNotFound(RuntimeError):
+  pass
+
+
+class CompileError(RuntimeError):
+  pass
+
+
+def find_compiler() -> str:
+  """Absolute path of the C compiler: $CC if set, else the first of COMPILERS on PATH."""
+  if (cc := os.environ.get("CC")):
+    if (found := shutil.which(cc)) is None:
+      raise CompilerNotFound(f"CC={cc!r} is not an executable file (or a name on PATH). Point CC at gcc or clang, "
+                             "or unset it to use the first of " + ", ".join(COMPILERS) + " found on PATH.")
+    return found
+  for name in COMPILERS:
+    if (found := shutil.which(name)) is not None: return found
+  raise CompilerNotFound("no C compiler found: the CPU device compiles its kernels with gcc or clang. Install one "
+                         "(Debian/Ubuntu: `apt-get install gcc`) or point CC at one. Looked for "
+                         + ", ".join(COMPILERS) + " on PATH.")
+
+
+@functools.cache
+def compiler_version(cc: str) -> str:
+  """First line of `cc --version` (cached per process)."""
+  try:
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
+  except OSError as e:
+    raise CompilerNotFound(f"cannot run C compiler {cc!r}: {e}") from e
+  lines = (out.stdout or out.stderr).strip().splitlines()
+  if out.returncode != 0 or not lines:
+    raise CompilerNotFound(f"{cc!r} --version failed (exit {out.returncode}): {out.stderr.strip()}")
+  return lines[0]
+
+
+@functools.cache
+def _host_cpu() -> str:
+  """What `-march=native` depends on: the CPU model and its feature flags."""
+  try:
+    with open("/proc/cpuinfo") as f: info = f.read()
+  except OSError:
+    import platform
+    return platform.machine() + " " + platform.processor()
+  keep = ("model name", "flags", "Features", "CPU implementer", "CPU part")
+  lines = [line for line in info.splitlines() if line.split(":")[0].strip() in keep]
+  return "\n".join(dict.fromkeys(lines))  # the same lines repeat per core
+
+
+def cache_dir() -> Path:
+  if (d := os.environ.get("BAREGRAD_CACHE")): return Path(d)
+  if (d := os.environ.get("XDG_CACHE_HOME")): return Path(d) / "baregrad"
+  return Path.home() / ".cache" / "baregrad"
+
+
+def _cache_key(cc: str, flags: tuple, src: str) -> str:
+  host = _host_cpu() if any(f.endswith("=native") for f in flags) else ""
+  blob = json.dumps([cc, compiler_version(cc), host, list(flags), src])
+  return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _numbered(src: str) -> str:
+  lines = src.splitlines()
+  width = len(str(len(lines)))
+  return "\n".join(f"{i:{width}d} | {line}" for i, line in enumerate(lines, 1))
+
+
+def _run_compiler(cc: str, flags: tuple, src: str) -> tuple[int, str, bytes | None]:
+  """(exit status, stderr, object bytes or None)"""
+  with tempfile.TemporaryDirectory(prefix="baregrad-cc-") as tmp:
+    out = Path(tmp) / "kernel.o"
+    proc = subprocess.run([cc, *flags, "-c", "-x", "c", "-", "-o", str(out)], input=src.encode(),
+                          capture_output=True, timeout=600)
+    obj = out.read_bytes() if proc.returncode == 0 and out.exists() else None
+  return proc.returncode, proc.stderr.decode(errors="replace").strip(), obj
+
+
+@functools.cache
+def _accepted_flags(cc: str, flags: tuple) -> tuple:
+  """The flags `cc` accepts, each tried alone on an empty file. Used only after a failed compile."""
+  def ok(flag):
+    return subprocess.run([cc, flag, "-Werror", "-fsyntax-only", "-x", "c", "-"], input=b"int baregrad_probe;\n",
+                          capture_output=True, timeout=60).returncode == 0
+  keep = tuple(f for f in flags if ok(f))
+  if keep != flags:
+    warnings.warn(f"{cc} rejects {[f for f in flags if f not in keep]}; compiling without them", stacklevel=3)
+  return keep
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f: f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
+def compile_c(src: str, flags: tuple = DEFAULT_FLAGS) -> bytes:
+  """Compile C source to a relocatable ELF object and return its bytes (cached on disk)."""
+  cc, flags = find_compiler(), tuple(flags)
+  path = cache_dir() / "cc" / (_cache_key(cc, flags, src) + ".o")
+  if os.environ.get("CACHE", "1") != "0":
+    try:
+      obj = path.read_bytes()
+      with _stats_lock: stats["cache_hits"] += 1
+      return obj
+    except OSError:
+      pass
+  status, stderr, obj = _run_compiler(cc, flags, src)
+  if status != 0 and (usable := _accepted_flags(cc, flags)) != flags:
+    status, stderr, obj = _run_compiler(cc, usable, src)
+  if status != 0 or obj is None:
+    raise CompileError(f"{cc} failed (exit {status}) compiling a CPU kernel with {' '.join(flags)}\n"
+                       f"--- compiler output ---\n{stderr}\n--- source ---\n{_numbered(src)}")
+  with _stats_lock: stats["compiles"] += 1
+  try:
+    _write_atomic(path, obj)
+  except OSError as e:  # a read-only or full cache must not break compiling
+    warnings.warn(f"cannot write compile cache {path}: {e}")
+  return obj

@@ -1,0 +1,269 @@
+"""The CPU device's command processor: a ring of command packets consumed by a worker thread.
+
+The host side of the same queue model a GPU uses: `write()` puts whole packets into the ring,
+publishes `wptr` and rings the doorbell (a futex wake when the worker sleeps). The worker is C
+(`worker.c`, which documents the packet format), compiled by cc.py and loaded by baregrad's own
+ELF loader; a daemon thread runs it through cffi, which releases the GIL for the whole call.
+
+    cp = CommandProcessor()
+    cp.write(packet(Op.EXEC, kernel_address, args_address) + packet(Op.SIGNAL, signal_address, 1))
+    cp.wait_value(signal_address, 1, timeout=1.0)
+"""
+from __future__ import annotations
+import enum, mmap, threading, time, warnings, weakref
+from pathlib import Path
+import cffi
+import numpy as np
+from . import cc, elf
+
+ffi = cffi.FFI()
+ffi.cdef("""
+struct bg_ctl {
+  uint64_t wptr, rptr;
+  uint32_t sleeping, stop;
+  uint64_t fault, fault_info, last_header_rptr;
+  uint32_t rptr_waiters, reserved;
+  uint64_t fault_ib_offset;
+};
+struct bg_libc { void *syscall, *clock_gettime, *memcpy; };
+typedef void (*bg_worker_run_t)(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc);
+typedef void (*bg_host_doorbell_t)(struct bg_ctl *ctl, uint64_t wptr, const struct bg_libc *libc);
+typedef void (*bg_host_stop_t)(struct bg_ctl *ctl, const struct bg_libc *libc);
+typedef int (*bg_host_wait_value_t)(uint64_t addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns,
+                                    uint64_t fault_addr, const struct bg_libc *libc);
+typedef int (*bg_host_wait_rptr_t)(struct bg_ctl *ctl, uint64_t target, int64_t timeout_ns, int64_t spin_ns,
+                                   const struct bg_libc *libc);
+typedef long (*bg_host_futex_wait_t)(uint64_t addr, uint32_t expected, int64_t timeout_ns, const struct bg_libc *libc);
+typedef long (*bg_host_futex_wake_t)(uint64_t addr, int count, const struct bg_libc *libc);
+""")
+
+
+class Op(enum.IntEnum):
+  NOP = 0
+  EXEC = 1
+  COPY = 2
+  SIGNAL = 3
+  WAIT = 4
+  TIMESTAMP = 5
+  BARRIER = 6
+  INDIRECT = 7
+
+
+# operands after the header word, in order (worker.c's min_words is 1 + len of each)
+PACKETS = {
+  Op.NOP: (), Op.EXEC: ("fn", "args"), Op.COPY: ("dst", "src", "nbytes"), Op.SIGNAL: ("addr", "value"),
+  Op.WAIT: ("addr", "value"), Op.TIMESTAMP: ("addr",), Op.BARRIER: (), Op.INDIRECT: ("addr", "nwords"),
+}
+FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer"}
+WAIT_DONE, WAIT_TIMEOUT, WAIT_ABORTED = 0, 1, 2
+HOST_SPIN_NS = 20_000  # host waits spin this long before sleeping in futex
+ETIMEDOUT = 110        # Linux <asm-generic/errno.h>
+
+
+def header(opcode: int, nwords: int) -> int: return int(opcode) | nwords << 16
+
+
+def packet(op: Op, *operands: int) -> list[int]:
+  """One packet: header word + operand words."""
+  op = Op(op)
+  if len(operands) != len(PACKETS[op]):
+    raise TypeError(f"{op.name} packet takes {len(PACKETS[op])} operands {PACKETS[op]}, got {len(operands)}")
+  for name, value in zip(PACKETS[op], operands):
+    if not 0 <= value < 2**64: raise ValueError(f"{op.name} operand {name}={value} is not a 64-bit unsigned word")
+  return [header(op, 1 + len(operands)), *map(int, operands)]
+
+
+def nop(nwords: int) -> list[int]: return [header(Op.NOP, nwords)] + [0] * (nwords - 1)
+
+
+class ProcessorFault(RuntimeError):
+  pass
+
+
+class _Worker:
+  """worker.c compiled and loaded once per process, its functions typed for cffi."""
+  _lock = threading.Lock()
+  _instance: "_Worker | None" = None
+
+  def __init__(self):
+    self.image = elf.load_elf(cc.compile_c(Path(__file__).with_name("worker.c").read_text()))
+    self.libc = ffi.new("struct bg_libc *")
+    for name in ("syscall", "clock_gettime", "memcpy"):
+      setattr(self.libc, name, ffi.cast("void *", elf.resolve_libc(name)))
+    for name in ("bg_worker_run", "bg_host_doorbell", "bg_host_stop", "bg_host_wait_value", "bg_host_wait_rptr",
+                 "bg_host_futex_wait", "bg_host_futex_wake"):
+      setattr(self, name.removeprefix("bg_"), ffi.cast(name + "_t", self.image.symbol(name)))
+
+  @classmethod
+  def get(cls) -> "_Worker":
+    with cls._lock:
+      if cls._instance is None: cls._instance = _Worker()
+      return cls._instance
+
+
+def _u64p(addr: int): return ffi.cast("uint64_t *", addr)
+
+
+def futex_wait(addr: int, expected_low32: int, timeout_s: float) -> bool:
+  """Sleep while the 32-bit word at addr equals expected_low32 (GIL released). False on timeout, True otherwise
+  (woken, value already different, or interrupted: callers re-check their condition)."""
+  w = _Worker.get()
+  if w.host_futex_wait(addr, expected_low32 & 0xFFFFFFFF, int(timeout_s * 1e9), w.libc) == 0: return True
+  return ffi.errno != ETIMEDOUT
+
+
+def futex_wake(addr: int, count: int = 0x7FFFFFFF) -> int:
+  """Wake up to `count` threads sleeping in futex on the 32-bit word at addr; returns how many woke."""
+  w = _Worker.get()
+  return max(0, w.host_futex_wake(addr, count, w.libc))
+
+
+def wait_value(addr: int, value: int, timeout_s: float, spin_ns: int = HOST_SPIN_NS) -> bool:
+  """Block until the uint64 at addr is >= value (spin, then futex; GIL released). False on timeout."""
+  w = _Worker.get()
+  return w.host_wait_value(addr, value, int(timeout_s * 1e9), spin_ns, 0, w.libc) == WAIT_DONE
+
+
+def _shutdown(worker: _Worker, ctl, thread: threading.Thread, memory, timeout: float = 5.0) -> None:
+  """Stop the worker thread and join it; memory is released only once the thread is gone."""
+  deadline = time.monotonic() + timeout
+  while thread.is_alive() and time.monotonic() < deadline:
+    worker.host_stop(ctl, worker.libc)
+    thread.join(0.01)
+  if thread.is_alive():  # a kernel that never returns: the ring must outlive the thread
+    _leaked.append(memory)
+    warnings.warn(f"CPU command processor thread did not stop within {timeout} s (a kernel still running?)")
+
+
+_leaked: list = []
+
+
+class CommandProcessor:
+  """A ring of `ring_words` uint64 words (a power of two) and the worker thread that consumes it."""
+
+  def __init__(self, ring_words: int = 1 << 16):
+    if ring_words < 16 or ring_words & (ring_words - 1):
+      raise ValueError(f"ring_words must be a power of two >= 16, got {ring_words}")
+    self.ring_words = ring_words
+    self._w = _Worker.get()
+    # one page for the control block, then the ring, page-aligned
+    self._memory = mmap.mmap(-1, elf.PAGE + ring_words * 8)
+    self._ptr = ffi.from_buffer(self._memory)
+    self.ctl_address = int(ffi.cast("uintptr_t", self._ptr))
+    self.ring_address = self.ctl_address + elf.PAGE
+    self._ctl = ffi.cast("struct bg_ctl *", self.ctl_address)
+    self._fault_address = self.ctl_address + ffi.offsetof("struct bg_ctl", "fault")
+    self._ring = np.frombuffer(self._memory, dtype=np.uint64, count=ring_words, offset=elf.PAGE)
+    self._wptr = 0  # host copy: words written, published or not
+    self._lock = threading.Lock()
+    self._thread = threading.Thread(target=self._w.worker_run, name="baregrad-cpu-processor", daemon=True,
+                                    args=(self._ctl, _u64p(self.ring_address), ring_words, self._w.libc))
+    self._thread.start()
+    self._finalizer = weakref.finalize(self, _shutdown, self._w, self._ctl, self._thread, (self._memory, self._ptr))
+
+  # ---- state ----
+  @property
+  def rptr(self) -> int: return self._ctl.rptr
+
+  @property
+  def wptr(self) -> int: return self._ctl.wptr
+
+  @property
+  def stopped(self) -> bool: return not self._finalizer.alive
+
+  @property
+  def fault(self) -> str | None:
+    """None, or what went wrong: the fault, the packet header and where it was."""
+    code = self._ctl.fault
+    if code == 0: return None
+    info, pos, ib = self._ctl.fault_info, self._ctl.last_header_rptr, self._ctl.fault_ib_offset
+    opcode, nwords = info & 0xFFFF, info >> 16
+    name = Op(opcode).name if opcode in Op._value2member_map_ else "unknown"
+    what = FAULTS.get(code, f"fault code {code}")
+    if code == 1: what = f"unknown opcode {opcode}"
+    elif code == 2: what = f"bad packet size: {name} (opcode {opcode}) packet with nwords={nwords}"
+    where = f"ring position {pos} (ring word {pos & (self.ring_words - 1)})"
+    if ib: where = f"word {ib - 1} of the INDIRECT buffer called at {where}"
+    return f"CPU command processor fault: {what} (header 0x{info:x}) at {where}"
+
+  def _check(self) -> None:
+    if (f := self.fault) is not None: raise ProcessorFault(f)
+    if self.stopped or self._ctl.stop: raise RuntimeError("the CPU command processor is stopped")
+
+  # ---- submission ----
+  def write(self, words) -> None:
+    """Write whole packets (a list of uint64 words, one or more packets) and ring the doorbell.
+    A packet never straddles the end of the ring: a NOP pads to the end first. Blocks while the ring is full."""
+    if not isinstance(words, list): words = list(words)
+    sizes, i = [], 0
+    while i < len(words):
+      n = int(words[i]) >> 16
+      if n == 0: raise ValueError(f"packet at word {i} has nwords=0 (header 0x{int(words[i]):x})")
+      if i + n > len(words): raise ValueError(f"packet at word {i} needs {n} words, only {len(words) - i} given")
+      if n > self.ring_words: raise ValueError(f"packet of {n} words does not fit the ring of {self.ring_words} words")
+      sizes.append(n)
+      i += n
+    with self._lock:
+      if self._ctl.fault or self._ctl.stop or self.stopped: self._check()
+      at = self._wptr & (self.ring_words - 1)
+      if at + len(words) <= self.ring_words and self._wptr + len(words) - self._ctl.rptr <= self.ring_words:
+        self._ring[at:at + len(words)] = words  # common case: no wrap, room for all
+        self._wptr += len(words)
+      else:
+        self._write_slow(words, sizes)
+      self._w.host_doorbell(self._ctl, self._wptr, self._w.libc)
+
+  def _write_slow(self, words: list, sizes: list[int]) -> None:
+    """Packet by packet: NOP padding at the end of the ring, waits for room (publishing what is written first)."""
+    i = 0
+    for n in sizes:
+      room = self.ring_words - (self._wptr & (self.ring_words - 1))
+      if room < n:
+        self._reserve(room)
+        self._put(nop(room))
+      self._reserve(n)
+      self._put(words[i:i + n])
+      i += n
+
+  def _reserve(self, nwords: int) -> None:
+    """Wait until nwords more fit in the ring."""
+    if self._wptr + nwords - self._ctl.rptr > self.ring_words:
+      self._w.host_doorbell(self._ctl, self._wptr, self._w.libc)
+      self._wait_rptr(self._wptr + nwords - self.ring_words, timeout=None)
+
+  def _put(self, words: list) -> None:
+    at = self._wptr & (self.ring_words - 1)
+    self._ring[at:at + len(words)] = words
+    self._wptr += len(words)
+
+  # ---- waiting ----
+  def _wait_rptr(self, target: int, timeout: float | None) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+      left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1e9))
+      result = self._w.host_wait_rptr(self._ctl, target, left, HOST_SPIN_NS, self._w.libc)
+      if result == WAIT_DONE: return
+      self._check()
+      if result == WAIT_TIMEOUT:
+        raise TimeoutError(f"CPU command processor: rptr={self.rptr} did not reach {target} within {timeout} s "
+                           f"(wptr={self.wptr}, executing the packet at ring position {self._ctl.last_header_rptr}, "
+                           f"header 0x{int(self._ring[self._ctl.last_header_rptr & (self.ring_words - 1)]):x})")
+
+  def wait_idle(self, timeout: float = 10.0) -> None:
+    """Block until every written packet has run. Raises ProcessorFault or TimeoutError."""
+    self._check()
+    self._wait_rptr(self._wptr, timeout)
+
+  def wait_value(self, addr: int, value: int, timeout: float = 10.0, spin_ns: int = HOST_SPIN_NS) -> bool:
+    """Block until the uint64 at addr is >= value; False on timeout; ProcessorFault if the worker faults."""
+    result = self._w.host_wait_value(addr, value, int(timeout * 1e9), spin_ns, self._fault_address, self._w.libc)
+    if result == WAIT_ABORTED: self._check()
+    return result == WAIT_DONE
+
+  def stop(self) -> None:
+    """Stop the worker and join its thread (idempotent; also done on garbage collection and at exit)."""
+    self._finalizer()
+
+  def __enter__(self): return self
+  def __exit__(self, *exc): self.stop()
+  def __repr__(self): return f"<CommandProcessor ring={self.ring_words} rptr={self.rptr} wptr={self.wptr}{' stopped' if self.stopped else ''}>"

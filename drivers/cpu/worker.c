@@ -1,0 +1,267 @@
+/* baregrad CPU command processor.
+ *
+ * The CPU device runs on the same queue model as a GPU: the host writes command packets into a
+ * ring in memory, publishes `wptr` and rings a doorbell; this worker (run on its own thread)
+ * consumes the packets in order, like a GPU's command processor consumes its ring.
+ *
+ * Packets are little-endian uint64 words. Header: opcode | (nwords << 16), nwords counting the
+ * header. Word k of the packet at position pos is ring[(pos + k) & (ring_words - 1)].
+ *   0 NOP                      skip
+ *   1 EXEC(fn, args)           ((void (*)(const uint64_t *))fn)(args)
+ *   2 COPY(dst, src, nbytes)   memcpy
+ *   3 SIGNAL(addr, value)      release-store *addr = value, futex-wake the low 32-bit word
+ *   4 WAIT(addr, value)        block until *addr >= value (spin, then futex on the low word)
+ *   5 TIMESTAMP(addr)          *addr = CLOCK_MONOTONIC in ns
+ *   6 BARRIER()                full memory fence
+ *   7 INDIRECT(addr, nwords)   run the packets of a linear buffer (no INDIRECT inside it)
+ * A bad packet sets `fault` and the worker returns; the host reports it.
+ *
+ * Compiled freestanding by cc.py and loaded by baregrad's own ELF loader (elf.py): no libc
+ * headers, the few libc functions it needs come in through struct bg_libc. Linux only (futex).
+ * The bg_host_* functions are for the host thread: waits and doorbells with the GIL released.
+ */
+#include <stdint.h>
+#include <stddef.h>
+
+struct bg_timespec { long tv_sec; long tv_nsec; };
+
+struct bg_libc {
+  long (*syscall)(long number, ...);
+  int (*clock_gettime)(int clock, struct bg_timespec *ts);
+  void *(*memcpy)(void *dst, const void *src, size_t n);
+};
+
+/* Shared control block: one 64-byte line, layout mirrored by the cdef in processor.py. */
+struct bg_ctl {
+  uint64_t wptr;              /*  0 words written by the host (never wrapped) */
+  uint64_t rptr;              /*  8 words consumed by the worker */
+  uint32_t sleeping;          /* 16 1 while the worker blocks in futex on wptr */
+  uint32_t stop;              /* 20 host sets 1: the worker returns */
+  uint64_t fault;             /* 24 0, or a BG_FAULT_* code (the worker has stopped consuming) */
+  uint64_t fault_info;        /* 32 header word of the faulting packet */
+  uint64_t last_header_rptr;  /* 40 rptr of the packet being executed */
+  uint32_t rptr_waiters;      /* 48 host threads blocked in bg_host_wait_rptr */
+  uint32_t reserved;          /* 52 */
+  uint64_t fault_ib_offset;   /* 56 word offset + 1 of the faulting packet in an INDIRECT buffer; 0: in the ring */
+};
+_Static_assert(sizeof(struct bg_ctl) == 64, "the control block is 64 bytes");
+
+enum { BG_NOP, BG_EXEC, BG_COPY, BG_SIGNAL, BG_WAIT, BG_TIMESTAMP, BG_BARRIER, BG_INDIRECT, BG_NUM_OPCODES };
+enum { BG_OK, BG_FAULT_OPCODE, BG_FAULT_SIZE, BG_FAULT_NESTED_INDIRECT, BG_STOPPED = 0xff };
+enum { BG_WAIT_DONE, BG_WAIT_TIMEOUT, BG_WAIT_ABORTED };
+
+/* smallest packet of each opcode, header included */
+static const uint8_t min_words[BG_NUM_OPCODES] = {1, 3, 4, 3, 3, 2, 1, 3};
+
+/* Linux facts: <asm/unistd_64.h> / asm-generic <unistd.h> (futex), <linux/futex.h>, <linux/time.h> */
+#if defined(__x86_64__)
+#define SYS_FUTEX 202
+#define SYS_SCHED_YIELD 24
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define SYS_FUTEX 98
+#define SYS_SCHED_YIELD 124
+#define CPU_RELAX() __asm__ volatile("yield" ::: "memory")
+#else
+#error "the CPU command processor supports x86-64 and aarch64"
+#endif
+#define FUTEX_WAIT_PRIVATE (0 | 128)
+#define FUTEX_WAKE_PRIVATE (1 | 128)
+#define CLOCK_MONOTONIC 1
+
+#define SPIN_YIELD_EVERY 32         /* spinning: sched_yield every this many pauses, so a thread
+                                       sharing our CPU (the host, or the worker) still runs */
+#define WAIT_SPIN_NS 20000          /* WAIT packet: spin this long before sleeping */
+#define IDLE_SPIN_NS 50000          /* empty ring: spin this long before sleeping */
+#define FUTEX_SLICE_NS 1000000      /* sleep at most this long per futex call, then look at stop/abort */
+#define IDLE_SLEEP_NS 100000000     /* empty ring: the doorbell wakes us, this bounds a lost wake */
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+static int64_t now_ns(const struct bg_libc *libc) {
+  struct bg_timespec ts;
+  libc->clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* futex on the low 32 bits of a (little-endian) word; returns the raw syscall result */
+static long futex_wait(const void *addr, uint32_t expected, int64_t timeout_ns, const struct bg_libc *libc) {
+  struct bg_timespec ts = {(long)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000)};
+  return libc->syscall(SYS_FUTEX, (long)addr, (long)FUTEX_WAIT_PRIVATE, (long)expected, (long)&ts, 0L, 0L);
+}
+
+static long futex_wake(const void *addr, int count, const struct bg_libc *libc) {
+  return libc->syscall(SYS_FUTEX, (long)addr, (long)FUTEX_WAKE_PRIVATE, (long)count, 0L, 0L, 0L);
+}
+
+/* one step of a spin loop; returns the time every SPIN_YIELD_EVERY steps, else `t` */
+static int64_t spin_step(uint32_t i, int64_t t, const struct bg_libc *libc) {
+  CPU_RELAX();
+  if (i % SPIN_YIELD_EVERY) return t;
+  libc->syscall(SYS_SCHED_YIELD);
+  return now_ns(libc);
+}
+
+/* Block until *addr >= value: spin for spin_ns, then futex-wait on the low word in short slices,
+ * giving up when *abort64 or *abort32 (either may be NULL) becomes nonzero or timeout_ns (< 0: never) passes. */
+static int wait_ge(const uint64_t *addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns,
+                   const uint64_t *abort64, const uint32_t *abort32, const struct bg_libc *libc) {
+  if (LOAD(addr) >= value) return BG_WAIT_DONE;
+  int64_t start = now_ns(libc), t = start;
+  for (uint32_t i = 1; t - start < spin_ns; i++) {
+    if (LOAD(addr) >= value) return BG_WAIT_DONE;
+    t = spin_step(i, t, libc);
+  }
+  for (;;) {
+    uint64_t seen = LOAD(addr);
+    if (seen >= value) return BG_WAIT_DONE;
+    if ((abort64 && LOAD(abort64)) || (abort32 && LOAD(abort32))) return BG_WAIT_ABORTED;
+    int64_t slice = FUTEX_SLICE_NS;
+    if (timeout_ns >= 0) {
+      int64_t left = start + timeout_ns - now_ns(libc);
+      if (left <= 0) return BG_WAIT_TIMEOUT;
+      if (left < slice) slice = left;
+    }
+    futex_wait(addr, (uint32_t)seen, slice, libc);
+  }
+}
+
+static void set_fault(struct bg_ctl *ctl, uint64_t code, uint64_t header, uint64_t ib_offset, const struct bg_libc *libc) {
+  ctl->fault_info = header;
+  ctl->fault_ib_offset = ib_offset;
+  STORE(&ctl->fault, code);
+  futex_wake(&ctl->rptr, 0x7fffffff, libc);  /* host threads waiting for progress see the fault */
+}
+
+static uint64_t check_header(uint64_t header, uint64_t available) {
+  uint64_t op = header & 0xffff, n = header >> 16;
+  if (op >= BG_NUM_OPCODES) return BG_FAULT_OPCODE;
+  if (n < min_words[op] || n > available) return BG_FAULT_SIZE;
+  return BG_OK;
+}
+
+static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t mask, uint64_t pos, int in_indirect,
+                           const struct bg_libc *libc);
+
+/* the packets of an INDIRECT buffer, one level deep */
+static uint64_t run_indirect(struct bg_ctl *ctl, const uint64_t *ib, uint64_t nwords, const struct bg_libc *libc) {
+  for (uint64_t pos = 0; pos < nwords; pos += ib[pos] >> 16) {
+    uint64_t result = check_header(ib[pos], nwords - pos);
+    if (result == BG_OK) result = run_packet(ctl, ib, ~(uint64_t)0, pos, 1, libc);
+    if (result == BG_STOPPED) return result;
+    if (result != BG_OK) {
+      if (!LOAD(&ctl->fault)) set_fault(ctl, result, ib[pos], pos + 1, libc);
+      return result;
+    }
+  }
+  return BG_OK;
+}
+
+/* Execute the (checked) packet at words[pos & mask]; returns BG_OK, a fault code or BG_STOPPED. */
+static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t mask, uint64_t pos, int in_indirect,
+                           const struct bg_libc *libc) {
+#define ARG(k) words[(pos + (k)) & mask]
+  switch (ARG(0) & 0xffff) {
+  case BG_NOP: return BG_OK;
+  case BG_EXEC: ((void (*)(const uint64_t *))ARG(1))((const uint64_t *)ARG(2)); return BG_OK;
+  case BG_COPY: libc->memcpy((void *)ARG(1), (const void *)ARG(2), (size_t)ARG(3)); return BG_OK;
+  case BG_SIGNAL:
+    STORE((uint64_t *)ARG(1), ARG(2));
+    futex_wake((const void *)ARG(1), 0x7fffffff, libc);
+    return BG_OK;
+  case BG_WAIT:
+    return wait_ge((const uint64_t *)ARG(1), ARG(2), -1, WAIT_SPIN_NS, NULL, &ctl->stop, libc) == BG_WAIT_DONE
+               ? BG_OK : BG_STOPPED;
+  case BG_TIMESTAMP: STORE((uint64_t *)ARG(1), (uint64_t)now_ns(libc)); return BG_OK;
+  case BG_BARRIER: __atomic_thread_fence(__ATOMIC_SEQ_CST); return BG_OK;
+  case BG_INDIRECT:
+    if (in_indirect) return BG_FAULT_NESTED_INDIRECT;
+    return run_indirect(ctl, (const uint64_t *)ARG(1), ARG(2), libc);
+  }
+  return BG_FAULT_OPCODE;
+#undef ARG
+}
+
+/* Nothing to do: spin a little, then sleep on wptr until the host's doorbell. */
+static void idle(struct bg_ctl *ctl, uint64_t rptr, const struct bg_libc *libc) {
+  int64_t start = now_ns(libc), t = start;
+  for (uint32_t i = 1; t - start < IDLE_SPIN_NS; i++) {
+    if (LOAD(&ctl->wptr) != rptr || LOAD(&ctl->stop)) return;
+    t = spin_step(i, t, libc);
+  }
+  /* Dekker-style with bg_host_doorbell: store sleeping, then load wptr (both seq_cst), so either
+   * we see the new wptr or the host sees sleeping == 1 and wakes us. */
+  __atomic_store_n(&ctl->sleeping, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ctl->wptr, __ATOMIC_SEQ_CST) == rptr && !LOAD(&ctl->stop))
+    futex_wait(&ctl->wptr, (uint32_t)rptr, IDLE_SLEEP_NS, libc);
+  __atomic_store_n(&ctl->sleeping, 0, __ATOMIC_RELAXED);
+}
+
+void bg_worker_run(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc) {
+  const uint64_t mask = ring_words - 1;
+  unsigned quarter_shift = 0;  /* wake rptr waiters whenever another quarter of the ring is free */
+  while ((4ull << quarter_shift) < ring_words) quarter_shift++;
+  uint64_t rptr = LOAD(&ctl->rptr);
+  while (!LOAD(&ctl->stop) && !LOAD(&ctl->fault)) {
+    uint64_t wptr = LOAD(&ctl->wptr);
+    if (rptr == wptr) { idle(ctl, rptr, libc); continue; }
+    while (rptr != wptr && !LOAD(&ctl->stop)) {
+      uint64_t header = ring[rptr & mask];
+      __atomic_store_n(&ctl->last_header_rptr, rptr, __ATOMIC_RELAXED);
+      uint64_t result = check_header(header, wptr - rptr);
+      if (result == BG_OK) result = run_packet(ctl, ring, mask, rptr, 0, libc);
+      if (result == BG_STOPPED) return;
+      if (result != BG_OK) {
+        if (!LOAD(&ctl->fault)) set_fault(ctl, result, header, 0, libc);
+        return;
+      }
+      uint64_t next = rptr + (header >> 16);
+      /* seq_cst pairs with the seq_cst increment of rptr_waiters in bg_host_wait_rptr */
+      __atomic_store_n(&ctl->rptr, next, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&ctl->rptr_waiters, __ATOMIC_SEQ_CST) &&
+          (next == wptr || (next >> quarter_shift) != (rptr >> quarter_shift)))
+        futex_wake(&ctl->rptr, 0x7fffffff, libc);
+      rptr = next;
+    }
+  }
+}
+
+/* ---- host side: called from Python through cffi, which releases the GIL ---- */
+
+/* Publish wptr; wake the worker if it sleeps. */
+void bg_host_doorbell(struct bg_ctl *ctl, uint64_t wptr, const struct bg_libc *libc) {
+  __atomic_store_n(&ctl->wptr, wptr, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&ctl->sleeping, __ATOMIC_SEQ_CST)) futex_wake(&ctl->wptr, 1, libc);
+}
+
+void bg_host_stop(struct bg_ctl *ctl, const struct bg_libc *libc) {
+  __atomic_store_n(&ctl->stop, 1, __ATOMIC_SEQ_CST);
+  futex_wake(&ctl->wptr, 1, libc);
+}
+
+/* Addresses from the host come as integers (uint64 words, as in packets). */
+
+/* Block until the uint64 at addr is >= value; BG_WAIT_DONE, BG_WAIT_TIMEOUT, or BG_WAIT_ABORTED when the
+ * uint64 at fault_addr (0: none) becomes nonzero. */
+int bg_host_wait_value(uint64_t addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns, uint64_t fault_addr,
+                       const struct bg_libc *libc) {
+  return wait_ge((const uint64_t *)addr, value, timeout_ns, spin_ns, (const uint64_t *)fault_addr, NULL, libc);
+}
+
+/* Block until the worker's rptr reaches `target` (woken when the ring empties or a quarter frees up). */
+int bg_host_wait_rptr(struct bg_ctl *ctl, uint64_t target, int64_t timeout_ns, int64_t spin_ns,
+                      const struct bg_libc *libc) {
+  __atomic_add_fetch(&ctl->rptr_waiters, 1, __ATOMIC_SEQ_CST);
+  int result = wait_ge(&ctl->rptr, target, timeout_ns, spin_ns, &ctl->fault, &ctl->stop, libc);
+  __atomic_sub_fetch(&ctl->rptr_waiters, 1, __ATOMIC_SEQ_CST);
+  return result;
+}
+
+long bg_host_futex_wait(uint64_t addr, uint32_t expected, int64_t timeout_ns, const struct bg_libc *libc) {
+  return futex_wait((const void *)addr, expected, timeout_ns, libc);
+}
+
+long bg_host_futex_wake(uint64_t addr, int count, const struct bg_libc *libc) {
+  return futex_wake((const void *)addr, count, libc);
+}

@@ -1,0 +1,124 @@
+"""Fusion: how many kernels a computation becomes (and that the fused result is still right)."""
+import numpy as np
+import pytest
+from baregrad.tensor import Tensor
+
+rng = np.random.default_rng(0)
+
+
+def kernels(t: Tensor) -> int:
+  return sum(1 for item in t.schedule() if item.program is not None)
+
+
+def T(*shape):
+  return Tensor(rng.standard_normal(shape).astype(np.float32))
+
+
+def check(t: Tensor, ref, max_kernels: int, exact: bool = True):
+  n = kernels(t)
+  assert (n == max_kernels) if exact else (n <= max_kernels), f"{n} kernels, expected {'' if exact else '<= '}{max_kernels}"
+  np.testing.assert_allclose(t.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_chain():
+  a, b, c = T(4, 5), T(4, 5), T(4, 5)
+  check((((a + b) * c - 1.5) / 2).relu().exp(), np.exp(np.maximum(((a.numpy() + b.numpy()) * c.numpy() - 1.5) / 2, 0)), 1)
+
+
+def test_reduce_of_elementwise():
+  a, b, c = T(6, 7), T(6, 7), T(6, 7)
+  check(((a + b) * c).sum(axis=1), ((a.numpy() + b.numpy()) * c.numpy()).sum(1), 1)
+
+
+def test_matmul_bias_relu():
+  x, w, b = T(8, 16), T(16, 4), T(4)
+  check((x @ w + b).relu(), np.maximum(x.numpy() @ w.numpy() + b.numpy(), 0), 1)
+
+
+def test_softmax_at_most_3():
+  x = T(5, 9)
+  e = np.exp(x.numpy() - x.numpy().max(-1, keepdims=True))
+  check(x.softmax(-1), e / e.sum(-1, keepdims=True), 3, exact=False)
+
+
+def test_broadcast_add():
+  a, b = T(3, 4), T(4)
+  check(a + b.reshape(1, 4), a.numpy() + b.numpy(), 1)
+
+
+def test_permuted_sum():
+  a, b = T(3, 4), T(4, 3)
+  check((a.permute(1, 0) + b).sum(0), (a.numpy().T + b.numpy()).sum(0), 1)
+
+
+def test_movement_chain():
+  a = T(5, 6)
+  t = a.pad(((1, 2), (0, 3))).flip(0).shrink(((1, 7), (2, 8))) * 3
+  ref = np.pad(a.numpy(), ((1, 2), (0, 3)))[::-1][1:7, 2:8] * 3
+  check(t, ref, 1)
+
+
+def test_cat_is_one_kernel():
+  a, b = T(2, 3), T(4, 3)
+  check(a.cat(b, dim=0) + 1, np.concatenate([a.numpy(), b.numpy()]) + 1, 1)
+
+
+def test_mean_one_kernel():
+  a = T(10, 3)
+  check(a.mean(), a.numpy().mean(), 1)
+
+
+def test_nested_reduce_one_kernel():
+  a = T(4, 5, 6)
+  check(a.sum(2).sum(0), a.numpy().sum(2).sum(0), 1)
+
+
+def test_broadcast_reduce_materializes():
+  a = T(4, 5)
+  check(a - a.max(1, keepdim=True), a.numpy() - a.numpy().max(1, keepdims=True), 2)
+
+
+def test_layernorm_at_most_3():
+  a = T(6, 8)
+  x = a.numpy()
+  ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+  check(a.layernorm(), ref, 3, exact=False)
+
+
+def test_where_fuses():
+  a, b = T(3, 3), T(3, 3)
+  check((a > 0).where(a, b * 2), np.where(a.numpy() > 0, a.numpy(), b.numpy() * 2), 1)
+
+
+def test_strided_slices_fuse():
+  a = T(8, 9)
+  check(a[::2, 1::3] + a[1::2, ::3], a.numpy()[::2, 1::3] + a.numpy()[1::2, ::3], 1)
+
+
+def test_two_outputs_share_nothing():
+  a = T(4)
+  x, y = a + 1, a * 2
+  items = x.schedule(y)
+  assert sum(1 for i in items if i.program is not None) == 2
+  x.realize(y)
+  np.testing.assert_allclose(x.numpy(), a.numpy() + 1)
+  np.testing.assert_allclose(y.numpy(), a.numpy() * 2)
+
+
+def test_realized_input_no_kernel():
+  a = T(4, 4).realize()
+  assert kernels(a) == 0
+  assert kernels(a.reshape(16)) == 0
+
+
+def test_conv2d_kernel_count():
+  x, w = T(1, 2, 6, 6), T(3, 2, 3, 3)
+  out = x.conv2d(w)
+  assert kernels(out) <= 2
+  xn, wn = x.numpy(), w.numpy()
+  ref = np.zeros((1, 3, 4, 4), np.float32)
+  for o in range(3):
+    for i in range(4):
+      for j in range(4):
+        ref[0, o, i, j] = (xn[0, :, i:i + 3, j:j + 3] * wn[o]).sum()
+  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)

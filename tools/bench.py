@@ -1,0 +1,97 @@
+"""Benchmarks: `python -m baregrad.tools.bench [--json] [--only PREFIX]`.
+
+Every number is measured in this run. Throughputs use the median of several steady-state runs."""
+from __future__ import annotations
+import argparse, json, os, subprocess, sys, tempfile, time
+import numpy as np
+
+
+def _median_time(fn, repeat: int, warmup: int = 1) -> float:
+  for _ in range(warmup): fn()
+  ts = []
+  for _ in range(repeat):
+    t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+  return float(np.median(ts))
+
+
+def bench_add(results: dict):
+  from baregrad.tensor import Tensor
+  from baregrad.hcq.device import Device
+  n = 16 * 1024 * 1024
+  xn, yn = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+  zn = np.empty_like(xn)
+  results["numpy.add_16m_f32.gbps"] = 3 * 4 * n / _median_time(lambda: np.add(xn, yn, out=zn), 9) / 1e9
+  x, y = Tensor(xn), Tensor(yn)
+  dev = Device.get(x.device)
+  def run(): (x + y).realize(); dev.synchronize()
+  results[f"{dev.name.lower()}.add_16m_f32.gbps"] = 3 * 4 * n / _median_time(run, 9, warmup=2) / 1e9
+
+
+def bench_matmul(results: dict):
+  from baregrad.tensor import Tensor
+  from baregrad.hcq.device import Device
+  n = 1024
+  an, bn = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+  results["numpy.matmul_1024_f32.gflops"] = 2 * n ** 3 / _median_time(lambda: an @ bn, 5) / 1e9
+  a, b = Tensor(an), Tensor(bn)
+  dev = Device.get(a.device)
+  def run(): (a @ b).realize(); dev.synchronize()
+  results[f"{dev.name.lower()}.matmul_1024_f32.gflops"] = 2 * n ** 3 / _median_time(run, 3) / 1e9
+
+
+def bench_eager(results: dict):
+  from baregrad.tensor import Tensor
+  from baregrad.hcq.device import Device
+  x, y = Tensor(np.random.rand(16).astype(np.float32)), Tensor(np.random.rand(16).astype(np.float32))
+  dev = Device.get(x.device)
+  def run(): (x * y + 1.0).realize(); dev.synchronize()
+  results[f"{dev.name.lower()}.eager_tiny_kernel.us"] = _median_time(run, 500, warmup=20) * 1e6
+
+
+MLP_CHILD = r"""
+import time, numpy as np
+rng = np.random.default_rng(0)
+w1, b1 = rng.standard_normal((784, 128)).astype(np.float32) * 0.05, np.zeros(128, np.float32)
+w2, b2 = rng.standard_normal((128, 10)).astype(np.float32) * 0.05, np.zeros(10, np.float32)
+x = rng.standard_normal((64, 784)).astype(np.float32)
+from baregrad.tensor import Tensor
+X, W1, B1, W2, B2 = (Tensor(a) for a in (x, w1, b1, w2, b2))
+t = time.perf_counter()
+out = ((X @ W1 + B1).relu() @ W2 + B2).numpy()
+dt = time.perf_counter() - t
+ref = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+assert np.allclose(out, ref, rtol=1e-4, atol=1e-4), "MLP result differs from numpy"
+print(dt)
+"""
+
+
+def bench_mlp_first_run(results: dict):
+  from baregrad.hcq.device import Device
+  with tempfile.TemporaryDirectory() as cache:
+    env = dict(os.environ, BAREGRAD_CACHE=cache)
+    out = subprocess.run([sys.executable, "-c", MLP_CHILD], env=env, capture_output=True, text=True, timeout=300)
+  if out.returncode != 0: raise RuntimeError(f"MLP first-run child failed:\n{out.stderr}")
+  results[f"{Device.default().lower()}.mlp_first_run.s"] = float(out.stdout.strip().splitlines()[-1])
+
+
+BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run}
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(prog="baregrad.tools.bench", description=__doc__)
+  p.add_argument("--json", action="store_true", help="print one JSON object of metric -> number")
+  p.add_argument("--only", nargs="*", choices=list(BENCHES), help="run only these groups")
+  args = p.parse_args(argv)
+  results: dict[str, float] = {}
+  for name, fn in BENCHES.items():
+    if args.only and name not in args.only: continue
+    fn(results)
+  if args.json: print(json.dumps(results))
+  else:
+    width = max(map(len, results), default=10)
+    for k, v in results.items(): print(f"{k:{width}s}  {v:12.3f}")
+  return results
+
+
+if __name__ == "__main__":
+  main()
