@@ -122,7 +122,7 @@ class KernelBuilder:
     target = root.src[0] if root.op is Ops.ASSIGN else root
     value_node = root.src[1] if root.op is Ops.ASSIGN else (root.src[0] if root.op is Ops.CONTIGUOUS else root)
     idx = self.ranges_for(root.shape, "global")
-    value = self.lower(value_node, idx, None, top=True)
+    value = self.lower(value_node, idx, None, top=value_node is root)
     if value.dtype != root.dtype: value = value.cast(root.dtype)
     if root.op is Ops.ASSIGN:
       # write through the target's view into its buffer

@@ -1,0 +1,879 @@
+"""Composite Tensor ops: everything that is built from the core primitives.
+
+`ComposedOps` is a mixin that `Tensor` inherits. Every method here is a composition of the core
+movement ops (reshape, permute, expand, pad, shrink, flip), elementwise ops, reductions, `where`,
+`cast` and the creation ops, so it stays lazy and fuses like any other graph. Nothing here computes
+values on the host; the only op that writes is `__setitem__`, through `assign`.
+
+Index, dim and shape checks happen here, when the op is built, so an error names the op, the
+shapes and the dims a user passed.
+"""
+from __future__ import annotations
+import math
+from typing import Sequence
+
+import numpy as np
+
+from baregrad.compiler.dtype import dtypes, promote, to_dtype
+
+LN2 = math.log(2.0)
+LOG2E = 1.0 / LN2
+
+
+# ---------------------------------------------------------------- small helpers (no tensors)
+
+def _prod(xs) -> int:
+  out = 1
+  for x in xs: out *= x
+  return out
+
+
+def _norm_dim(dim, ndim: int, op: str, shape=None, extra: int = 0) -> int:
+  """Normalize a possibly negative dim into [0, ndim + extra); 0-d tensors accept 0 and -1."""
+  if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+    raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+  dim, hi = int(dim), max(ndim + extra, 1)
+  if not -hi <= dim < hi:
+    where = f" of shape {tuple(shape)}" if shape is not None else f" with {ndim} dims"
+    raise IndexError(f"{op}: dim {dim} is out of range for a tensor{where} (expected a dim in [{-hi}, {hi - 1}])")
+  return dim + hi if dim < 0 else dim
+
+
+def _shape_arg(shape, op: str) -> tuple:
+  """Accept f(2, 3) and f((2, 3)) and f([2, 3])."""
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  out = []
+  for s in shape:
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+      raise ValueError(f"{op}: shape entries must be non-negative ints, got shape {tuple(shape)}")
+    out.append(int(s))
+  return tuple(out)
+
+
+def _pair(x, n: int, name: str, op: str) -> tuple:
+  if isinstance(x, (int, np.integer)) and not isinstance(x, bool): return (int(x),) * n
+  x = tuple(x)
+  if len(x) != n or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x):
+    raise ValueError(f"{op}: {name} must be an int or a tuple of {n} ints, got {x!r}")
+  return tuple(int(v) for v in x)
+
+
+def _is_scalar(x) -> bool:
+  return isinstance(x, (bool, int, float, np.integer, np.floating, np.bool_))
+
+
+class ComposedOps:
+  """Ops composed from the core primitives. Mixed into `Tensor`."""
+
+  # ---------------------------------------------------------------- internal helpers
+
+  def _as_tensor(self, x, dtype=None):
+    """x as a Tensor on self's device (Tensors pass through)."""
+    if isinstance(x, ComposedOps): return x
+    return type(self)(x, dtype=dtype, device=self.device)
+
+  def _scalar(self, value, dtype):
+    return type(self).full((), value, dtype=dtype, device=self.device)
+
+  def _float(self):
+    """self if it is a float tensor, else cast to float32 (the torch rule for exp/log/mean...)."""
+    return self if self.dtype.is_float else self.cast(dtypes.float32)
+
+  def _axes(self, axis, op: str) -> tuple:
+    """Normalized reduction axes (None = all)."""
+    if axis is None: return tuple(range(self.ndim))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    out = tuple(_norm_dim(a, self.ndim, op, self.shape) for a in axes)
+    if len(set(out)) != len(out): raise ValueError(f"{op}: axis {axis} repeats a dim")
+    return tuple(a for a in out if a < self.ndim)   # a 0-d tensor accepts dim 0 / -1 and reduces nothing
+
+  def _mask_dim(self, size: int, dim: int, ndim: int):
+    """arange(size) shaped to broadcast along `dim` of an ndim-dim tensor."""
+    shape = [1] * ndim
+    shape[dim] = size
+    return type(self).arange(size, dtype=dtypes.int32, device=self.device).reshape(*shape)
+
+  # ---------------------------------------------------------------- movement
+
+  def view(self, *shape):
+    return self.reshape(*shape)
+
+  def transpose(self, dim0=1, dim1=0):
+    d0 = _norm_dim(dim0, self.ndim, "transpose", self.shape)
+    d1 = _norm_dim(dim1, self.ndim, "transpose", self.shape)
+    if self.ndim < 2: return self
+    order = list(range(self.ndim))
+    order[d0], order[d1] = order[d1], order[d0]
+    return self.permute(*order)
+
+  @property
+  def T(self):
+    """All dims reversed (the transpose for 2-D)."""
+    return self if self.ndim < 2 else self.permute(*range(self.ndim - 1, -1, -1))
+
+  def squeeze(self, dim=None):
+    if dim is None: dims = {i for i, s in enumerate(self.shape) if s == 1}
+    else:
+      dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+      dims = {d for d in (_norm_dim(d, self.ndim, "squeeze", self.shape) for d in dims)
+              if d < self.ndim and self.shape[d] == 1}
+    return self.reshape(*[s for i, s in enumerate(self.shape) if i not in dims])
+
+  def unsqueeze(self, dim):
+    d = _norm_dim(dim, self.ndim, "unsqueeze", self.shape, extra=1)
+    return self.reshape(*self.shape[:d], 1, *self.shape[d:])
+
+  def flatten(self, start_dim=0, end_dim=-1):
+    if self.ndim == 0: return self.reshape(1)
+    s = _norm_dim(start_dim, self.ndim, "flatten", self.shape)
+    e = _norm_dim(end_dim, self.ndim, "flatten", self.shape)
+    if s > e: raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
+    return self.reshape(*self.shape[:s], _prod(self.shape[s:e + 1]), *self.shape[e + 1:])
+
+  def unflatten(self, dim, sizes):
+    d = _norm_dim(dim, self.ndim, "unflatten", self.shape)
+    sizes = tuple(int(s) for s in sizes)
+    if not sizes: raise ValueError(f"unflatten: sizes must not be empty (shape {self.shape}, dim {dim})")
+    known = _prod(s for s in sizes if s != -1)
+    if sizes.count(-1) > 1 or any(s < -1 for s in sizes) or \
+       (sizes.count(-1) == 0 and known != self.shape[d]) or \
+       (sizes.count(-1) == 1 and (known == 0 or self.shape[d] % known)):
+      raise ValueError(f"unflatten: sizes {sizes} do not split dim {dim} of size {self.shape[d]} (shape {self.shape})")
+    if -1 in sizes: sizes = tuple(self.shape[d] // known if s == -1 else s for s in sizes)
+    return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
+
+  def repeat(self, *repeats):
+    repeats = _shape_arg(repeats, "repeat")
+    if len(repeats) < self.ndim:
+      raise ValueError(f"repeat: got {len(repeats)} repeats {repeats} for a tensor of shape {self.shape}; "
+                       f"give at least one per dim ({self.ndim})")
+    shape = (1,) * (len(repeats) - self.ndim) + tuple(self.shape)
+    x = self.reshape(*[v for s in shape for v in (1, s)])
+    x = x.expand(*[v for r, s in zip(repeats, shape) for v in (r, s)])
+    return x.reshape(*[r * s for r, s in zip(repeats, shape)])
+
+  def cat(self, *others, dim=0):
+    """Concatenate along `dim`: each input is padded to the full size and the pads are summed."""
+    tensors = list(self) if isinstance(self, (list, tuple)) else [self]
+    if len(others) == 1 and isinstance(others[0], (list, tuple)): others = others[0]
+    tensors += list(others)
+    if not tensors: raise ValueError("cat: needs at least one tensor")
+    if not all(isinstance(t, ComposedOps) for t in tensors):
+      raise TypeError(f"cat: expected Tensors, got {[type(t).__name__ for t in tensors]}")
+    first = tensors[0]
+    d = _norm_dim(dim, first.ndim, "cat", first.shape)
+    if first.ndim == 0: raise ValueError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+    for t in tensors:
+      if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
+        raise ValueError(f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {dim}")
+    out_dtype = first.dtype
+    for t in tensors[1:]: out_dtype = promote(out_dtype, t.dtype)
+    total = sum(t.shape[d] for t in tensors)
+    parts, offset = [], 0
+    for t in tensors:
+      n = t.shape[d]
+      if n:
+        pad = [None] * t.ndim
+        pad[d] = (offset, total - offset - n)
+        parts.append(t.cast(out_dtype).pad(pad))
+      offset += n
+    if not parts: return first.cast(out_dtype)
+    out = parts[0]
+    for p in parts[1:]: out = (out | p) if out_dtype.is_bool else out + p
+    return out
+
+  def stack(self, *others, dim=0):
+    tensors = list(self) if isinstance(self, (list, tuple)) else [self]
+    if len(others) == 1 and isinstance(others[0], (list, tuple)): others = others[0]
+    tensors += list(others)
+    if not tensors: raise ValueError("stack: needs at least one tensor")
+    first = tensors[0]
+    for t in tensors:
+      if tuple(t.shape) != tuple(first.shape):
+        raise ValueError(f"stack: all tensors must have the same shape, got {[tuple(t.shape) for t in tensors]}")
+    d = _norm_dim(dim, first.ndim, "stack", first.shape, extra=1)
+    return ComposedOps.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
+
+  def split(self, sizes, dim=0):
+    d = _norm_dim(dim, self.ndim, "split", self.shape)
+    n = self.shape[d]
+    if isinstance(sizes, (int, np.integer)) and not isinstance(sizes, bool):
+      if sizes <= 0: raise ValueError(f"split: split size must be positive, got {sizes} (shape {self.shape})")
+      sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    sizes = [int(s) for s in sizes]
+    if sum(sizes) != n or any(s < 0 for s in sizes):
+      raise ValueError(f"split: sizes {sizes} must be non-negative and sum to {n}, the size of dim {dim} of {self.shape}")
+    out, start = [], 0
+    for s in sizes:
+      arg = [None] * self.ndim
+      arg[d] = (start, start + s)
+      out.append(self.shrink(arg))
+      start += s
+    return tuple(out)
+
+  def chunk(self, chunks, dim=0):
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks <= 0:
+      raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+    d = _norm_dim(dim, self.ndim, "chunk", self.shape)
+    return self.split(max(1, -(-self.shape[d] // chunks)), d)
+
+  # ---------------------------------------------------------------- indexing
+
+  def _index_tensor(self, it, size: int, dim: int):
+    """A list / numpy array / Tensor index as an int32 Tensor with negative values wrapped."""
+    if isinstance(it, ComposedOps):
+      if not it.dtype.is_int:
+        raise TypeError(f"index tensors must have an integer dtype, got {it.dtype} for dim {dim}; "
+                        "boolean masks are not supported (use where)")
+      idx = it if it.dtype == dtypes.int32 else it.cast(dtypes.int32)
+    else:
+      arr = np.asarray(it)
+      if arr.size == 0: arr = arr.astype(np.int32)
+      if arr.dtype.kind not in "iu":
+        raise TypeError(f"index lists must hold ints, got {arr.dtype} values for dim {dim}")
+      if arr.size and (arr.min() < -size or arr.max() >= size):
+        bad = int(arr.min()) if arr.min() < -size else int(arr.max())
+        raise IndexError(f"index {bad} is out of range for dim {dim} with size {size}")
+      idx = type(self)(arr.astype(np.int32), device=self.device)
+    return (idx < 0).where(idx + size, idx)
+
+  def _parse_index(self, index):
+    """Expand an index into one entry per consumed dim (None entries add a dim).
+
+    Returns a list of (kind, value, dim) with kind in int/slice/none/tensor.
+    """
+    if not isinstance(index, tuple): index = (index,)
+    items = []
+    for it in index:
+      if it is None or it is Ellipsis or isinstance(it, slice): items.append(it)
+      elif isinstance(it, (bool, np.bool_)):
+        raise TypeError(f"boolean index {it!r} is not supported")
+      elif isinstance(it, (int, np.integer)): items.append(int(it))
+      elif isinstance(it, (ComposedOps, list, tuple, np.ndarray)): items.append(("tensor", it))
+      else: raise TypeError(f"unsupported index {it!r} of type {type(it).__name__}")
+    if sum(it is Ellipsis for it in items) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(it is not None and it is not Ellipsis for it in items)
+    if consumed > self.ndim:
+      raise IndexError(f"too many indices for tensor of shape {self.shape}: {consumed} indices for {self.ndim} dims")
+    if Ellipsis in [it for it in items if not isinstance(it, tuple)]:
+      at = next(i for i, it in enumerate(items) if it is Ellipsis)
+      items[at:at + 1] = [slice(None)] * (self.ndim - consumed)
+    else: items += [slice(None)] * (self.ndim - consumed)
+    out, d = [], 0
+    for it in items:
+      if it is None:
+        out.append(("none", None, None))
+        continue
+      size = self.shape[d]
+      if isinstance(it, int):
+        if not -size <= it < size:
+          raise IndexError(f"index {it} is out of range for dim {d} with size {size} (shape {self.shape})")
+        out.append(("int", it + size if it < 0 else it, d))
+      elif isinstance(it, slice):
+        start, stop, step = it.indices(size) if it.step != 0 else (None, None, 0)
+        if step == 0: raise ValueError(f"slice step cannot be zero (dim {d}, shape {self.shape})")
+        out.append(("slice", (start, step, len(range(start, stop, step))), d))
+      else: out.append(("tensor", self._index_tensor(it[1], size, d), d))
+      d += 1
+    return out
+
+  def _basic_index(self, entries):
+    """Apply the int/slice part of an index; tensor-indexed dims stay whole. Returns (x, kept_shape)."""
+    x, shrink, flips, strides = self, [], [], []
+    for kind, val, d in entries:
+      if kind == "int": shrink.append((val, val + 1))
+      elif kind == "slice":
+        start, step, n = val
+        if n == 0: shrink.append((0, 0))
+        elif step > 0: shrink.append((start, start + (n - 1) * step + 1))
+        else:
+          shrink.append((start + (n - 1) * step, start + 1))
+          flips.append(d)
+        if n > 1 and abs(step) > 1: strides.append((d, abs(step), n))
+      elif kind == "tensor": shrink.append(None)
+    if any(s is not None and s != (0, self.shape[i]) for i, s in enumerate(shrink)): x = x.shrink(shrink)
+    if flips: x = x.flip(*flips)
+    for d, step, n in strides: x = x._take_every(d, step, n)
+    kept = []
+    for kind, val, d in entries:
+      if kind == "none": kept.append(1)
+      elif kind == "slice": kept.append(val[2])
+      elif kind == "tensor": kept.append(self.shape[d])
+    return x.reshape(*kept), kept
+
+  def _take_every(self, dim: int, step: int, n: int):
+    """Keep every `step`-th element of `dim`, whose size is (n-1)*step+1: pad, split, shrink."""
+    shape = list(self.shape)
+    x = self.pad([(0, step - 1) if i == dim else None for i in range(self.ndim)])
+    x = x.reshape(*shape[:dim], n, step, *shape[dim + 1:])
+    x = x.shrink([(0, 1) if i == dim + 1 else None for i in range(x.ndim)])
+    return x.reshape(*shape[:dim], n, *shape[dim + 1:])
+
+  def __getitem__(self, index):
+    entries = self._parse_index(index)
+    x, kept = self._basic_index(entries)
+    tensor_at = [i for i, (kind, _, _) in enumerate(entries) if kind == "tensor"]
+    if not tensor_at: return x
+    # advanced indexing: gather with a one-hot mask and a sum over the indexed dims
+    kept_kinds = [kind for kind, _, _ in entries if kind != "int"]
+    tdims = [i for i, k in enumerate(kept_kinds) if k == "tensor"]
+    rdims = [i for i, k in enumerate(kept_kinds) if k != "tensor"]
+    idxs = [entries[i][1] for i in tensor_at]
+    try: bshape = tuple(type(self)._broadcast_shape(*[t.shape for t in idxs]))
+    except ValueError:
+      raise IndexError(f"index tensors of shapes {[tuple(t.shape) for t in idxs]} cannot be broadcast together") from None
+    sizes = [kept[i] for i in tdims]
+    k, nb = len(tdims), len(bshape)
+    rshape = [kept[i] for i in rdims]
+    x = x.permute(*rdims, *tdims).reshape(*rshape, *([1] * nb), *sizes)
+    mask = None
+    for j, (idx, size) in enumerate(zip(idxs, sizes)):
+      onehot_shape = [1] * k
+      onehot_shape[j] = size
+      ar = type(self).arange(size, dtype=dtypes.int32, device=self.device).reshape(*([1] * nb), *onehot_shape)
+      m = idx.reshape(*([1] * (nb - idx.ndim)), *idx.shape, *([1] * k)) == ar
+      mask = m if mask is None else mask & m
+    zero = False if x.dtype.is_bool else 0
+    out = mask.where(x, zero).sum(tuple(range(x.ndim - k, x.ndim)))
+    if out.dtype != self.dtype: out = out.cast(self.dtype)
+    # numpy rule: adjacent advanced indices (ints count) put the broadcast dims in their place, else first
+    adv = [i for i, (kind, _, _) in enumerate(entries) if kind in ("int", "tensor")]
+    p = 0
+    if adv[-1] - adv[0] + 1 == len(adv): p = sum(1 for kind, _, _ in entries[:adv[0]] if kind in ("slice", "none"))
+    nr = len(rdims)
+    order = [*range(p), *range(nr, nr + nb), *range(p, nr)]
+    return out.permute(*order) if order != list(range(out.ndim)) else out
+
+  def __setitem__(self, index, value):
+    entries = self._parse_index(index)
+    if isinstance(value, ComposedOps): v = value.cast(self.dtype) if value.dtype != self.dtype else value
+    elif _is_scalar(value): v = self._scalar(value, self.dtype)
+    else: v = type(self)(value, dtype=self.dtype, device=self.device)
+    if any(kind == "tensor" for kind, _, _ in entries): new = self._scatter_gathered(index, v)
+    else: new = self._scatter_basic(entries, v)
+    if new is not None: self.assign(new)
+
+  def _broadcast_value(self, v, shape, index_desc):
+    try: ok = tuple(type(self)._broadcast_shape(tuple(v.shape), tuple(shape))) == tuple(shape)
+    except ValueError: ok = False
+    if not ok:
+      raise ValueError(f"setitem: value of shape {tuple(v.shape)} cannot be broadcast to the indexed shape "
+                       f"{tuple(shape)} ({index_desc})")
+    return v.reshape(*([1] * (len(shape) - v.ndim)), *v.shape).expand(*shape)
+
+  def _scatter_basic(self, entries, v):
+    """New full value for an int/slice/None/... index: the value is moved into place with pads."""
+    kept = [1 if kind == "none" else val[2] for kind, val, _ in entries if kind != "int"]
+    v = self._broadcast_value(v, kept, f"tensor shape {self.shape}")
+    if _prod(kept) == 0: return None
+    v = v.reshape(*[1 if kind == "int" else val[2] for kind, val, _ in entries if kind != "none"])
+    lo_hi, mask = [], None
+    for d, ((kind, val, _), size) in enumerate(zip([e for e in entries if e[0] != "none"], self.shape)):
+      if kind == "int": lo, step, n = val, 1, 1
+      else: lo, step, n = val
+      if step < 0:
+        lo = lo + (n - 1) * step
+        step = -step
+        v = v.flip(d)
+      if step > 1 and n > 1:   # spread the n values out to every step-th place
+        shp = list(v.shape)
+        v = v.reshape(*shp[:d], n, 1, *shp[d + 1:])
+        v = v.pad([(0, step - 1) if i == d + 1 else None for i in range(v.ndim)])
+        v = v.reshape(*shp[:d], n * step, *shp[d + 1:])
+        v = v.shrink([(0, (n - 1) * step + 1) if i == d else None for i in range(v.ndim)])
+      span = (n - 1) * step + 1
+      lo_hi.append((lo, size - lo - span))
+      ar = self._mask_dim(size, d, self.ndim)
+      m = (ar >= lo) & (ar < lo + span)
+      if step > 1: m = m & ((ar - lo) % step == 0)
+      mask = m if mask is None else mask & m
+    if mask is None: return v   # 0-d tensor, index () or ...
+    v = v.pad(lo_hi) if any(p != (0, 0) for p in lo_hi) else v
+    return mask.where(v, self)
+
+  def _scatter_gathered(self, index, v):
+    """New full value for an index with tensors: one-hot match of flat positions (last write wins)."""
+    n = self.numel()
+    positions = type(self).arange(n, dtype=dtypes.int32, device=self.device).reshape(*self.shape)[index]
+    v = self._broadcast_value(v, positions.shape, f"tensor shape {self.shape}")
+    m = positions.numel()
+    if m == 0 or n == 0: return None
+    col = type(self).arange(m, dtype=dtypes.int32, device=self.device).reshape(1, m)
+    match = type(self).arange(n, dtype=dtypes.int32, device=self.device).reshape(n, 1) == positions.reshape(1, m)
+    last = match.where(col, -1).max(1, keepdim=True)
+    pick = col == last
+    vals = pick.where(v.reshape(1, m).cast(dtypes.int32 if self.dtype.is_bool else self.dtype), 0).sum(1)
+    new = (last.reshape(n) >= 0).where(vals.cast(self.dtype), self.reshape(n))
+    return new.reshape(*self.shape)
+
+  # ---------------------------------------------------------------- elementwise
+
+  def exp(self): return (self._float() * LOG2E).exp2()
+  def log(self): return self._float().log2() * LN2
+  def rsqrt(self): return self._float().sqrt().reciprocal()
+  def cos(self): return ((math.pi / 2) - self._float()).sin()
+  def tan(self): return self.sin() / self.cos()
+  def sigmoid(self): return ((-self._float()).exp() + 1).reciprocal()
+  def tanh(self): return (self._float() * 2).sigmoid() * 2 - 1
+  def relu(self): return (self > 0).where(self, 0)
+  def leaky_relu(self, neg_slope=0.01): return (self > 0).where(self, self * neg_slope)
+  def silu(self): return self * self.sigmoid()
+  def square(self): return self * self
+
+  def gelu(self):
+    x = self._float()
+    return 0.5 * x * ((math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh() + 1)
+
+  def softplus(self, beta=1):
+    x = self._float() * beta
+    return (x.maximum(0) + ((-x.abs()).exp() + 1).log()) * (1 / beta)
+
+  def clip(self, min_=None, max_=None):
+    if min_ is None and max_ is None: raise ValueError("clip: at least one of min_ and max_ must be given")
+    x = self
+    if min_ is not None: x = x.maximum(min_)
+    if max_ is not None: x = x.minimum(max_)
+    return x
+  clamp = clip
+
+  def abs(self):
+    if self.dtype.is_bool or self.dtype.is_unsigned: return self
+    return (self < 0).where(-self, self)
+
+  def sign(self):
+    if self.dtype.is_bool: return self
+    out = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+    return (self != self).where(self, out) if self.dtype.is_float else out
+
+  def _bool(self): return self if self.dtype.is_bool else self != 0
+
+  def logical_and(self, other): return self._bool() & self._as_tensor(other)._bool()
+  def logical_or(self, other): return self._bool() | self._as_tensor(other)._bool()
+  def logical_xor(self, other): return self._bool() ^ self._as_tensor(other)._bool()
+
+  def lerp(self, end, weight): return self + (end - self) * weight
+
+  def erf(self):
+    """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
+    x = self._float()
+    t = (x.abs() * 0.3275911 + 1).reciprocal()
+    poly = ((((t * 1.061405429 - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+    y = 1 - poly * (-x * x).exp()
+    return (x < 0).where(-y, y)
+
+  # ---------------------------------------------------------------- pow
+
+  def _int_pow(self, n: int):
+    """self ** n for a Python int n >= 0, by repeated squaring (exact for ints)."""
+    result, base = None, self
+    while n:
+      if n & 1: result = base if result is None else result * base
+      n >>= 1
+      if n: base = base * base
+    return result if result is not None else self.ones_like()
+
+  def _pow_float(self, e):
+    """self ** e for float tensors of one dtype: exp2(e * log2|b|) with the sign of a negative base."""
+    mag = (e * self.abs().log2()).exp2()
+    e_int = e.trunc() == e
+    odd = (e * 0.5).trunc() * 2 != e
+    res = (self < 0).where(e_int.where(odd.where(-mag, mag), math.nan), mag)
+    return (e == 0).where(1, res)
+
+  def pow(self, exponent):
+    if isinstance(exponent, ComposedOps):
+      out = promote(self.dtype, exponent.dtype)
+      if out.is_bool: out = dtypes.int32
+      work = out if out.is_float else dtypes.float32
+      r = self.cast(work)._pow_float(exponent.cast(work))
+      if out.is_float: return r
+      return (r < 0).where((r - 0.5).trunc(), (r + 0.5).trunc()).cast(out)
+    if not _is_scalar(exponent): raise TypeError(f"pow: unsupported exponent {exponent!r} of type {type(exponent).__name__}")
+    if isinstance(exponent, (bool, np.bool_)): exponent = int(exponent)
+    if isinstance(exponent, (int, np.integer)) and not self.dtype.is_float:
+      if exponent < 0: raise ValueError(f"pow: integer tensor ({self.dtype}) to a negative integer power {exponent}")
+      x = self.cast(dtypes.int32) if self.dtype.is_bool else self
+      return x._int_pow(int(exponent))
+    x = self._float()
+    e = float(exponent)
+    if e == int(e) and abs(e) <= 32:
+      r = x._int_pow(int(abs(e)))
+      return r.reciprocal() if e < 0 else r
+    if e == 0.5: return x.sqrt()
+    return x._pow_float(x._scalar(e, x.dtype))
+
+  def __pow__(self, exponent): return self.pow(exponent)
+
+  def __rpow__(self, base):
+    if not _is_scalar(base): return NotImplemented
+    if isinstance(base, (bool, np.bool_)): base = int(base)
+    if isinstance(base, (float, np.floating)): dt = self.dtype if self.dtype.is_float else dtypes.float32
+    else: dt = dtypes.int32 if self.dtype.is_bool else self.dtype
+    if dt.is_float and float(base) == 2.0: return self.cast(dt).exp2()
+    return self._scalar(base, dt).pow(self)
+
+  # ---------------------------------------------------------------- reductions
+
+  def mean(self, axis=None, keepdim=False):
+    x = self._float()
+    count = _prod(self.shape[a] for a in self._axes(axis, "mean"))
+    return x.sum(axis, keepdim=keepdim) / count
+
+  def var(self, axis=None, keepdim=False, correction=1):
+    x = self._float()
+    count = _prod(self.shape[a] for a in self._axes(axis, "var"))
+    d = x - x.mean(axis, keepdim=True)
+    return (d * d).sum(axis, keepdim=keepdim) / max(0, count - correction)
+
+  def std(self, axis=None, keepdim=False, correction=1):
+    return self.var(axis, keepdim=keepdim, correction=correction).sqrt()
+
+  def _arg_reduce(self, axis, keepdim, use_max: bool, op: str):
+    if axis is None:
+      out = self.reshape(-1)._arg_reduce(0, False, use_max, op)
+      return out.reshape(*([1] * self.ndim)) if keepdim else out
+    ax = _norm_dim(axis, self.ndim, op, self.shape)
+    if self.ndim == 0: return self._scalar(0, dtypes.int32)
+    n = self.shape[ax]
+    if n == 0: raise ValueError(f"{op}: cannot reduce over the empty dim {axis} of shape {self.shape}")
+    m = self.max(ax, keepdim=True) if use_max else self.min(ax, keepdim=True)
+    hit = self == m
+    if self.dtype.is_float: hit = hit | (self != self)   # numpy: the first NaN wins
+    idx = self._mask_dim(n, ax, self.ndim)
+    return hit.where(idx, n).min(ax, keepdim=keepdim).cast(dtypes.int32)
+
+  def argmax(self, axis=None, keepdim=False): return self._arg_reduce(axis, keepdim, True, "argmax")
+  def argmin(self, axis=None, keepdim=False): return self._arg_reduce(axis, keepdim, False, "argmin")
+
+  def any(self, axis=None, keepdim=False):
+    self._axes(axis, "any")
+    return self._bool().cast(dtypes.int32).sum(axis, keepdim=keepdim) > 0
+
+  def all(self, axis=None, keepdim=False):
+    self._axes(axis, "all")
+    return self._bool().logical_not().cast(dtypes.int32).sum(axis, keepdim=keepdim) == 0
+
+  def cumsum(self, axis=0):
+    """Running sum: each output is a sum over a lower-triangular mask (O(n^2), one kernel)."""
+    if axis is None: return self.reshape(-1).cumsum(0)
+    ax = _norm_dim(axis, self.ndim, "cumsum", self.shape)
+    x = self.cast(dtypes.int32) if self.dtype.is_bool else self
+    if self.ndim == 0: return x
+    n = self.shape[ax]
+    order = [i for i in range(self.ndim) if i != ax] + [ax]
+    x = x.permute(*order)
+    ar = type(self).arange(n, dtype=dtypes.int32, device=self.device)
+    tri = ar.reshape(n, 1) >= ar.reshape(1, n)
+    y = tri.where(x.reshape(*x.shape[:-1], 1, n), 0).sum(-1)
+    inverse = [order.index(i) for i in range(self.ndim)]
+    return y.permute(*inverse)
+
+  def logsumexp(self, axis=None, keepdim=False):
+    x = self._float()
+    self._axes(axis, "logsumexp")
+    m = x.max(axis, keepdim=True)
+    m = (m.abs() == math.inf).where(0, m)
+    out = (x - m).exp().sum(axis, keepdim=True).log() + m
+    if keepdim: return out
+    return out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
+
+  # ---------------------------------------------------------------- linear algebra
+
+  def matmul(self, other):
+    other = self._as_tensor(other)
+    a, b = self, other
+    if a.ndim == 0 or b.ndim == 0:
+      raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    a2 = a.reshape(1, *a.shape) if a.ndim == 1 else a
+    b2 = b.reshape(*b.shape, 1) if b.ndim == 1 else b
+    k = a2.shape[-1]
+    if b2.shape[-2] != k:
+      raise ValueError(f"matmul: inner dimensions differ for shapes {a.shape} and {b.shape} ({k} != {b2.shape[-2]})")
+    try: batch = tuple(type(self)._broadcast_shape(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+    except ValueError:
+      raise ValueError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast") from None
+    n, m = a2.shape[-2], b2.shape[-1]
+    x = a2.reshape(*a2.shape[:-1], 1, k)
+    y = b2.transpose(-1, -2).reshape(*b2.shape[:-2], 1, m, k)
+    out = (x * y).sum(-1)
+    out_shape = list(batch) + ([n] if a.ndim > 1 else []) + ([m] if b.ndim > 1 else [])
+    return out.reshape(*out_shape)
+
+  def __matmul__(self, other): return self.matmul(other)
+  def __rmatmul__(self, other): return self._as_tensor(other).matmul(self)
+  def dot(self, other): return self.matmul(other)
+
+  @staticmethod
+  def einsum(formula: str, *operands):
+    """Einstein summation: operands are lined up on one axis per letter, multiplied and summed."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)): operands = tuple(operands[0])
+    if not operands: raise ValueError("einsum: needs at least one operand")
+    formula = formula.replace(" ", "")
+    if formula.count("->") > 1: raise ValueError(f"einsum: formula {formula!r} has more than one '->'")
+    lhs, rhs = formula.split("->") if "->" in formula else (formula, None)
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+      raise ValueError(f"einsum: formula {formula!r} has {len(terms)} inputs but {len(operands)} operands were given")
+    for t in terms + ([rhs] if rhs is not None else []):
+      if not all(c.isalpha() and c.isascii() for c in t.replace("...", "")):
+        raise ValueError(f"einsum: term {t!r} of {formula!r} may only hold letters and '...'")
+    # ellipsis dims get private letters, right-aligned so they broadcast like numpy
+    ell_counts = []
+    for t, op in zip(terms, operands):
+      named = len(t.replace("...", ""))
+      ell = op.ndim - named if "..." in t else 0
+      if ell < 0 or ("..." not in t and named != op.ndim):
+        raise ValueError(f"einsum: term {t!r} does not match operand of shape {op.shape}")
+      ell_counts.append(ell)
+    n_ell = max(ell_counts)
+    ell_letters = "".join(chr(0x3b1 + i) for i in range(n_ell))   # Greek: never a user letter
+    terms = [t.replace("...", ell_letters[n_ell - c:]) for t, c in zip(terms, ell_counts)]
+    sizes = {}
+    xs = []
+    for t, x in zip(terms, operands):
+      for c, s in zip(t, x.shape):
+        if c in sizes and sizes[c] != s and not (c in ell_letters and 1 in (s, sizes[c])):
+          raise ValueError(f"einsum: letter {c!r} has size {s} in operand of shape {x.shape} but {sizes[c]} elsewhere")
+        sizes[c] = max(sizes.get(c, s), s) if c in ell_letters else s
+      # a letter repeated in one term takes the diagonal
+      t = list(t)
+      while len(set(t)) != len(t):
+        c = next(c for c in t if t.count(c) > 1)
+        p = t.index(c)
+        q = t.index(c, p + 1)
+        nd = x.ndim
+        eye = (x._mask_dim(x.shape[p], p, nd) == x._mask_dim(x.shape[q], q, nd))
+        x = eye.where(x, False if x.dtype.is_bool else 0).sum(q)
+        t.pop(q)
+      xs.append((t, x))
+    if rhs is None:
+      counts = {}
+      for t in terms:
+        for c in t: counts[c] = counts.get(c, 0) + 1
+      out = ell_letters + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell_letters))
+    else:
+      out = rhs.replace("...", ell_letters)
+      if len(set(out)) != len(out): raise ValueError(f"einsum: output {rhs!r} repeats a letter")
+      missing = [c for c in out if c not in sizes]
+      if missing: raise ValueError(f"einsum: output letters {missing} of {formula!r} appear in no input")
+    contracted = [c for c in dict.fromkeys("".join(terms)) if c not in out]
+    letters = list(out) + contracted
+    result = None
+    for t, x in xs:
+      present = [c for c in letters if c in t]
+      x = x.permute(*[t.index(c) for c in present]) if present != t else x
+      x = x.reshape(*[x.shape[present.index(c)] if c in present else 1 for c in letters])
+      result = x if result is None else result * x
+    if contracted: result = result.sum(tuple(range(len(out), len(letters))))
+    return result.expand(*[sizes[c] for c in out]) if result.ndim else result
+
+  # ---------------------------------------------------------------- nn
+
+  def softmax(self, axis=-1):
+    x = self._float()
+    ax = _norm_dim(axis, self.ndim, "softmax", self.shape)
+    if self.ndim == 0: return x.ones_like()
+    e = (x - x.max(ax, keepdim=True)).exp()
+    return e / e.sum(ax, keepdim=True)
+
+  def log_softmax(self, axis=-1):
+    x = self._float()
+    ax = _norm_dim(axis, self.ndim, "log_softmax", self.shape)
+    if self.ndim == 0: return x.zeros_like()
+    return x - x.logsumexp(ax, keepdim=True)
+
+  def layernorm(self, axis=-1, eps=1e-5):
+    x = self._float()
+    self._axes(axis, "layernorm")
+    d = x - x.mean(axis, keepdim=True)
+    return d * ((d * d).mean(axis, keepdim=True) + eps).rsqrt()
+
+  def layer_norm(self, normalized_shape, weight=None, bias=None, eps=1e-5):
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(ns) == 0 or len(ns) > self.ndim or tuple(self.shape[self.ndim - len(ns):]) != ns:
+      raise ValueError(f"layer_norm: normalized_shape {ns} does not match the last dims of shape {self.shape}")
+    out = self.layernorm(tuple(range(self.ndim - len(ns), self.ndim)), eps)
+    if weight is not None: out = out * weight
+    if bias is not None: out = out + bias
+    return out
+
+  def one_hot(self, num_classes: int):
+    if not self.dtype.is_int: raise TypeError(f"one_hot: needs an integer tensor, got {self.dtype}")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+      raise ValueError(f"one_hot: num_classes must be a positive int, got {num_classes!r}")
+    ar = type(self).arange(num_classes, dtype=promote(self.dtype, dtypes.int32), device=self.device)
+    return (self.reshape(*self.shape, 1) == ar).cast(dtypes.int32)
+
+  def _pool(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]):
+    """Sliding windows over the last len(kernel) dims: (..., L1, L2) -> (..., O1, O2, k1, k2).
+
+    For one dim of length L: k copies of the (padded) row are laid end to end and re-read with
+    rows of length L'+d, so row j starts d*j further on; every s-th column then is x[o*s + j*d].
+    Only movement ops, so the windows fuse into the consumer.
+    """
+    nd = len(kernel)
+    lead = self.ndim - nd
+    x = self
+    for k, s, d in zip(kernel, stride, dilation):
+      x = x.permute(*range(lead), *range(lead + 1, x.ndim), lead)   # this spatial dim to the end
+      *pre, L = x.shape
+      o = (L - d * (k - 1) - 1) // s + 1
+      row = max(L + d, o * s)
+      lp = row - d
+      copies = -(-k * row // lp)
+      if lp > L: x = x.pad([None] * len(pre) + [(0, lp - L)])
+      x = x.reshape(*pre, 1, lp).expand(*pre, copies, lp).reshape(*pre, copies * lp)
+      x = x.shrink([None] * len(pre) + [(0, k * row)]).reshape(*pre, k, row)
+      x = x.shrink([None] * (len(pre) + 1) + [(0, o * s)]).reshape(*pre, k, o, s)
+      x = x.shrink([None] * (len(pre) + 2) + [(0, 1)]).reshape(*pre, k, o)
+    # now (*lead, k1, o1, k2, o2, ...)
+    return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(nd)], *[lead + 2 * i for i in range(nd)])
+
+  @staticmethod
+  def _out_size(op, shape, padded, kernel, stride, dilation):
+    outs = []
+    for L, k, s, d in zip(padded, kernel, stride, dilation):
+      if k < 1 or s < 1 or d < 1:
+        raise ValueError(f"{op}: kernel {kernel}, stride {stride} and dilation {dilation} must be positive")
+      o = (L - d * (k - 1) - 1) // s + 1
+      if o < 1:
+        raise ValueError(f"{op}: input of shape {tuple(shape)} (padded spatial size {tuple(padded)}) is smaller than "
+                         f"the kernel {tuple(kernel)} with dilation {tuple(dilation)}")
+      outs.append(o)
+    return outs
+
+  def conv2d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if self.ndim == 3:   # unbatched (C, H, W)
+      return self.reshape(1, *self.shape).conv2d(weight, bias, stride, padding, dilation, groups).squeeze(0)
+    if self.ndim != 4 or weight.ndim != 4:
+      raise ValueError(f"conv2d: expected NCHW input and OIHW weight, got shapes {self.shape} and {weight.shape}")
+    n, c, h, w = self.shape
+    cout, cg, kh, kw = weight.shape
+    if groups < 1 or c != cg * groups or cout % groups:
+      raise ValueError(f"conv2d: input {self.shape} with {c} channels, weight {weight.shape} and groups={groups} "
+                       f"do not fit (need channels == weight.shape[1] * groups and out channels divisible by groups)")
+    if bias is not None and tuple(bias.shape) != (cout,):
+      raise ValueError(f"conv2d: bias shape {bias.shape} must be ({cout},) for weight {weight.shape}")
+    sh, sw = _pair(stride, 2, "stride", "conv2d")
+    dh, dw = _pair(dilation, 2, "dilation", "conv2d")
+    if isinstance(padding, str):
+      if padding == "valid": pads = (0, 0, 0, 0)
+      elif padding == "same":
+        if (sh, sw) != (1, 1): raise ValueError("conv2d: padding='same' needs stride 1")
+        th, tw = dh * (kh - 1), dw * (kw - 1)
+        pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+      else: raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+    else:
+      ph, pw = _pair(padding, 2, "padding", "conv2d")
+      pads = (ph, ph, pw, pw)
+    if min(pads) < 0: raise ValueError(f"conv2d: padding {padding} must be non-negative")
+    padded = (h + pads[0] + pads[1], w + pads[2] + pads[3])
+    oh, ow = self._out_size("conv2d", self.shape, padded, (kh, kw), (sh, sw), (dh, dw))
+    x = self.pad([None, None, (pads[0], pads[1]), (pads[2], pads[3])]) if any(pads) else self
+    win = x._pool((kh, kw), (sh, sw), (dh, dw))                       # (N, C, OH, OW, kh, kw)
+    win = win.reshape(n, groups, 1, cg, oh, ow, kh, kw)
+    wt = weight.reshape(1, groups, cout // groups, cg, 1, 1, kh, kw)
+    out = (win * wt).sum((3, 6, 7)).reshape(n, cout, oh, ow)
+    return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
+
+  def _pool2d_args(self, op, kernel_size, stride, padding, dilation):
+    if self.ndim not in (3, 4): raise ValueError(f"{op}: expected a 3-D (C,H,W) or 4-D (N,C,H,W) input, got {self.shape}")
+    k = _pair(kernel_size, 2, "kernel_size", op)
+    s = k if stride is None else _pair(stride, 2, "stride", op)
+    p = _pair(padding, 2, "padding", op)
+    d = _pair(dilation, 2, "dilation", op)
+    if any(pi < 0 or pi > ki // 2 for pi, ki in zip(p, k)):
+      raise ValueError(f"{op}: padding {p} must be between 0 and half the kernel size {k}")
+    padded = (self.shape[-2] + 2 * p[0], self.shape[-1] + 2 * p[1])
+    self._out_size(op, self.shape, padded, k, s, d)
+    return k, s, p, d
+
+  def max_pool2d(self, kernel_size, stride=None, padding=0, dilation=1):
+    k, s, p, d = self._pool2d_args("max_pool2d", kernel_size, stride, padding, dilation)
+    x = self
+    if any(p):
+      fill = -math.inf if self.dtype.is_float else self.dtype.min
+      x = x.pad([None] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])], value=fill)
+    return x._pool(k, s, d).max((-2, -1))
+
+  def avg_pool2d(self, kernel_size, stride=None, padding=0):
+    k, s, p, d = self._pool2d_args("avg_pool2d", kernel_size, stride, padding, 1)
+    x = self._float()
+    if any(p): x = x.pad([None] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])])
+    return x._pool(k, s, d).mean((-2, -1))
+
+  # ---------------------------------------------------------------- creation
+
+  def zeros_like(self, dtype=None, device=None): return self.full_like(0, dtype=dtype, device=device)
+  def ones_like(self, dtype=None, device=None): return self.full_like(1, dtype=dtype, device=device)
+
+  def full_like(self, fill_value, dtype=None, device=None):
+    return type(self).full(tuple(self.shape), fill_value, dtype=dtype if dtype is not None else self.dtype,
+                           device=device if device is not None else self.device)
+
+  def empty_like(self, dtype=None, device=None):
+    return type(self).empty(*self.shape, dtype=dtype if dtype is not None else self.dtype,
+                            device=device if device is not None else self.device)
+
+  def rand_like(self, dtype=None, device=None):
+    dt = to_dtype(dtype) if dtype is not None else self.dtype
+    if not dt.is_float: raise TypeError(f"rand_like: needs a float dtype, got {dt}")
+    return type(self).rand(*self.shape, dtype=dt, device=device if device is not None else self.device)
+
+  def randn_like(self, dtype=None, device=None):
+    dt = to_dtype(dtype) if dtype is not None else self.dtype
+    if not dt.is_float: raise TypeError(f"randn_like: needs a float dtype, got {dt}")
+    return type(self).randn(*self.shape, dtype=dt, device=device if device is not None else self.device)
+
+  @classmethod
+  def randn(cls, *shape, dtype=None, device=None):
+    """Standard normal samples by Box-Muller from two uniform draws."""
+    shape = _shape_arg(shape, "randn")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.float32
+    if not dt.is_float: raise TypeError(f"randn: needs a float dtype, got {dt}")
+    u = cls.rand(2, *shape, dtype=dtypes.float32, device=device)
+    u1 = u.shrink([(0, 1)] + [None] * len(shape)).reshape(*shape)
+    u2 = u.shrink([(1, 2)] + [None] * len(shape)).reshape(*shape)
+    z = ((1 - u1).log() * -2).sqrt() * (u2 * (2 * math.pi)).cos()
+    return z if dt == dtypes.float32 else z.cast(dt)
+
+  @classmethod
+  def randint(cls, low, high=None, shape=(1,), dtype=dtypes.int32, device=None):
+    if high is None: low, high = 0, low
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (low, high)) or high <= low:
+      raise ValueError(f"randint: need ints low < high, got low={low!r} high={high!r}")
+    shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "randint")
+    dt = to_dtype(dtype)
+    r = cls.rand(*shape, dtype=dtypes.float32, device=device)
+    v = (r * (high - low)).trunc().cast(dtypes.int32).minimum(high - low - 1)
+    return (v.cast(dt) + low) if dt.is_int else (v + low).cast(dt)
+
+  @classmethod
+  def uniform(cls, *shape, low=0.0, high=1.0, dtype=None, device=None):
+    shape = _shape_arg(shape, "uniform")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.float32
+    r = cls.rand(*shape, dtype=dtypes.float32, device=device) * (high - low) + low
+    return r if dt == dtypes.float32 else r.cast(dt)
+
+  @classmethod
+  def linspace(cls, start, stop, steps, dtype=None, device=None):
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+      raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.float32
+    if steps <= 1: return cls.full((steps,), start, dtype=dtypes.float32, device=device).cast(dt)
+    step = (stop - start) / (steps - 1)
+    i = cls.arange(steps, dtype=dtypes.float32, device=device)
+    # the first half counts up from start, the second down from stop, so both ends are exact
+    out = (i < steps // 2).where(i * step + start, stop - ((steps - 1) - i) * step)
+    return out if dt == dtypes.float32 else out.cast(dt)
+
+  @classmethod
+  def eye(cls, n, m=None, dtype=None, device=None):
+    m = n if m is None else m
+    for v in (n, m):
+      if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise ValueError(f"eye: sizes must be non-negative ints, got n={n!r} m={m!r}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.float32
+    rows = cls.arange(n, dtype=dtypes.int32, device=device).reshape(n, 1)
+    cols = cls.arange(m, dtype=dtypes.int32, device=device).reshape(1, m)
+    return (rows == cols).cast(dt)

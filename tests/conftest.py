@@ -1,0 +1,19 @@
+"""Test configuration shared by the op/dtype/error suites.
+
+The suites never name a device: they use the default one, so the same files run under
+`DEV=CPU` (default), `EMU=1 DEV=AMD` or `DEV=NV`. The header says which device was used.
+"""
+import os
+import sys
+
+# make the helpers_* modules importable however pytest was started
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def pytest_report_header(config):
+  try:
+    from baregrad.tensor import Tensor
+    device = Tensor([1]).device
+  except Exception as e:  # the header must never break collection
+    device = f"unknown ({type(e).__name__}: {e})"
+  return [f"baregrad default device: {device} (DEV={os.environ.get('DEV', '')!r}, EMU={os.environ.get('EMU', '')!r})"]
