@@ -2,7 +2,8 @@
 from __future__ import annotations
 import os, re
 from .uop import UOp, Ops, ALU
-from .pattern import graph_rewrite
+from .pattern import graph_rewrite, substitute
+from .dtype import dtypes
 from .symbolic import symbolic
 from .decomp import decompositions
 from .linearize import linearize
@@ -25,6 +26,34 @@ def optimize_ast(ast: UOp, renderer, rewrite_stats: dict | None = None) -> UOp:
   ast = graph_rewrite(ast, symbolic, stats=rewrite_stats)
   ast = graph_rewrite(ast, _decomp, ctx=renderer.native_ops, stats=rewrite_stats)
   return graph_rewrite(ast, symbolic, stats=rewrite_stats)
+
+
+LOCAL_SIZE = 256
+
+
+def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tuple]:
+  """GPU targets: the global loops become one global thread id (SPECIAL "gidx" = block * local_size + thread),
+  split back into the loop indices with div/mod; threads past the end are masked off at the store.
+  Returns (ast, global_size in blocks, local_size)."""
+  ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda r: r.arg[0])
+  total = 1
+  for r in ranges: total *= r.src[0].arg
+  blocks = max(1, -(-total // local_size))
+  gidx = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx", blocks * local_size))
+  mapping, stride = {}, 1
+  for r in reversed(ranges):
+    size = r.src[0].arg
+    mapping[r] = (gidx // stride) % size if r is not ranges[0] else gidx // stride
+    stride *= size
+  ast = substitute(ast, mapping)
+  if blocks * local_size != total:
+    in_range = gidx < total
+    def gate(store: UOp) -> UOp:
+      idx = store.src[0]
+      valid = in_range if len(idx.src) == 2 else (idx.src[2] & in_range)
+      return store.replace(src=(idx.replace(src=(idx.src[0], idx.src[1], valid)),) + store.src[1:])
+    ast = ast.replace(src=tuple(gate(s) for s in ast.src))
+  return ast, (blocks, 1, 1), (local_size, 1, 1)
 
 
 def estimate(ast: UOp, params) -> dict:
@@ -53,7 +82,12 @@ def get_program(spec: KernelSpec):
   prog = _programs.get(key)
   if prog is not None: return prog
   renderer = renderer_for(spec.device)
-  ast = optimize_ast(spec.ast, renderer)
+  ast = spec.ast
+  launch = {}
+  if getattr(renderer, "threads", False):
+    ast, gsz, lsz = to_threads(ast)
+    launch = {"global_size": gsz, "local_size": lsz}
+  ast = optimize_ast(ast, renderer)
   program, alias = linearize(ast)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
   name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
@@ -61,7 +95,7 @@ def get_program(spec: KernelSpec):
   if DEBUG >= 4: print(src)
   dev = Device.get(spec.device)
   prog = Program(spec.device, name, dev.driver.compile(src), src, len(spec.params), tuple(v.arg[0] for v in variables),
-                 meta=estimate(ast, spec.params)).load(dev)
+                 meta={**estimate(ast, spec.params), **launch}).load(dev)
   stats["kernels_compiled"] += 1
   _programs[key] = prog
   return prog

@@ -35,6 +35,7 @@ class Ops(Enum):
   SINK = auto()
   # kernel level
   RANGE = auto()        # loop counter: src (size,), arg (id, kind)
+  SPECIAL = auto()      # a hardware thread index: arg (name, size); "gidx" is the global linear thread id
   INDEX = auto()        # src (param, linear index[, valid])
   LOAD = auto()
   STORE = auto()        # src (index, value)
@@ -212,6 +213,7 @@ def _vrange(u: UOp) -> tuple:
   if op is Ops.RANGE:
     size = u.src[0]
     return (0, size.vmax - 1)
+  if op is Ops.SPECIAL: return (0, u.arg[1] - 1)
   full = (dt.min, dt.max) if dt is not None else (-math.inf, math.inf)
   if op is Ops.CMPLT or op is Ops.CMPNE:
     (a0, a1), (b0, b1) = u.src[0].vrange, u.src[1].vrange

@@ -43,18 +43,28 @@ class LRUAllocator:
 
 class Buffer:
   """`size` elements of `dtype` on `device`; memory is taken on first use and given back when unreferenced."""
+  serial = 0      # creation counter: the JIT tells buffers made during a capture from older ones
 
-  def __init__(self, device: str, size: int, dtype, preallocate: bool = False):
+  def __init__(self, device: str, size: int, dtype, preallocate: bool = False, base: "Buffer | None" = None,
+               offset: int = 0):
     self.device, self.size, self.dtype = device, size, dtype
     self.nbytes = size * dtype.itemsize
+    Buffer.serial += 1
+    self.serial = Buffer.serial
     self._mem = None
     self._finalizer = None
+    self.base, self.offset = base, offset     # a view: `nbytes` at `offset` inside `base` (e.g. a JIT arena)
+    if base is not None and offset + self.nbytes > base.nbytes:
+      raise ValueError(f"buffer view [{offset}, {offset + self.nbytes}) exceeds its base of {base.nbytes} bytes")
     if preallocate: self.ensure_allocated()
 
   @property
-  def is_allocated(self) -> bool: return self._mem is not None
+  def is_allocated(self) -> bool: return self._mem is not None if self.base is None else self.base.is_allocated
 
   def ensure_allocated(self) -> "Buffer":
+    if self.base is not None:
+      self.base.ensure_allocated()
+      return self
     if self._mem is None:
       from .device import Device
       dev = Device.get(self.device)
@@ -64,6 +74,7 @@ class Buffer:
 
   @property
   def addr(self) -> int:
+    if self.base is not None: return self.base.addr + self.offset
     self.ensure_allocated()
     return self._mem.addr
 

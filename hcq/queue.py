@@ -1,16 +1,31 @@
-"""HWQueue: a builder of hardware commands. The command list is generic; each driver encodes it."""
+"""HWQueue: a builder of hardware commands. The command list is generic; each driver encodes it.
+
+A value in a command may be an int or a symbolic `Slot`; slots are resolved when the queue is submitted.
+`bind(dev)` encodes the commands once into device-visible memory and remembers where each slot's word
+went; a bound queue is submitted by patching only the slot words whose value changed and handing the
+device one indirect-buffer command (one doorbell)."""
 from __future__ import annotations
 
 
-class HWQueue:
-  """`exec`, `copy`, `signal`, `wait`, `timestamp`, `memory_barrier`, then `submit(dev)`.
+class Slot:
+  """A named value filled in at submit time (an input address, a variable, a timeline value)."""
+  __slots__ = ("name", "offset")
+  def __init__(self, name: str, offset: int = 0): self.name, self.offset = name, offset
+  def resolve(self, var_vals: dict) -> int: return var_vals[self.name] + self.offset
+  def __add__(self, n: int) -> "Slot": return Slot(self.name, self.offset + n)
+  def __repr__(self): return f"Slot({self.name!r}{f' + {self.offset}' if self.offset else ''})"
 
-  A value may be an int or a symbolic slot: any object with `resolve(var_vals) -> int`; it is resolved
-  when the queue is encoded, so a bound queue can be replayed with other values."""
+
+def resolve(v, var_vals) -> int: return v if isinstance(v, int) else v.resolve(var_vals)
+
+
+class HWQueue:
+  """`exec`, `copy`, `signal`, `wait`, `timestamp`, `memory_barrier`, then `submit(dev)` (or `bind` + `submit`)."""
 
   def __init__(self, kind: str = "compute"):
     self.kind = kind
     self.cmds: list[tuple] = []
+    self.bound = None          # (memory, nwords, [(word index, Slot)], last values)
 
   def exec(self, program, args_addr, global_size=(1, 1, 1), local_size=(1, 1, 1)):
     self.cmds.append(("exec", program, args_addr, tuple(global_size), tuple(local_size))); return self
@@ -25,9 +40,6 @@ class HWQueue:
   def memory_barrier(self):
     self.cmds.append(("barrier",)); return self
 
-  @staticmethod
-  def resolve(v, var_vals) -> int: return v if isinstance(v, int) else v.resolve(var_vals)
-
   def describe(self) -> str:
     parts = []
     for c in self.cmds[-4:]:
@@ -36,7 +48,24 @@ class HWQueue:
       else: parts.append(c[0])
     return ", ".join(parts)
 
-  def submit(self, dev, var_vals: dict | None = None):
-    dev.driver.submit(self.kind, dev.driver.encode(self.cmds, var_vals or {}, self.resolve))
+  def bind(self, dev) -> "HWQueue":
+    words = dev.driver.encode(self.cmds)
+    slots = [(i, w) for i, w in enumerate(words) if not isinstance(w, int)]
+    mem = dev.driver.bind(self.kind, [w if isinstance(w, int) else 0 for w in words])
+    self.bound = (mem, len(words), slots, [None] * len(slots))
+    return self
+
+  def submit(self, dev, var_vals: dict | None = None) -> "HWQueue":
+    var_vals = var_vals or {}
+    if self.bound is None:
+      words = [w if isinstance(w, int) else w.resolve(var_vals) for w in dev.driver.encode(self.cmds)]
+      dev.driver.submit(self.kind, words)
+    else:
+      mem, nwords, slots, last = self.bound
+      patch = []
+      for k, (i, slot) in enumerate(slots):
+        v = slot.resolve(var_vals)
+        if v != last[k]: patch.append((i, v)); last[k] = v
+      dev.driver.submit_bound(self.kind, mem, nwords, patch)
     dev.last_command = f"{self.kind} queue: {self.describe()}"
     return self

@@ -24,9 +24,13 @@ def kernel_args(item: ExecItem) -> list[int]:
   return [b.addr for b in item.bufs] + [item.var_vals[v] for v in item.program.variables]
 
 
+capturing: list | None = None     # the JIT collects ExecItems here while it captures
+
+
 def run_schedule(items: list[ExecItem], sync: bool = False):
   """Queue every item in order on its device and signal the timeline once at the end."""
   if not items: return
+  if capturing is not None: capturing.extend(items)
   if DEBUG >= 1: return _run_timed(items)
   by_dev: dict[str, tuple] = {}
   for item in items:

@@ -1,6 +1,6 @@
 """The lazy Tensor: every op adds UOps to a graph; realize() schedules, compiles and runs it."""
 from __future__ import annotations
-import math, os
+import math, os, weakref
 from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
@@ -35,6 +35,26 @@ def _np_to_bf16_bits(a: np.ndarray) -> np.ndarray:
   b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
   rounded = ((b + 0x7fff + ((b >> 16) & 1)) >> 16).astype(np.uint16)
   return np.where(np.isnan(a), np.uint16(0x7fc0), rounded)
+
+
+class Variable:
+  """A symbolic integer in [min, max]; `v.bind(value)` gives a value usable like a Python int in Tensor ops.
+  Kernels take it as an argument, so other values need no recompiling (and a jitted function replays)."""
+  def __init__(self, name: str, min_val: int, max_val: int):
+    self.uop = UOp.variable(name, min_val, max_val)
+    self.name, self.min, self.max = name, min_val, max_val
+  def bind(self, value: int) -> "BoundVariable":
+    if not self.min <= value <= self.max:
+      raise ValueError(f"Variable {self.name}={value} is outside its range [{self.min}, {self.max}]")
+    return BoundVariable(self, int(value))
+  def __repr__(self): return f"Variable({self.name!r}, {self.min}, {self.max})"
+
+
+class BoundVariable:
+  def __init__(self, var: Variable, value: int): self.var, self.value = var, value
+  def tensor(self, device: str) -> "Tensor":
+    return Tensor(UOp(Ops.BIND, dtypes.index, (self.var.uop, _const(self.value, dtypes.index, device)))).cast(dtypes.int32)
+  def __repr__(self): return f"{self.var.name}={self.value}"
 
 
 class Tensor(ComposedOps):
@@ -235,6 +255,9 @@ class Tensor(ComposedOps):
         raise ValueError(f"operands are on different devices: {self.device} and {other.device}; move one with .to()")
       dt = promote(self.dtype, other.dtype)
     elif isinstance(other, Scalar): dt = weak_promote(self.dtype, other)
+    elif isinstance(other, BoundVariable):
+      other = other.tensor(self.device)
+      dt = weak_promote(self.dtype, 1)
     elif isinstance(other, (list, np.ndarray)):
       other = Tensor(other, device=self.device)
       dt = promote(self.dtype, other.dtype)
@@ -450,6 +473,10 @@ class Tensor(ComposedOps):
 
   def realize(self, *others: Tensor) -> Tensor:
     tensors = [self, *others]
+    if _pending_assigns:   # lazy assigns run with the next realize, so later graphs read the written buffer
+      ids = {id(t) for t in tensors}
+      tensors += [t for t in (r() for r in _pending_assigns) if t is not None and id(t) not in ids]
+      _pending_assigns.clear()
     pending = [t for t in tensors if not _is_realized(t.uop)]
     if pending:
       items, bufs = create_schedule([t.uop for t in pending])
@@ -507,10 +534,13 @@ class Tensor(ComposedOps):
     value = other.cast(self.dtype)
     if _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
+    _pending_assigns.append(weakref.ref(self))
     return self
 
 
 # ---------------- helpers ----------------
+_pending_assigns: list = []
+
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))

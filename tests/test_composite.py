@@ -778,3 +778,44 @@ def test_linspace(start, stop, steps):
 def test_eye(n, m):
   check(Tensor.eye(n, m), np.eye(n, m, dtype=np.float32))
   check(Tensor.eye(n, m, dtype="int32"), np.eye(n, m, dtype=np.int32))
+
+
+# ---------------------------------------------------------------- dtypes and fusion
+
+def test_half_precision_composites():
+  h = randf((3, 4), seed=9).astype(np.float16)
+  hf = h.astype(np.float32)
+  check(T(h).softmax(), _softmax(hf, -1).astype(np.float16), rtol=1e-2, atol=1e-3)
+  check(T(h) @ T(h.T), (hf @ hf.T).astype(np.float16), rtol=1e-2, atol=1e-2)
+  check(T(h).mean(0), hf.mean(0).astype(np.float16), rtol=1e-2, atol=1e-3)
+  check(T(h)[::-1, [0, 3]], h[::-1, [0, 3]])
+  bf = Tensor(np.array([1.5, -2.25, 3.0], np.float32), dtype="bfloat16")
+  check(bf.exp(), np.exp(np.array([1.5, -2.25, 3.0], np.float32)), rtol=2e-2, atol=1e-2, dtype="bfloat16")
+  check(bf.cat(bf[::-1]), np.array([1.5, -2.25, 3.0, 3.0, -2.25, 1.5], np.float32), dtype="bfloat16")
+
+
+def test_int64_and_nan_edge_cases():
+  big = np.array([2 ** 40, 5, -(2 ** 35)], np.int64)
+  check(T(big)[[2, 0]], big[[2, 0]])
+  check(T(big).cumsum(), np.cumsum(big))
+  check(T(big).argmin(), np.int32(2))
+  n = np.array([1, np.nan, 3, np.nan], np.float32)
+  check(T(n).argmax(), np.argmax(n).astype(np.int32))
+  check(T(n).argmin(), np.argmin(n).astype(np.int32))
+
+
+@pytest.mark.parametrize("build", [
+  lambda a, x: a @ a.T,
+  lambda a, x: a.cat(a[::-1], a, dim=1),
+  lambda a, x: a[[2, 0, 1]],
+  lambda a, x: a[::-2, 1::3],
+  lambda a, x: a.cumsum(1),
+  lambda a, x: Tensor.einsum("ij,kj->ik", a, a),
+  lambda a, x: x.conv2d(Tensor.ones(2, 3, 3, 3), padding=1, stride=2),
+  lambda a, x: x.max_pool2d(3, 2, 1),
+  lambda a, x: x.repeat(1, 2, 1, 1),
+], ids=["matmul", "cat", "gather", "strided", "cumsum", "einsum", "conv2d", "max_pool2d", "repeat"])
+def test_composites_fuse_into_one_kernel(build):
+  a = T(randf((4, 6)))
+  x = T(randf((1, 3, 6, 6)))
+  assert len(build(a, x).schedule()) == 1

@@ -302,3 +302,111 @@ def test_element_size_and_nbytes():
     t = Tensor.zeros(3, dtype=name)
     assert t.element_size() == PROPERTIES[name][0]
     assert t.nbytes() == 3 * PROPERTIES[name][0]
+
+
+# ----------------------------------------------------------------------------------------------
+# wide integers and precise constants
+# ----------------------------------------------------------------------------------------------
+
+def test_int64_large_values_arith():
+  a = np.array([2 ** 40, -(2 ** 40) - 3, 2 ** 62, 7], np.int64)
+  b = np.array([3, 5, -2, 2 ** 33], np.int64)
+  check(Tensor(a) + Tensor(b), a + b)
+  check(Tensor(a) * Tensor(np.array([2, 3, 1, 4], np.int64)), a * np.array([2, 3, 1, 4], np.int64))
+  check(Tensor(a) // Tensor(b), a // b)
+  check(Tensor(a) % Tensor(b), a % b)
+  check(Tensor(a) < Tensor(b), a < b)
+
+
+def test_int64_large_python_scalar():
+  a = np.array([1, -5, 2 ** 35], np.int64)
+  check(Tensor(a) + 2 ** 40, a + np.int64(2 ** 40))
+  check(Tensor(a) * 3_000_000_000, a * np.int64(3_000_000_000))
+  check(Tensor(a).maximum(2 ** 34), np.maximum(a, np.int64(2 ** 34)))
+
+
+def test_int64_shift_and_reduce():
+  a = np.array([1, 3, -1, 5], np.int64)
+  check(Tensor(a) << 40, a << 40)
+  big = np.array([2 ** 40, 2 ** 41, -(2 ** 42)], np.int64)
+  check(Tensor(big).sum(), np.array(big.sum(), np.int64))
+  check(Tensor(big).max(), np.array(big.max(), np.int64))
+  check(Tensor(big).min(), np.array(big.min(), np.int64))
+
+
+def test_uint32_large_values():
+  a = np.array([2 ** 31, 2 ** 32 - 1, 5, 3_000_000_000], np.uint32)
+  b = np.array([7, 2 ** 31 + 1, 2 ** 31, 3], np.uint32)
+  check(Tensor(a) > Tensor(b), a > b)
+  check(Tensor(a) // Tensor(b), a // b)
+  check(Tensor(a) % Tensor(b), a % b)
+  check(Tensor(a) >> 4, a >> np.uint32(4))
+  check(Tensor(a).maximum(Tensor(b)), np.maximum(a, b))
+  check(Tensor(a).max(), np.array(a.max(), np.uint32))
+  check(Tensor(a).min(), np.array(a.min(), np.uint32))
+  check(Tensor(a) & 0xFFFF0000, a & np.uint32(0xFFFF0000))
+  check(Tensor(a) + 4_000_000_000, a + np.uint32(4_000_000_000))
+
+
+def test_uint32_large_casts():
+  a = np.array([2 ** 31, 2 ** 32 - 256, 3_000_000_000, 1], np.uint32)
+  check(Tensor(a).cast("float32"), a.astype(np.float32), rtol=0, atol=0)
+  check(Tensor(a).cast("float64"), a.astype(np.float64), rtol=0, atol=0)
+  check(Tensor(a).cast("int64"), a.astype(np.int64))
+  f = np.array([3e9, 2147483648.0, 4294967040.0, 0.5], np.float32)
+  check(Tensor(f).cast("uint32"), f.astype(np.uint32))
+
+
+def test_int64_float_casts_large():
+  a = np.array([2 ** 40, -(2 ** 40), 2 ** 53, -(2 ** 62)], np.int64)
+  check(Tensor(a).cast("float64"), a.astype(np.float64), rtol=0, atol=0)
+  check(Tensor(a).cast("float32"), a.astype(np.float32), rtol=0, atol=0)
+  f = np.array([2.0 ** 40, -(2.0 ** 40) - 0.5, 2.0 ** 53, 1e18], np.float64)
+  check(Tensor(f).cast("int64"), f.astype(np.int64))
+
+
+def test_int32_overflow_wraps():
+  a = np.array([2 ** 31 - 1, -(2 ** 31), 65536], np.int32)
+  with np.errstate(over="ignore"):
+    check(Tensor(a) + 1, a + np.int32(1))
+    check(Tensor(a) * 65536, a * np.int32(65536))
+    check(Tensor(a) - 2, a - np.int32(2))
+
+
+def test_float64_keeps_precision_of_constants():
+  a = np.array([1.0, 1e-300, 123456789.123456789], np.float64)
+  check(Tensor(a) + 1e-10, a + 1e-10, rtol=1e-15, atol=0)
+  check(Tensor(a) * (1 / 3), a * (1 / 3), rtol=1e-15, atol=0)
+  check(Tensor.full((2,), 0.1, dtype="float64"), np.full((2,), 0.1), rtol=0, atol=0)
+  check(Tensor.arange(0, 1, 0.1, dtype="float64"), np.arange(0, 1, 0.1), rtol=1e-15, atol=1e-16)
+
+
+def test_float64_transcendentals_precise():
+  x = np.linspace(0.1, 20, 50)
+  check(Tensor(x).exp(), np.exp(x), rtol=1e-13, atol=0)
+  check(Tensor(x).log(), np.log(x), rtol=1e-13, atol=1e-15)
+  check(Tensor(x).sin(), np.sin(x), rtol=1e-12, atol=1e-13)
+  check(Tensor(x).sqrt(), np.sqrt(x), rtol=1e-15, atol=0)
+
+
+def test_bfloat16_arith_rounds_to_nearest():
+  a = Tensor([1.0, 1.0, 256.0], dtype="bfloat16")
+  b = Tensor([0.005859375, 0.001953125, 1.5], dtype="bfloat16")
+  expected = bf16_round(np.array([1.0, 1.0, 256.0], np.float32) + np.array([0.005859375, 0.001953125, 1.5], np.float32))
+  check(a + b, expected, rtol=0, atol=0, dtype="bfloat16")
+
+
+def test_float16_arith_rounds_to_nearest():
+  a = np.array([1.0, 2048.0, 0.1], np.float16)
+  b = np.array([0.000732421875, 3.0, 0.2], np.float16)
+  check(Tensor(a) + Tensor(b), (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16), rtol=0, atol=0)
+
+
+def test_uint8_and_int8_wrap():
+  u = np.array([0, 1, 250], np.uint8)
+  check(Tensor(u) - 1, u - np.uint8(1))
+  check(Tensor(u) + 10, u + np.uint8(10))
+  check(-Tensor(u), -u)
+  i = np.array([100, -100, 127], np.int8)
+  with np.errstate(over="ignore"):
+    check(Tensor(i) * 3, i * np.int8(3))

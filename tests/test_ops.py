@@ -1313,3 +1313,190 @@ def test_graph_reuse_shared_subexpression():
   e = np.exp(randf((5,), seed=1).astype(np.float64))
   check(x, (e + 1).astype(np.float32), rtol=1e-5)
   check(y, (e * 2).astype(np.float32), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# edge cases: NaN/inf semantics, masking, larger sizes, in-place hazards
+# ----------------------------------------------------------------------------------------------
+
+NAN = np.float32(np.nan)
+
+
+def test_nan_propagates_through_max_min_reductions():
+  x = np.array([[1.0, NAN, 3.0], [4.0, 5.0, 6.0]], np.float32)
+  check(Tensor(x).max(1), x.max(1))
+  check(Tensor(x).min(1), x.min(1))
+  check(Tensor(x).max(), np.array(np.nan, np.float32))
+
+
+def test_nan_propagates_through_maximum_minimum():
+  a = np.array([NAN, 1.0, NAN, 2.0], np.float32)
+  b = np.array([1.0, NAN, NAN, 3.0], np.float32)
+  check(Tensor(a).maximum(Tensor(b)), np.maximum(a, b))
+  check(Tensor(a).minimum(Tensor(b)), np.minimum(a, b))
+
+
+@pytest.mark.parametrize("op", list(COMPARISONS))
+def test_comparisons_with_nan(op):
+  bg_fn, np_fn = COMPARISONS[op]
+  a = np.array([NAN, 1.0, NAN, -np.inf], np.float32)
+  b = np.array([1.0, NAN, NAN, -np.inf], np.float32)
+  check(bg_fn(Tensor(a), Tensor(b)), np_fn(a, b))
+  check(bg_fn(Tensor(a), 1.0), np_fn(a, np.float32(1.0)))
+
+
+def test_argmax_with_nan_and_ints():
+  x = np.array([[1.0, NAN, 7.0], [3.0, 3.0, 2.0]], np.float32)
+  check(Tensor(x).argmax(1), np.argmax(x, 1).astype(np.int32))
+  i = np.array([[5, -2, 9, 9], [-1, -1, -3, 0]], np.int8)
+  check(Tensor(i).argmax(1), np.argmax(i, 1).astype(np.int32))
+  check(Tensor(i).argmin(), np.array(np.argmin(i), np.int32))
+  b = np.array([False, True, True])
+  check(Tensor(b).argmax(), np.array(1, np.int32))
+
+
+SATURATING = [
+  ("sigmoid", lambda t: t.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+  ("tanh", lambda t: t.tanh(), np.tanh),
+  ("softplus", lambda t: t.softplus(), lambda x: np.logaddexp(0, x)),
+  ("silu", lambda t: t.silu(), lambda x: x / (1 + np.exp(-x))),
+  ("gelu", lambda t: t.gelu(), lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2)))),
+  ("exp", lambda t: t.exp(), np.exp),
+  ("relu", lambda t: t.relu(), lambda x: np.maximum(x, 0)),
+]
+
+
+@pytest.mark.parametrize("fn,np_fn", [c[1:] for c in SATURATING], ids=[c[0] for c in SATURATING])
+def test_activation_extremes(fn, np_fn):
+  x = np.array([-1000.0, -100.0, -30.0, 30.0, 100.0, 1000.0, -np.inf, np.inf], np.float32)
+  with np.errstate(all="ignore"):
+    expected = np_fn(x.astype(np.float64)).astype(np.float32)
+  check(fn(Tensor(x)), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_with_masked_entries():
+  x = np.array([[0.0, -np.inf, 1.0], [-np.inf, 2.0, -np.inf]], np.float32)
+  check(Tensor(x).softmax(-1), _np_softmax(x.astype(np.float64), -1).astype(np.float32), rtol=1e-6, atol=1e-7)
+  ls = Tensor(x).log_softmax(-1).numpy()
+  assert ls[0, 1] == -np.inf and ls[1, 0] == -np.inf and ls[1, 1] == 0.0
+
+
+def test_logsumexp_with_inf():
+  x = np.array([[-np.inf, -np.inf], [0.0, -np.inf], [np.inf, 1.0]], np.float32)
+  out = Tensor(x).logsumexp(1).numpy()
+  assert out[0] == -np.inf and out[1] == 0.0 and out[2] == np.inf
+
+
+def test_log_exp_sqrt_special_values():
+  x = np.array([0.0, -1.0, np.inf, -np.inf], np.float32)
+  with np.errstate(all="ignore"):
+    check(Tensor(x).log(), np.log(x))
+    check(Tensor(x).sqrt(), np.sqrt(x))
+    check(Tensor(x).exp(), np.exp(x))
+
+
+def test_float_division_by_zero():
+  a = np.array([1.0, -1.0, 0.0, 2.0], np.float32)
+  b = np.array([0.0, 0.0, 0.0, -0.0], np.float32)
+  with np.errstate(all="ignore"):
+    check(Tensor(a) / Tensor(b), a / b)
+
+
+def test_float16_overflow_to_inf():
+  x = np.array([60000.0, -60000.0, 1.0], np.float16)
+  with np.errstate(over="ignore"):
+    check(Tensor(x) * 2, x * np.float16(2))
+
+
+def test_round_half_to_even():
+  x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6, 3.5], np.float32)
+  check(Tensor(x).round(), np.round(x))
+
+
+@pytest.mark.parametrize("n", [1000, 4097, 65537])
+def test_sum_larger_1d(n):
+  x = randf((n,), 0, 1, seed=30)
+  check(Tensor(x).sum(), np.float32(x.astype(np.float64).sum()), rtol=1e-4, atol=1e-4)
+
+
+def test_sum_float16_accumulates_precisely():
+  x = np.ones(4096, np.float16)
+  check(Tensor(x).sum(), np.array(4096, np.float16), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape,axis", [((300, 257), 0), ((300, 257), 1), ((7, 130, 33), (0, 2)), ((64, 64, 3), -1)],
+                         ids=["rows", "cols", "outer", "last3"])
+def test_reduce_larger_2d(shape, axis):
+  x = randf(shape, seed=31)
+  x64 = x.astype(np.float64)
+  check(Tensor(x).sum(axis), x64.sum(axis).astype(np.float32), rtol=1e-4, atol=1e-4)
+  check(Tensor(x).max(axis), x.max(axis))
+
+
+def test_elementwise_large_odd_size():
+  x = randf((1_000_003,), seed=32)
+  check(Tensor(x) * 2 + 1, (x.astype(np.float64) * 2 + 1).astype(np.float32))
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 96, 80), (33, 17, 65), (1, 256, 1), (128, 8, 128)])
+def test_matmul_larger_shapes(m, k, n):
+  a, b = randf((m, k), seed=1), randf((k, n), seed=2)
+  check(Tensor(a) @ Tensor(b), (a.astype(np.float64) @ b).astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_cumsum_longer():
+  x = randf((300,), seed=33)
+  check(Tensor(x).cumsum(0), np.cumsum(x.astype(np.float64)).astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_arange_many_float_steps():
+  check(Tensor.arange(0, 10, 0.1), np.arange(0, 10, 0.1).astype(np.float32), rtol=1e-6, atol=1e-6)
+  check(Tensor.arange(-3, 3, 0.5), np.arange(-3, 3, 0.5).astype(np.float32))
+
+
+def test_pad_int_and_bool_values():
+  a = np.arange(6, dtype=np.int32).reshape(2, 3)
+  check(Tensor(a).pad(((1, 0), (0, 2)), value=-7), np.pad(a, ((1, 0), (0, 2)), constant_values=-7))
+  b = np.array([True, False])
+  check(Tensor(b).pad(((1, 1),), value=True), np.pad(b, (1, 1), constant_values=True))
+
+
+def test_assign_reversed_self():
+  t = Tensor(np.arange(5, dtype=np.float32)).realize()
+  t.assign(t.flip(0)).realize()
+  check(t, np.arange(5, dtype=np.float32)[::-1])
+
+
+def test_setitem_overlapping_shift():
+  a = np.arange(6, dtype=np.int32)
+  t = Tensor(a.copy()).realize()
+  t[1:] = t[:-1]
+  a[1:] = a[:-1].copy()
+  check(t, a)
+
+
+def test_setitem_negative_step():
+  a = np.zeros(7, np.float32)
+  t = Tensor(a.copy()).realize()
+  v = np.arange(1, 4, dtype=np.float32)
+  t[::-3] = Tensor(v)
+  a[::-3] = v
+  check(t, a)
+
+
+def test_realized_tensor_used_after_setitem_in_expression():
+  t = Tensor(np.ones((2, 3), np.float32)).realize()
+  u = (t * 2).realize()
+  t[0] = 5.0
+  check(u, np.full((2, 3), 2.0, np.float32))
+  check(t.sum(1), np.array([15.0, 3.0], np.float32))
+
+
+def test_one_hot_int64_input():
+  idx = np.array([3, 0, 2], np.int64)
+  t = Tensor(idx).one_hot(4)
+  check(t, np.eye(4, dtype=np.int64)[idx].astype(t.dtype.name))
+
+
+def test_zero_d_broadcast_to_zero_size():
+  check(Tensor(2.0) + Tensor(np.zeros((0, 2), np.float32)), np.zeros((0, 2), np.float32))

@@ -48,6 +48,29 @@ def bench_eager(results: dict):
   results[f"{dev.name.lower()}.eager_tiny_kernel.us"] = _median_time(run, 500, warmup=20) * 1e6
 
 
+def bench_jit(results: dict):
+  from baregrad.tensor import Tensor
+  from baregrad.tensor.jit import jit
+  from baregrad.hcq.device import Device
+
+  @jit
+  def chain(x):
+    for _ in range(100): x = (x * 1.0001 + 0.5).contiguous()
+    return x
+  x = Tensor(np.ones(16, np.float32))
+  dev = Device.get(x.device)
+  for _ in range(3): chain(x); dev.synchronize()
+  def replay(): chain(x); dev.synchronize()
+  name = dev.name.lower()
+  results[f"{name}.jit_replay_tiny_kernel.us"] = _median_time(replay, 200, warmup=10) * 1e6 / 100
+  submit = []
+  for _ in range(200):
+    dev.synchronize()
+    t = time.perf_counter(); chain(x); submit.append(time.perf_counter() - t)
+  dev.synchronize()
+  results[f"{name}.jit_submit_100.us"] = float(np.median(submit)) * 1e6
+
+
 MLP_CHILD = r"""
 import time, numpy as np
 rng = np.random.default_rng(0)
@@ -74,7 +97,7 @@ def bench_mlp_first_run(results: dict):
   results[f"{Device.default().lower()}.mlp_first_run.s"] = float(out.stdout.strip().splitlines()[-1])
 
 
-BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run}
+BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit}
 
 
 def main(argv=None):

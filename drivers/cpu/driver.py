@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 import cffi
 from . import cc, elf
-from .processor import CommandProcessor, Op, packet, ProcessorFault
+import numpy as np
+from .processor import CommandProcessor, Op, header, ProcessorFault
 
 _ffi = cffi.FFI()
 KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv",)    # integer overflow wraps, as on every GPU and in numpy
@@ -43,21 +44,36 @@ class CPUDriver:
     return image.symbol(name), image
 
   # ---- queues ----
-  def encode(self, cmds: list[tuple], var_vals: dict, resolve) -> list[int]:
-    words: list[int] = []
+  def encode(self, cmds: list[tuple]) -> list:
+    """Queue commands -> packet words; symbolic values (hcq Slots) stay in place for the caller to resolve."""
+    words: list = []
     for cmd in cmds:
       kind = cmd[0]
-      if kind == "exec": words += packet(Op.EXEC, cmd[1].entry, resolve(cmd[2], var_vals))
-      elif kind == "copy": words += packet(Op.COPY, *(resolve(v, var_vals) for v in cmd[1:4]))
-      elif kind == "signal": words += packet(Op.SIGNAL, cmd[1].addr, resolve(cmd[2], var_vals))
-      elif kind == "wait": words += packet(Op.WAIT, cmd[1].addr, resolve(cmd[2], var_vals))
-      elif kind == "timestamp": words += packet(Op.TIMESTAMP, cmd[1].timestamp_addr)
-      elif kind == "barrier": words += packet(Op.BARRIER)
+      if kind == "exec": ops = (Op.EXEC, cmd[1].entry, cmd[2])
+      elif kind == "copy": ops = (Op.COPY, cmd[1], cmd[2], cmd[3])
+      elif kind == "signal": ops = (Op.SIGNAL, cmd[1].addr, cmd[2])
+      elif kind == "wait": ops = (Op.WAIT, cmd[1].addr, cmd[2])
+      elif kind == "timestamp": ops = (Op.TIMESTAMP, cmd[1].timestamp_addr)
+      elif kind == "barrier": ops = (Op.BARRIER,)
       else: raise ValueError(f"CPU queue: unknown command {kind!r}")
+      words.append(header(ops[0], len(ops)))
+      words.extend(ops[1:])
     return words
 
   def submit(self, kind: str, words: list[int]):
     self.processor.write(words)
+
+  # ---- bound queues (JIT replay): packets live in memory, the ring gets one INDIRECT packet ----
+  def bind(self, kind: str, words: list[int]):
+    mem = self.alloc(8 * len(words))
+    view = np.frombuffer(self.view(mem.addr, 8 * len(words)), dtype=np.uint64)
+    view[:] = np.array(words, dtype=np.uint64)
+    return (mem, view)
+
+  def submit_bound(self, kind: str, bound, nwords: int, patch: list[tuple[int, int]]):
+    mem, view = bound
+    for i, v in patch: view[i] = v
+    self.processor.write([header(Op.INDIRECT, 3), mem.addr, nwords])
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
     return self.processor.wait_value(addr, value, timeout)

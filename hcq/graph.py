@@ -1,0 +1,95 @@
+"""GraphExecutor: a captured list of ExecItems turned into prebuilt, bound queues.
+
+Built once: intermediates get offsets in one arena (TLSF plan over their lifetimes), every kernel's arguments
+are written into kernarg memory the graph owns, and the commands are bound into device memory. A replay
+patches only the kernarg words of inputs, outputs and variables, and the queue's slot words (timeline value,
+copy addresses), then submits one indirect command. Device specific: only the queue encoding (the driver)."""
+from __future__ import annotations
+import os
+import numpy as np
+from .buffer import Buffer
+from .device import Device
+from .queue import HWQueue, Slot
+from .tlsf import plan_arena
+
+DEBUG = int(os.environ.get("DEBUG", "0"))
+
+
+class RAW_BYTES:
+  """Element type of untyped memory (the arena)."""
+  name, itemsize = "bytes", 1
+
+
+class GraphExecutor:
+  def __init__(self, items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int):
+    devices = {b.device for it in items for b in it.bufs}
+    if len(devices) != 1: raise NotImplementedError(f"a captured graph must use one device, got {sorted(devices)}")
+    self.dev = Device.get(devices.pop())
+    self.items = items
+    role: dict[Buffer, tuple] = {}
+    for i, b in enumerate(inputs): role.setdefault(b, ("in", i))
+    for j, b in enumerate(outputs): role.setdefault(b, ("out", j))
+    # intermediates: made during the capture and first written by a captured item
+    first, last, written_first = {}, {}, {}
+    for k, it in enumerate(items):
+      for n, b in enumerate(it.bufs):
+        if b in role: continue
+        first.setdefault(b, k); last[b] = k
+        written_first.setdefault(b, n == 0)
+    inter = [b for b in first if written_first[b] and b.serial > capture_serial and b.base is None]
+    offsets, arena_size = plan_arena([(first[b], last[b], b.nbytes) for b in inter])
+    self.arena = Buffer(self.dev.name, max(arena_size, 1), RAW_BYTES).ensure_allocated() if inter else None
+    self.arena_bytes, self.unplanned_bytes = arena_size, sum(b.nbytes for b in inter)
+    for b, off in zip(inter, offsets): role[b] = ("arena", off)
+    if DEBUG >= 2:
+      print(f"jit graph: {len(items)} items, arena {arena_size} bytes for {len(inter)} intermediates "
+            f"({self.unplanned_bytes} bytes unplanned, {100 * (1 - arena_size / max(self.unplanned_bytes, 1)):.0f}% saved)")
+    self.out_specs = [(b.size, b.dtype) if role[b][0] == "out" else role[b] for b in outputs]
+    self.out_fixed = {j: b for j, b in enumerate(outputs) if role[b][0] not in ("out",) and role[b][0] != "in"}
+    self.out_from_input = {j: role[b][1] for j, b in enumerate(outputs) if role[b][0] == "in"}
+
+    def addr(b: Buffer):
+      r = role.get(b)
+      if r is None: return b.ensure_allocated().addr           # weights and other buffers from before the capture
+      if r[0] == "arena": return self.arena.addr + r[1]
+      return Slot(f"{r[0]}{r[1]}")
+    # kernel arguments: one region for the whole graph
+    arg_lists = []
+    for it in items:
+      if it.program is None: arg_lists.append(None); continue
+      arg_lists.append([addr(b) for b in it.bufs] + [Slot(f"var:{v}") for v in it.program.variables])
+    nwords = sum(len(a) for a in arg_lists if a is not None)
+    self.kernargs = self.dev.driver.alloc(8 * max(nwords, 1))
+    self.kv = np.frombuffer(self.dev.driver.view(self.kernargs.addr, 8 * max(nwords, 1)), dtype=np.uint64)
+    self.patch_pos, self.patch_slots = [], []
+    q, pos = HWQueue("compute"), 0
+    for it, args in zip(items, arg_lists):
+      if args is None:
+        dst, src = it.bufs
+        q.copy(addr(dst), addr(src), dst.nbytes)
+        continue
+      for w in args:
+        if isinstance(w, Slot): self.patch_pos.append(pos); self.patch_slots.append(w.name)
+        else: self.kv[pos] = w
+        pos += 1
+      q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), it.meta.get("global_size", (1, 1, 1)))
+    q.signal(self.dev.timeline, Slot("__timeline"))
+    self.queue = q.bind(self.dev)
+    self.patch_pos = np.array(self.patch_pos, dtype=np.int64)
+    self.last_value = 0
+
+  def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
+    dev = self.dev
+    if self.last_value: dev.timeline.wait(self.last_value)   # the previous replay still reads the kernargs/arena
+    outs = []
+    for j, spec in enumerate(self.out_specs):
+      if j in self.out_from_input: outs.append(inputs[self.out_from_input[j]])
+      elif j in self.out_fixed: outs.append(self.out_fixed[j])
+      else: outs.append(Buffer(dev.name, spec[0], spec[1]).ensure_allocated())
+    vals = {f"in{i}": b.addr for i, b in enumerate(inputs)}
+    vals.update((f"out{j}", b.addr) for j, b in enumerate(outs))
+    vals.update((f"var:{k}", v) for k, v in var_vals.items())
+    if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
+    vals["__timeline"] = self.last_value = dev.next_timeline()
+    self.queue.submit(dev, vals)
+    return outs

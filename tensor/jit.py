@@ -1,0 +1,130 @@
+"""jit: capture a function's kernels once, then replay them on prebuilt, bound command queues.
+
+    @jit
+    def step(x, w): return (x @ w).relu()
+
+Call 1 runs normally (and compiles). Call 2 runs normally too, capturing the ExecItems it produces into a
+GraphExecutor. Later calls realize the Tensor arguments, patch their addresses (and fresh output buffers,
+and the values of bound Variables) into the prebuilt queues and submit them: no scheduling, no compiling.
+Tensor arguments must keep the shape, dtype and device of the captured call; other arguments must not
+change (both raise a clear error). Random numbers drawn inside the function repeat on every replay."""
+from __future__ import annotations
+import functools
+from baregrad.compiler.uop import UOp, Ops
+from baregrad.hcq import runtime
+from baregrad.hcq.buffer import Buffer
+from baregrad.hcq.graph import GraphExecutor
+from .tensor import Tensor, Variable, BoundVariable
+
+
+class JitError(ValueError):
+  pass
+
+
+class jit:
+  def __init__(self, fn):
+    self.fn = fn
+    self.calls = 0
+    self.graph: GraphExecutor | None = None
+    self.signature = None
+    self.out_meta = None
+    functools.update_wrapper(self, fn)
+
+  def reset(self):
+    self.calls, self.graph, self.signature, self.out_meta = 0, None, None, None
+
+  def _split(self, args, kwargs):
+    tensors, var_vals, static = [], {}, []
+    for k, a in list(enumerate(args)) + sorted(kwargs.items()):
+      if isinstance(a, Tensor): tensors.append(a); static.append((k, "tensor"))
+      elif isinstance(a, BoundVariable): var_vals[a.var.name] = a.value; static.append((k, "var", a.var.name))
+      else: static.append((k, "value", _freeze(a)))
+    return tensors, var_vals, tuple(static)
+
+  def _check(self, tensors, static):
+    sig = tuple((t.shape, t.dtype, t.device) for t in tensors)
+    if self.signature is None:
+      self.signature = (sig, static)
+      return
+    want_sig, want_static = self.signature
+    if len(static) != len(want_static):
+      raise JitError(f"jitted {self.fn.__name__}: called with {len(static)} arguments, captured with {len(want_static)}")
+    for (a, b) in zip(static, want_static):
+      if a != b:
+        raise JitError(f"jitted {self.fn.__name__}: argument {a[0]!r} changed from {b[1:]!r} to {a[1:]!r}; non-tensor "
+                       f"arguments are baked into the captured kernels (call .reset() to capture again)")
+    for i, (got, want) in enumerate(zip(sig, want_sig)):
+      if got != want:
+        what = "shape" if got[0] != want[0] else "dtype" if got[1] != want[1] else "device"
+        raise JitError(f"jitted {self.fn.__name__}: tensor argument {i} has {what} {got[['shape', 'dtype', 'device'].index(what)]}"
+                       f", captured with {want[['shape', 'dtype', 'device'].index(what)]}; call .reset() to capture again")
+
+  def __call__(self, *args, **kwargs):
+    tensors, var_vals, static = self._split(args, kwargs)
+    if tensors: Tensor.realize(*tensors)
+    self._check(tensors, static)
+    if self.calls == 0:
+      self.calls = 1
+      return _realize_outputs(self.fn(*args, **kwargs))
+    if self.calls == 1:
+      serial = Buffer.serial
+      runtime.capturing = captured = []
+      try:
+        out = _realize_outputs(self.fn(*args, **kwargs))
+      finally:
+        runtime.capturing = None
+      outs = _flatten(out)
+      if not captured: raise JitError(f"jitted {self.fn.__name__} ran no kernels: nothing to capture")
+      in_bufs = [t._buffer() for t in tensors]
+      self.graph = GraphExecutor(captured, in_bufs, [t._buffer() for t in outs], serial)
+      self.out_meta = (_structure(out), [(t.shape, t.dtype) for t in outs])
+      self.calls = 2
+      return out
+    bufs = self.graph.replay([t._buffer() for t in tensors], var_vals)
+    structure, metas = self.out_meta
+    outs = [_tensor_from(b, shape) for b, (shape, _) in zip(bufs, metas)]
+    return _unflatten(structure, outs)
+
+
+def _freeze(a):
+  if isinstance(a, (list, tuple)): return tuple(_freeze(x) for x in a)
+  if isinstance(a, dict): return tuple(sorted((k, _freeze(v)) for k, v in a.items()))
+  try:
+    hash(a); return a
+  except TypeError: return repr(a)
+
+
+def _realize_outputs(out):
+  ts = _flatten(out)
+  if ts: Tensor.realize(*ts)
+  return out
+
+
+def _flatten(out) -> list[Tensor]:
+  if isinstance(out, Tensor): return [out]
+  if isinstance(out, (tuple, list)): return [t for o in out for t in _flatten(o)]
+  if out is None: return []
+  raise JitError(f"a jitted function must return Tensors (or tuples/lists of them), got {type(out).__name__}")
+
+
+def _structure(out):
+  if isinstance(out, Tensor): return "T"
+  if isinstance(out, (tuple, list)): return (type(out), [_structure(o) for o in out])
+  return None
+
+
+def _unflatten(structure, outs: list):
+  it = iter(outs)
+  def build(s):
+    if s == "T": return next(it)
+    if s is None: return None
+    return s[0](build(x) for x in s[1])
+  return build(structure)
+
+
+def _tensor_from(buf: Buffer, shape) -> Tensor:
+  u = UOp(Ops.BUFFER, buf.dtype, (), buf)
+  return Tensor(u if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (u,), shape))
+
+
+__all__ = ["jit", "JitError", "Variable"]
