@@ -174,7 +174,7 @@ class KernelBuilder:
     if op is Ops.BIND: return n.src[0]
     if op in ELEMENTWISE:
       return UOp(op, n.dtype, tuple(self.lower(s, idx, valid) for s in n.src), n.arg)
-    if op is Ops.CONTIGUOUS: return self.lower(n.src[0], idx, valid)
+    if op is Ops.CONTIGUOUS or op is Ops.DETACH: return self.lower(n.src[0], idx, valid)
     src_shape = n.src[0].shape if n.src else ()
     if op is Ops.RESHAPE: return self.lower(n.src[0], self.reshape_index(idx, n.shape, src_shape), valid)
     if op is Ops.PERMUTE:

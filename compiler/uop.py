@@ -30,6 +30,7 @@ class Ops(Enum):
   WHERE = auto()
   # materialization and ordering
   CONTIGUOUS = auto()   # force a buffer here
+  DETACH = auto()       # the same value, but gradients stop here
   COPY = auto()         # to another device (arg: device name)
   ASSIGN = auto()       # write src[1] into the buffer of src[0]
   SINK = auto()

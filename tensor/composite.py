@@ -75,6 +75,12 @@ class ComposedOps:
   def _scalar(self, value, dtype):
     return type(self).full((), value, dtype=dtype, device=self.device)
 
+  def _acc_sum(self, axis=None, keepdim=False):
+    """sum that accumulates 16-bit floats in float32 (like torch) and returns the input dtype."""
+    if self.dtype in (dtypes.float16, dtypes.bfloat16):
+      return self.cast(dtypes.float32).sum(axis, keepdim=keepdim).cast(self.dtype)
+    return self.sum(axis, keepdim=keepdim)
+
   def _float(self):
     """self if it is a float tensor, else cast to float32 (the torch rule for exp/log/mean...)."""
     return self if self.dtype.is_float else self.cast(dtypes.float32)
@@ -345,6 +351,9 @@ class ComposedOps:
     return out.permute(*order) if order != list(range(out.ndim)) else out
 
   def __setitem__(self, index, value):
+    if isinstance(index, ComposedOps) and index.dtype.is_bool:
+      self.assign(self._masked_fill(index, value))
+      return
     entries = self._parse_index(index)
     if isinstance(value, ComposedOps): v = value.cast(self.dtype) if value.dtype != self.dtype else value
     elif _is_scalar(value): v = self._scalar(value, self.dtype)
@@ -352,6 +361,18 @@ class ComposedOps:
     if any(kind == "tensor" for kind, _, _ in entries): new = self._scatter_gathered(index, v)
     else: new = self._scatter_basic(entries, v)
     if new is not None: self.assign(new)
+
+  def _masked_fill(self, mask, value):
+    """x[mask] = value for a boolean mask over the leading dims and a scalar (or one-element) value."""
+    if tuple(mask.shape) != tuple(self.shape[:mask.ndim]):
+      raise IndexError(f"setitem: boolean mask of shape {tuple(mask.shape)} does not match tensor of shape {self.shape}")
+    if isinstance(value, ComposedOps):
+      if value.numel() != 1:
+        raise ValueError(f"setitem: a boolean mask needs a scalar value, got a tensor of shape {tuple(value.shape)}")
+      value = value.reshape(*([1] * self.ndim)).cast(self.dtype)
+    elif not _is_scalar(value): raise TypeError(f"setitem: a boolean mask needs a scalar value, got {type(value).__name__}")
+    else: value = self._scalar(value, self.dtype)
+    return mask.reshape(*mask.shape, *([1] * (self.ndim - mask.ndim))).where(value, self)
 
   def _broadcast_value(self, v, shape, index_desc):
     try: ok = tuple(type(self)._broadcast_shape(tuple(v.shape), tuple(shape))) == tuple(shape)
@@ -517,13 +538,13 @@ class ComposedOps:
   def mean(self, axis=None, keepdim=False):
     x = self._float()
     count = _prod(self.shape[a] for a in self._axes(axis, "mean"))
-    return x.sum(axis, keepdim=keepdim) / count
+    return x._acc_sum(axis, keepdim=keepdim) / count
 
   def var(self, axis=None, keepdim=False, correction=1):
     x = self._float()
     count = _prod(self.shape[a] for a in self._axes(axis, "var"))
     d = x - x.mean(axis, keepdim=True)
-    return (d * d).sum(axis, keepdim=keepdim) / max(0, count - correction)
+    return (d * d)._acc_sum(axis, keepdim=keepdim) / max(0, count - correction)
 
   def std(self, axis=None, keepdim=False, correction=1):
     return self.var(axis, keepdim=keepdim, correction=correction).sqrt()
@@ -564,7 +585,7 @@ class ComposedOps:
     x = x.permute(*order)
     ar = type(self).arange(n, dtype=dtypes.int32, device=self.device)
     tri = ar.reshape(n, 1) >= ar.reshape(1, n)
-    y = tri.where(x.reshape(*x.shape[:-1], 1, n), 0).sum(-1)
+    y = tri.where(x.reshape(*x.shape[:-1], 1, n), 0)._acc_sum(-1)
     inverse = [order.index(i) for i in range(self.ndim)]
     return y.permute(*inverse)
 
@@ -573,7 +594,7 @@ class ComposedOps:
     self._axes(axis, "logsumexp")
     m = x.max(axis, keepdim=True)
     m = (m.abs() == math.inf).where(0, m)
-    out = (x - m).exp().sum(axis, keepdim=True).log() + m
+    out = (x - m).exp()._acc_sum(axis, keepdim=True).log() + m
     if keepdim: return out
     return out.squeeze(self._axes(axis, "logsumexp")) if self.ndim else out
 
@@ -595,7 +616,7 @@ class ComposedOps:
     n, m = a2.shape[-2], b2.shape[-1]
     x = a2.reshape(*a2.shape[:-1], 1, k)
     y = b2.transpose(-1, -2).reshape(*b2.shape[:-2], 1, m, k)
-    out = (x * y).sum(-1)
+    out = (x * y)._acc_sum(-1)
     out_shape = list(batch) + ([n] if a.ndim > 1 else []) + ([m] if b.ndim > 1 else [])
     return out.reshape(*out_shape)
 
@@ -664,7 +685,7 @@ class ComposedOps:
       x = x.permute(*[t.index(c) for c in present]) if present != t else x
       x = x.reshape(*[x.shape[present.index(c)] if c in present else 1 for c in letters])
       result = x if result is None else result * x
-    if contracted: result = result.sum(tuple(range(len(out), len(letters))))
+    if contracted: result = result._acc_sum(tuple(range(len(out), len(letters))))
     return result.expand(*[sizes[c] for c in out]) if result.ndim else result
 
   # ---------------------------------------------------------------- nn
@@ -674,7 +695,7 @@ class ComposedOps:
     ax = _norm_dim(axis, self.ndim, "softmax", self.shape)
     if self.ndim == 0: return x.ones_like()
     e = (x - x.max(ax, keepdim=True)).exp()
-    return e / e.sum(ax, keepdim=True)
+    return e / e._acc_sum(ax, keepdim=True)
 
   def log_softmax(self, axis=-1):
     x = self._float()
@@ -773,7 +794,7 @@ class ComposedOps:
     win = x._pool((kh, kw), (sh, sw), (dh, dw))                       # (N, C, OH, OW, kh, kw)
     win = win.reshape(n, groups, 1, cg, oh, ow, kh, kw)
     wt = weight.reshape(1, groups, cout // groups, cg, 1, 1, kh, kw)
-    out = (win * wt).sum((3, 6, 7)).reshape(n, cout, oh, ow)
+    out = (win * wt)._acc_sum((3, 6, 7)).reshape(n, cout, oh, ow)
     return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
 
   def _pool2d_args(self, op, kernel_size, stride, padding, dilation):

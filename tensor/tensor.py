@@ -59,11 +59,16 @@ class BoundVariable:
 
 class Tensor(ComposedOps):
   """A lazy n-dimensional array on a device."""
-  __slots__ = ("uop", "requires_grad", "grad")
+  __slots__ = ("uop", "_requires_grad", "grad")
   _seed: list = [0, 0]   # [seed, counter]
+  _no_grad_depth = 0
 
   def __init__(self, data, dtype=None, device: str | None = None, requires_grad: bool | None = None):
-    self.requires_grad, self.grad = requires_grad, None
+    self._requires_grad, self.grad = False, None
+    self._init(data, dtype, device)
+    if requires_grad: self.requires_grad = True
+
+  def _init(self, data, dtype, device):
     dtype = None if dtype is None else to_dtype(dtype)
     if isinstance(data, UOp):
       self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
@@ -447,12 +452,13 @@ class Tensor(ComposedOps):
     out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-  def sum(self, axis=None, keepdim=False, dtype=None):
+  def _accumulate(self, op: Ops, axis, keepdim, dtype):
     x = self.cast(dtype) if dtype is not None else (self.cast(dtypes.int32) if self.dtype.is_bool else self)
-    return x._reduce(Ops.ADD, axis, keepdim)
-  def prod(self, axis=None, keepdim=False, dtype=None):
-    x = self.cast(dtype) if dtype is not None else (self.cast(dtypes.int32) if self.dtype.is_bool else self)
-    return x._reduce(Ops.MUL, axis, keepdim)
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):   # 16-bit floats accumulate in float32
+      return x.cast(dtypes.float32)._reduce(op, axis, keepdim).cast(x.dtype)
+    return x._reduce(op, axis, keepdim)
+  def sum(self, axis=None, keepdim=False, dtype=None): return self._accumulate(Ops.ADD, axis, keepdim, dtype)
+  def prod(self, axis=None, keepdim=False, dtype=None): return self._accumulate(Ops.MUL, axis, keepdim, dtype)
   def max(self, axis=None, keepdim=False):
     return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False):
@@ -464,7 +470,56 @@ class Tensor(ComposedOps):
 
   # ---------------- realization ----------------
   def contiguous(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def detach(self) -> Tensor: return Tensor(self.uop)
+  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+  # ---------------- autograd ----------------
+  @property
+  def requires_grad(self) -> bool: return self._requires_grad
+  @requires_grad.setter
+  def requires_grad(self, value: bool):
+    if value and Tensor._no_grad_depth: value = False
+    if value and not self.dtype.is_float:
+      raise TypeError(f"only float tensors can require gradients, got {self.dtype.name}")
+    self._requires_grad = bool(value)
+    if value: _grad_tensors.add(self)
+    else: _grad_tensors.discard(self)
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d self / d t into t.grad for every tensor t with requires_grad that self depends on."""
+    from .autograd import gradients
+    if Tensor._no_grad_depth: raise RuntimeError("backward() inside Tensor.no_grad()")
+    if gradient is None:
+      if self.numel() != 1:
+        raise ValueError(f"backward() without a gradient needs a one-element tensor, got shape {_fmt(self.shape)}")
+      gradient = Tensor.ones(*self.shape, dtype=self.dtype, device=self.device)
+    elif gradient.shape != self.shape:
+      raise ValueError(f"backward: gradient shape {_fmt(gradient.shape)} differs from tensor shape {_fmt(self.shape)}")
+    nodes = self.uop.toposort()
+    by_uop: dict[UOp, list] = {}
+    for t in list(_grad_tensors): by_uop.setdefault(t.uop, []).append(t)
+    targets: dict[UOp, list] = {}
+    for n in nodes:
+      for cand in (n, realized.get(n)):
+        for t in by_uop.get(cand, ()): targets.setdefault(n, []).append(t)
+    if not targets: raise RuntimeError("backward: no tensor with requires_grad=True contributes to this value")
+    grads = gradients(self.uop, list(targets), gradient)
+    for n, g in grads.items():
+      for t in targets[n]:
+        g_t = g if g.shape == t.shape else g.reshape(t.shape)
+        t.grad = g_t if t.grad is None else t.grad + g_t
+    return self
+
+  class no_grad:
+    """Context manager (and decorator) for code that must not track gradients: new tensors get no
+    requires_grad, and backward() raises inside it."""
+    def __enter__(self): Tensor._no_grad_depth += 1
+    def __exit__(self, *exc): Tensor._no_grad_depth -= 1
+    def __call__(self, fn):
+      import functools
+      @functools.wraps(fn)
+      def wrapper(*a, **k):
+        with Tensor.no_grad(): return fn(*a, **k)
+      return wrapper
 
   def schedule(self, *others: Tensor) -> list:
     """The ExecItems (kernels and copies) that realizing these tensors would run, without running them."""
@@ -540,6 +595,7 @@ class Tensor(ComposedOps):
 
 # ---------------- helpers ----------------
 _pending_assigns: list = []
+_grad_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")

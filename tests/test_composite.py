@@ -819,3 +819,26 @@ def test_composites_fuse_into_one_kernel(build):
   a = T(randf((4, 6)))
   x = T(randf((1, 3, 6, 6)))
   assert len(build(a, x).schedule()) == 1
+
+
+def test_half_reductions_accumulate_in_float32():
+  ones = np.ones(5000, np.float16)
+  check(T(ones).mean(), np.float16(1.0))
+  check(T(ones).cumsum()[-1], np.float16(5000))
+  check(T(ones[None]) @ T(ones[:, None]), np.array([[5000]], np.float16))
+
+
+def test_setitem_bool_mask():
+  a = X.copy()
+  t = T(a.copy())
+  t[t < 0] = 0.0
+  a[a < 0] = 0.0
+  check(t, a)
+  rows = np.array([True, False, True])
+  t[T(rows)] = T(np.float32(-1))
+  a[rows] = -1
+  check(t, a)
+  with pytest.raises(IndexError):
+    t[T(np.array([True, False]))] = 1.0
+  with pytest.raises(ValueError):
+    t[T(rows)] = T(np.ones(5, np.float32))

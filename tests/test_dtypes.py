@@ -410,3 +410,10 @@ def test_uint8_and_int8_wrap():
   i = np.array([100, -100, 127], np.int8)
   with np.errstate(over="ignore"):
     check(Tensor(i) * 3, i * np.int8(3))
+
+
+@pytest.mark.parametrize("scalar,name", [(np.int64(3), "int64"), (np.float64(1.5), "float64"), (np.float16(1.5), "float16"),
+                                         (np.uint8(200), "uint8"), (np.int8(-3), "int8"), (np.bool_(True), "bool")],
+                         ids=["int64", "float64", "float16", "uint8", "int8", "bool"])
+def test_numpy_scalar_keeps_dtype(scalar, name):
+  check(Tensor(scalar), np.array(scalar))

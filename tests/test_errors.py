@@ -182,3 +182,35 @@ def test_assign_shape_mismatch():
 def test_ragged_list():
   with pytest.raises((ValueError, TypeError)):
     Tensor([[1, 2], [3]])
+
+
+def test_sum_duplicate_axis():
+  with pytest.raises(ValueError):
+    Tensor.zeros(2, 3).sum((0, 0))
+
+
+def test_flip_duplicate_axis():
+  with pytest.raises(ValueError):
+    Tensor.zeros(2, 3).flip(1, 1)
+
+
+def test_rand_int_dtype_rejected():
+  with pytest.raises((TypeError, ValueError)) as excinfo:
+    Tensor.rand(3, dtype="int32")
+  assert "int32" in str(excinfo.value)
+
+
+def test_python_int_out_of_int32_range_not_silently_wrapped():
+  try:
+    t = Tensor(2 ** 40)
+  except (OverflowError, ValueError, TypeError):
+    return
+  assert t.item() == 2 ** 40, f"Tensor(2**40) silently became {t.item()} ({t.dtype})"
+
+
+def test_weak_int_scalar_out_of_range_not_silently_wrapped():
+  try:
+    t = Tensor([1, 2]) + 2 ** 40
+  except (OverflowError, ValueError, TypeError):
+    return
+  assert t.tolist() == [1 + 2 ** 40, 2 + 2 ** 40], f"int32 + 2**40 silently gave {t.tolist()} ({t.dtype})"

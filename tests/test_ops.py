@@ -1500,3 +1500,53 @@ def test_one_hot_int64_input():
 
 def test_zero_d_broadcast_to_zero_size():
   check(Tensor(2.0) + Tensor(np.zeros((0, 2), np.float32)), np.zeros((0, 2), np.float32))
+
+
+def test_sum_bfloat16_accumulates_precisely():
+  check(Tensor.ones(4096, dtype="bfloat16").sum(), np.array(4096, np.float32), rtol=0, atol=0, dtype="bfloat16")
+  x = np.full((2, 4096), 0.1, np.float16)
+  check(Tensor(x).sum(1), np.full((2,), 409.6, np.float32).astype(np.float16), rtol=2e-3, atol=0)
+
+
+def test_cos_large_arguments_as_precise_as_sin():
+  x = np.array([1e3, -1e3, 1e4, -1e4, 12345.678, 3e4], np.float32)
+  x64 = x.astype(np.float64)
+  check(Tensor(x).sin(), np.sin(x64).astype(np.float32), rtol=0, atol=1e-5)
+  check(Tensor(x).cos(), np.cos(x64).astype(np.float32), rtol=0, atol=1e-5)
+
+
+def test_float_mod_large_quotient_stays_in_range():
+  a = np.array([1e10, -1e10, 1e7 + 1, 123456.0], np.float32)
+  b = np.array([3.0, 3.0, 7.0, 0.3], np.float32)
+  out = check(Tensor(a) % Tensor(b), np.mod(a, b), rtol=1e-5, atol=1e-5)
+  assert ((out >= 0) & (out < b)).all()
+
+
+def test_float_floordiv_inexact_matches_python():
+  a = np.array([7.0, -7.0, 1.0, 0.3], np.float32)
+  b = np.array([0.1, 0.1, 0.1, 0.1], np.float32)
+  check(Tensor(a) // Tensor(b), np.floor_divide(a, b))
+
+
+@pytest.mark.parametrize("fn", ["exp", "log", "sigmoid", "tanh"])
+def test_float16_transcendentals_within_two_ulp(fn):
+  x = np.linspace(-10, 10, 41).astype(np.float16)
+  if fn == "log":
+    x = np.abs(x) + np.float16(0.25)
+  ref = {"exp": np.exp, "log": np.log, "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh}[fn](x.astype(np.float64))
+  ref16 = ref.astype(np.float16)
+  out = getattr(Tensor(x), fn)().numpy()
+  assert out.dtype == np.float16
+  ulp = np.spacing(np.abs(ref16)).astype(np.float64)
+  err = np.abs(out.astype(np.float64) - ref16.astype(np.float64)) / ulp
+  assert err.max() <= 2, f"{fn} float16 error {err.max()} ulp at x={x[err.argmax()]}"
+
+
+FUZZ_SEEDS = list(range(40))
+
+
+@pytest.mark.parametrize("seed", FUZZ_SEEDS)
+def test_random_view_programs(seed):
+  from helpers_fuzz import random_program
+  t, a = random_program(1000 + seed, steps=7)
+  check(t, a.astype(np.float32), rtol=1e-4, atol=1e-4)

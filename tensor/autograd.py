@@ -1,0 +1,82 @@
+"""Reverse-mode gradients on the UOp graph: each op's rule turns the gradient of its output into gradients
+of its sources, as more lazy Tensor ops (so the backward pass fuses and schedules like anything else)."""
+from __future__ import annotations
+import math
+from baregrad.compiler.uop import UOp, Ops
+from baregrad.compiler.dtype import dtypes
+
+LN2 = math.log(2.0)
+
+
+def _sum_to(g, shape):
+  """Undo a broadcast: sum the expanded axes back down to `shape` (same rank)."""
+  axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if a != b)
+  return g.sum(axis=axes, keepdim=True) if axes else g
+
+
+def op_gradients(node: UOp, out, g):
+  """Gradients (as Tensors, or None) for each source of `node`, given g = d loss / d node."""
+  from .tensor import Tensor
+  src = [Tensor(s) for s in node.src]
+  op = node.op
+  if op is Ops.ADD: return (g, g)
+  if op is Ops.MUL: return (g * src[1], g * src[0])
+  if op is Ops.NEG: return (-g,)
+  if op is Ops.RECIP: return (-g * out * out,)
+  if op is Ops.SQRT: return (g / (out * 2),)
+  if op is Ops.EXP2: return (g * out * LN2,)
+  if op is Ops.LOG2: return (g / (src[0] * LN2),)
+  if op is Ops.SIN: return (g * (src[0] + math.pi / 2).sin(),)
+  if op is Ops.MAX:
+    a, b = src
+    wa = (a > b).where(1.0, (a == b).where(0.5, 0.0)).cast(g.dtype)
+    return (g * wa, g * (1.0 - wa))
+  if op is Ops.WHERE:
+    c = src[0]
+    return (None, c.where(g, 0.0), c.where(0.0, g))
+  if op is Ops.CAST:
+    return (g.cast(node.src[0].dtype) if node.src[0].dtype.is_float else None,)
+  if op in (Ops.CONTIGUOUS,): return (g,)
+  if op is Ops.RESHAPE: return (g.reshape(node.src[0].shape),)
+  if op is Ops.PERMUTE:
+    inv = [0] * len(node.arg)
+    for i, p in enumerate(node.arg): inv[p] = i
+    return (g.permute(*inv),)
+  if op is Ops.EXPAND: return (_sum_to(g, node.src[0].shape),)
+  if op is Ops.PAD:
+    return (g.shrink(tuple((b, b + s) for (b, _), s in zip(node.arg[0], node.src[0].shape))),)
+  if op is Ops.SHRINK:
+    return (g.pad(tuple((b, s - e) for (b, e), s in zip(node.arg, node.src[0].shape))),)
+  if op is Ops.FLIP: return (g.flip(*node.arg),)
+  if op is Ops.REDUCE_AXIS:
+    rop, axes = node.arg
+    x = src[0]
+    if rop is Ops.ADD: return (g.expand(x.shape),)
+    if rop is Ops.MAX:
+      is_max = (x == out.expand(x.shape)).cast(g.dtype)
+      count = is_max.sum(axis=axes, keepdim=True)
+      return (is_max * (g / count).expand(x.shape),)
+    if rop is Ops.MUL: return ((g * out).expand(x.shape) / x,)
+  return tuple(None for _ in node.src)   # comparisons, bit ops, integer ops, TRUNC, DETACH: no gradient
+
+
+def gradients(loss: UOp, targets: list[UOp], seed) -> dict[UOp, object]:
+  """d loss / d target for every target that loss depends on (targets missing from the graph are left out)."""
+  from .tensor import Tensor
+  order = loss.toposort()
+  target_set = set(targets)
+  # only walk nodes that lead to a target
+  leads: set[UOp] = set()
+  for n in order:
+    if n in target_set or any(s in leads for s in n.src): leads.add(n)
+  grads: dict[UOp, object] = {loss: seed}
+  for node in reversed(order):
+    g = grads.get(node)
+    if g is None or node in target_set and not node.src: continue
+    if node.op is Ops.DETACH or not any(s in leads for s in node.src): continue
+    for s, sg in zip(node.src, op_gradients(node, Tensor(node), g)):
+      if sg is None or s not in leads: continue
+      if sg.shape != s.shape: sg = sg.reshape(s.shape)
+      if s.dtype is not None and s.dtype.is_float and sg.dtype != s.dtype: sg = sg.cast(s.dtype)
+      grads[s] = sg if s not in grads else grads[s] + sg
+  return {t: grads[t] for t in targets if t in grads}
