@@ -96,6 +96,9 @@ def to_dtype(x) -> DType:
   raise TypeError(f"unsupported dtype {npd}: baregrad supports {', '.join(d.name for d in dtypes.all())}")
 
 
+def _raise(e): raise e
+
+
 def _next_signed(itemsize: int) -> DType:
   for d in (dtypes.int16, dtypes.int32, dtypes.int64):
     if d.itemsize > itemsize: return d
@@ -120,7 +123,9 @@ def promote(a: DType, b: DType) -> DType:
 def scalar_dtype(x) -> DType:
   """The dtype a lone Python scalar gets."""
   if isinstance(x, (bool, np.bool_)): return dtypes.bool
-  if isinstance(x, (int, np.integer)): return dtypes.default_int
+  if isinstance(x, (int, np.integer)):
+    return dtypes.default_int if -2**31 <= x < 2**31 else dtypes.int64 if -2**63 <= x < 2**63 else \
+      _raise(OverflowError(f"Python int {x} does not fit in int64"))
   if isinstance(x, (float, np.floating)): return dtypes.default_float
   raise TypeError(f"unsupported scalar {x!r} of type {type(x).__name__}")
 

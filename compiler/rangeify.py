@@ -26,6 +26,7 @@ class KernelSpec:
   params: list[UOp]            # graph nodes (materialized nodes or BUFFERs), params[0] is the output node
   name: str
   device: str
+  root: UOp = None             # the materialized node this kernel computes
 
 
 @dataclass
@@ -235,5 +236,41 @@ def rangeify(sink: UOp, device_of) -> Schedule:
       sched.items.append(CopySpec(m, m.src[0], m.arg)); continue
     builder = KernelBuilder(m, mat)
     ast = builder.build()
-    sched.items.append(KernelSpec(ast, builder.params, kernel_name(m), device_of(m)))
+    sched.items.append(KernelSpec(ast, builder.params, kernel_name(m), device_of(m), m))
+  sched.items = order_assigns(sched.items)
   return sched
+
+
+def order_assigns(items: list) -> list:
+  """An assign writes a buffer in place: kernels it depends on run before it, every other kernel that reads
+  that buffer runs after it (so all readers see the assigned value, as views of a mutated buffer do)."""
+  def outputs(it): return it.dest if isinstance(it, CopySpec) else it.params[0]
+  def inputs(it): return [it.src] if isinstance(it, CopySpec) else it.params[1:]
+  producer = {}
+  for k, it in enumerate(items):
+    if isinstance(it, KernelSpec) and it.ast.src[0].op is Ops.STORE: producer[_root_of(it)] = k
+  deps = [set() for _ in items]
+  for k, it in enumerate(items):
+    for p in inputs(it):
+      if p in producer and producer[p] != k: deps[k].add(producer[p])
+  def closure(k, seen=None):
+    seen = set() if seen is None else seen
+    for d in deps[k]:
+      if d not in seen: seen.add(d); closure(d, seen)
+    return seen
+  for a, it in enumerate(items):
+    if not isinstance(it, KernelSpec) or it.root.op is not Ops.ASSIGN: continue
+    target, before = it.params[0], closure(a)
+    for k, other in enumerate(items):
+      if k != a and k not in before and target in inputs(other) and a not in closure(k): deps[k].add(a)
+  order, done = [], set()
+  def visit(k, stack=()):
+    if k in done: return
+    if k in stack: raise RuntimeError("cyclic dependency between assigns in one schedule")
+    for d in sorted(deps[k]): visit(d, stack + (k,))
+    done.add(k); order.append(items[k])
+  for k in range(len(items)): visit(k)
+  return order
+
+
+def _root_of(spec: "KernelSpec") -> UOp: return spec.root

@@ -77,6 +77,7 @@ def _binary(op: Ops, a: str, b: str, dt: DType, src_dt: DType) -> str:
   if op is Ops.IDIV:
     return f"({b}?({b}==-1?-{a}:{a}/{b}):0)" if dt.kind == 'i' else f"({b}?{a}/{b}:0)"
   if op is Ops.MOD:
+    if dt.is_float: return f"__builtin_fmod{'' if dt == dtypes.float64 else 'f'}({a},{b})"
     return f"(({b}&&{b}!=-1)?{a}%{b}:0)" if dt.kind == 'i' else f"({b}?{a}%{b}:0)"
   if op is Ops.CMPLT: return f"({a}<{b})"
   if op is Ops.CMPNE: return f"({a}!={b})"

@@ -78,7 +78,8 @@ def exec_alu(op: Ops, dtype: DType, vals: tuple):
     r = 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
   elif op is Ops.MOD:
     b = vals[1]
-    r = 0 if b == 0 else abs(a) % abs(b) * (-1 if a < 0 else 1)
+    if dtype.is_float: r = math.fmod(a, b) if b != 0 and math.isfinite(a) else math.nan
+    else: r = 0 if b == 0 else abs(a) % abs(b) * (-1 if a < 0 else 1)
   elif op is Ops.CMPLT: r = a < vals[1]
   elif op is Ops.CMPNE: r = a != vals[1]
   elif op is Ops.XOR: r = a ^ vals[1]

@@ -22,6 +22,17 @@ LOG2E = 1.0 / LN2
 
 # ---------------------------------------------------------------- small helpers (no tensors)
 
+def _in_float32(fn):
+  """16-bit float inputs are computed in float32 and rounded once at the end (within an ulp or two)."""
+  import functools
+  @functools.wraps(fn)
+  def wrapper(self, *args, **kwargs):
+    if self.dtype in (dtypes.float16, dtypes.bfloat16):
+      return fn(self.cast(dtypes.float32), *args, **kwargs).cast(self.dtype)
+    return fn(self, *args, **kwargs)
+  return wrapper
+
+
 def _prod(xs) -> int:
   out = 1
   for x in xs: out *= x
@@ -429,22 +440,35 @@ class ComposedOps:
 
   # ---------------------------------------------------------------- elementwise
 
+  @_in_float32
   def exp(self): return (self._float() * LOG2E).exp2()
+  @_in_float32
   def log(self): return self._float().log2() * LN2
+  @_in_float32
   def rsqrt(self): return self._float().sqrt().reciprocal()
-  def cos(self): return ((math.pi / 2) - self._float()).sin()
+  @_in_float32
+  def cos(self):
+    # pi/2 - x in float64, so large arguments keep their precision (sin reduces in float64 anyway)
+    x = self._float()
+    if x.dtype == dtypes.float32: return ((math.pi / 2) - x.cast(dtypes.float64)).sin().cast(dtypes.float32)
+    return ((math.pi / 2) - x).sin()
+  @_in_float32
   def tan(self): return self.sin() / self.cos()
+  @_in_float32
   def sigmoid(self): return ((-self._float()).exp() + 1).reciprocal()
+  @_in_float32
   def tanh(self): return (self._float() * 2).sigmoid() * 2 - 1
   def relu(self): return (self > 0).where(self, 0)
   def leaky_relu(self, neg_slope=0.01): return (self > 0).where(self, self * neg_slope)
   def silu(self): return self * self.sigmoid()
   def square(self): return self * self
 
+  @_in_float32
   def gelu(self):
     x = self._float()
     return 0.5 * x * ((math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh() + 1)
 
+  @_in_float32
   def softplus(self, beta=1):
     x = self._float() * beta
     return (x.maximum(0) + ((-x.abs()).exp() + 1).log()) * (1 / beta)

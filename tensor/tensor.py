@@ -79,7 +79,8 @@ class Tensor(ComposedOps):
       self.uop = t.uop if dtype is None else t.cast(dtype).uop
       return
     if isinstance(data, Scalar):
-      dt = dtype or scalar_dtype(data)
+      dt = dtype or (to_dtype(data.dtype) if isinstance(data, np.generic) else scalar_dtype(data))
+      if isinstance(data, np.generic): data = data.item()
       self.uop = _const(data, dt, device)
       return
     if isinstance(data, (list, tuple, np.ndarray)):
@@ -167,6 +168,7 @@ class Tensor(ComposedOps):
   def rand(*shape, dtype=None, device=None) -> Tensor:
     shape = _shape_args(shape, "rand")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if not dt.is_float: raise TypeError(f"rand: dtype must be a float type, got {dt.name} (use randint for integers)")
     bits = Tensor._random_bits(shape, device)
     # the top 24 bits as a float in [0, 1)
     return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).cast(dt)
@@ -231,6 +233,7 @@ class Tensor(ComposedOps):
   def flip(self, *axis) -> Tensor:
     axis = _shape_args(axis, "flip")
     axes = tuple(sorted({a + self.ndim if a < 0 else a for a in axis}))
+    if len(axes) != len(axis): raise ValueError(f"flip: duplicate value in axis {axis}")
     if any(not 0 <= a < self.ndim for a in axes): raise ValueError(f"flip: axis {axis} out of range for shape {_fmt(self.shape)}")
     axes = tuple(a for a in axes if self.shape[a] > 1)
     if not axes: return self
@@ -259,7 +262,10 @@ class Tensor(ComposedOps):
       if other.device != self.device:
         raise ValueError(f"operands are on different devices: {self.device} and {other.device}; move one with .to()")
       dt = promote(self.dtype, other.dtype)
-    elif isinstance(other, Scalar): dt = weak_promote(self.dtype, other)
+    elif isinstance(other, Scalar):
+      dt = weak_promote(self.dtype, other)
+      if dt.is_int and not isinstance(other, (bool, np.bool_)) and not dt.min <= int(other) <= dt.max:
+        raise OverflowError(f"Python int {other} does not fit the tensor's dtype {dt.name}; cast the tensor first")
     elif isinstance(other, BoundVariable):
       other = other.tensor(self.device)
       dt = weak_promote(self.dtype, 1)
@@ -295,7 +301,15 @@ class Tensor(ComposedOps):
   def idiv(self, other, reverse=False) -> Tensor:
     """Floor division (Python/numpy semantics)."""
     a, b = self._operands(other, reverse)
-    if a.dtype.is_float: return (a / b).floor()
+    if a.dtype.is_float:
+      # Python/numpy float floor division: from the exact remainder, so large quotients stay right
+      mod = a._alu(Ops.MOD, b)
+      div = (a - mod) / b
+      div = (mod.ne(0) & (b < 0).ne(mod < 0)).where(div - 1, div)
+      fl = div.floor()
+      fl = ((div - fl) > 0.5).where(fl + 1, fl)
+      fl = div.eq(0).where((a / b) * 0, fl)
+      return b.eq(0).where(a / b, fl)
     if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
     q = a._alu(Ops.IDIV, b)
     if a.dtype.is_unsigned: return q
@@ -306,8 +320,8 @@ class Tensor(ComposedOps):
     """Remainder with the sign of the divisor (Python/numpy semantics)."""
     a, b = self._operands(other, reverse)
     if a.dtype.is_float:
-      r = a - (a / b).floor() * b
-      return b._alu(Ops.CMPNE, b._const_like(0)).where(r, a._const_like(math.nan))
+      r = a._alu(Ops.MOD, b)     # fmod: exact, with the sign of a
+      return (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
     if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
     r = a._alu(Ops.MOD, b)
     if a.dtype.is_unsigned: return r
@@ -444,6 +458,7 @@ class Tensor(ComposedOps):
       if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
         raise IndexError(f"{op}: axis {a} is out of range for a tensor of shape {_fmt(self.shape)}")
       out.append(a + self.ndim if a < 0 else a)
+    if len(set(out)) != len(out): raise ValueError(f"{op}: duplicate value in axis {axis}")
     return tuple(sorted(set(a for a in out if self.ndim)))
 
   def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
@@ -618,7 +633,8 @@ def _from_numpy(data, dtype: DType | None, device: str) -> UOp:
     except ValueError as e: raise ValueError(f"cannot make a Tensor from ragged nested lists: {e}") from None
     if arr.dtype == object: raise TypeError("cannot make a Tensor from a list with non-numeric items")
     if dtype is None:
-      dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_int if arr.dtype.kind in "iu" else \
+      big = arr.dtype.kind in "iu" and arr.size and (arr.min() < -2**31 or arr.max() >= 2**31)
+      dtype = dtypes.bool if arr.dtype == np.bool_ else (dtypes.int64 if big else dtypes.default_int) if arr.dtype.kind in "iu" else \
         dtypes.default_float if arr.dtype.kind == "f" else None
       if dtype is None: raise TypeError(f"cannot make a Tensor from values of numpy kind {arr.dtype}")
   if dtype == dtypes.bfloat16:

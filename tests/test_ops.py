@@ -1550,3 +1550,10 @@ def test_random_view_programs(seed):
   from helpers_fuzz import random_program
   t, a = random_program(1000 + seed, steps=7)
   check(t, a.astype(np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_larger_grouped_strided():
+  x, w = randf((2, 8, 16, 16), seed=40), randf((16, 4, 3, 3), seed=41)
+  b = randf((16,), seed=42)
+  expected = naive_conv2d(x.astype(np.float64), w.astype(np.float64), b, stride=2, padding=1, groups=2)
+  check(Tensor(x).conv2d(Tensor(w), bias=Tensor(b), stride=2, padding=1, groups=2), expected.astype(np.float32), rtol=1e-4, atol=1e-4)
