@@ -11,6 +11,8 @@ from .render_c import CRenderer
 from .rangeify import KernelSpec
 
 DEBUG = int(os.environ.get("DEBUG", "0"))
+OPT = int(os.environ.get("OPT", "1"))     # 0: no kernel optimizations
+BEAM = int(os.environ.get("BEAM", "0"))   # >0: search optimizations by timing real runs
 RENDERERS = {"CPU": CRenderer}
 _programs: dict = {}
 _decomp = decompositions()
@@ -75,10 +77,15 @@ def _numel(shape) -> int:
   return n
 
 
+def search_opts(spec: KernelSpec, renderer) -> list:
+  from .search import beam_search
+  return beam_search(spec, BEAM)
+
+
 def get_program(spec: KernelSpec):
   from baregrad.hcq.device import Device
   from baregrad.hcq.program import Program
-  key = (spec.ast, spec.device)
+  key = (spec.ast, spec.device, spec.opts)
   prog = _programs.get(key)
   if prog is not None: return prog
   renderer = renderer_for(spec.device)
@@ -87,6 +94,11 @@ def get_program(spec: KernelSpec):
   if getattr(renderer, "threads", False):
     ast, gsz, lsz = to_threads(ast)
     launch = {"global_size": gsz, "local_size": lsz}
+  if not getattr(renderer, "threads", False) and OPT:
+    from .opt import hand_coded_opts, apply_opts, threads_of
+    opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else hand_coded_opts(ast)
+    ast = apply_opts(ast, opts)
+    launch = {"threads": threads_of(ast), "opts": tuple(opts)}
   ast = optimize_ast(ast, renderer)
   program, alias = linearize(ast)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])

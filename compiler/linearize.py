@@ -1,7 +1,9 @@
 """Linearize a kernel AST into an ordered list of UOps with explicit loops and accumulators.
 
-Each value is placed in the outermost loop where all the ranges it depends on are open; a REDUCE becomes
-DEFINE_ACC, its loops, ACC_UPDATE, ENDRANGE, and finally the REDUCE itself (which reads the accumulator).
+Global loops open first. Each REDUCE becomes DEFINE_ACC, its reduce loops, the loads that need only
+those loops (hoisted), then the innermost constant-size "upcast" lane loops around the value and
+ACC_UPDATE; the accumulator is an array over the lanes. Finally the store runs inside its lane loops.
+A REDUCE's result is read through its accumulator (`alias`).
 """
 from __future__ import annotations
 from .uop import UOp, Ops
@@ -16,51 +18,91 @@ def range_deps(ast: UOp) -> dict[UOp, frozenset]:
   return deps
 
 
+_lane_order: dict[UOp, int] = {}
+
+
+def _lanes(rs) -> list[UOp]:
+  """Upcast lane loops of a set of ranges, the one with the smallest output stride innermost (vectorizable)."""
+  return sorted((r for r in rs if r.arg[1] == "upcast"), key=lambda r: (-_lane_order.get(r, 0), r.arg[0]))
+
+
+def _set_lane_order(ast: UOp):
+  from .symbolic import linear
+  _lane_order.clear()
+  for store in ast.src:
+    if store.op is Ops.STORE:
+      terms, _ = linear(store.src[0].src[1])
+      for r, coef in terms.items():
+        if r.op is Ops.RANGE and r.arg[1] == "upcast": _lane_order[r] = abs(coef)
+
+
 def linearize(ast: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
   """Returns the ordered program and, for each REDUCE, the accumulator that holds its result."""
   deps = range_deps(ast)
+  _set_lane_order(ast)
   out: list[UOp] = []
   emitted: set[UOp] = set()
   open_ranges: list[UOp] = []
+  alias: dict[UOp, UOp] = {}
   n_acc = [0]
 
   def emit(u: UOp):
     if u in emitted: return
     if u.op is Ops.REDUCE: return emit_reduce(u)
-    if u.op is Ops.RANGE:   # a range used outside its loop would be a bug in rangeify
-      raise RuntimeError(f"RANGE {u.arg} used outside its loop")
+    if u.op is Ops.RANGE: raise RuntimeError(f"RANGE {u.arg} used outside its loop")
     for s in u.src: emit(s)
     out.append(u); emitted.add(u)
 
   def hoist(root: UOp, allowed: frozenset):
     for n in root.toposort():
-      if n not in emitted and n.op is not Ops.RANGE and deps[n] <= allowed: emit(n)
+      if n not in emitted and n.op not in (Ops.RANGE, Ops.REDUCE) and deps[n] <= allowed: emit(n)
+
+  marks: list[int] = []
 
   def open_loops(ranges):
     for r in ranges:
       emit(r.src[0])
-      out.append(r); emitted.add(r); open_ranges.append(r)
+      out.append(r); emitted.add(r); open_ranges.append(r); marks.append(len(out))
 
   def close_loops(ranges):
     for r in reversed(ranges):
       out.append(UOp(Ops.ENDRANGE, None, (r,)))
       open_ranges.pop()
+      # values computed inside the loop are out of scope after it (C block scoping): emit again if needed
+      for n in out[marks.pop():]:
+        if n.op not in (Ops.DEFINE_ACC, Ops.ACC_UPDATE, Ops.ENDRANGE): emitted.discard(n)
+      emitted.discard(r)
 
   def emit_reduce(u: UOp):
+    # reduces nested in this one's value that need none of its loops run first
+    for n in u.src[0].toposort():
+      if n.op is Ops.REDUCE and n not in emitted and deps[n] <= frozenset(open_ranges) | frozenset(_lanes(deps[n])):
+        emit_reduce(n)
+    lanes = [r for r in _lanes(deps[u]) if r not in open_ranges]
     hoist(u.src[0], frozenset(open_ranges))
-    acc = UOp(Ops.DEFINE_ACC, u.dtype, (), (u.arg, n_acc[0])); n_acc[0] += 1
+    acc = UOp(Ops.DEFINE_ACC, u.dtype, tuple(lanes), (u.arg, n_acc[0])); n_acc[0] += 1
     out.append(acc)
     ranges = sorted(u.src[1:], key=lambda r: r.arg[0])
     open_loops(ranges)
+    hoist(u.src[0], frozenset(open_ranges))
+    open_loops(lanes)
     emit(u.src[0])
     out.append(UOp(Ops.ACC_UPDATE, u.dtype, (acc, u.src[0]), u.arg))
+    close_loops(lanes)
     close_loops(ranges)
     emitted.add(u)
     alias[u] = acc
 
-  alias: dict[UOp, UOp] = {}
   global_ranges = sorted({r for r in deps[ast] if r.arg[1] == "global"}, key=lambda r: r.arg[0])
   open_loops(global_ranges)
-  for store in ast.src: emit(store)
+  for store in ast.src:
+    # top-level reduces first (each with its own lane loops), then the store inside its lanes
+    for n in store.toposort():
+      if n.op is Ops.REDUCE and n not in emitted and deps[n] - frozenset(_lanes(deps[n])) <= frozenset(open_ranges):
+        emit_reduce(n)
+    lanes = _lanes(deps[store])
+    open_loops(lanes)
+    emit(store)
+    close_loops(lanes)
   close_loops(global_ranges)
   return out, alias

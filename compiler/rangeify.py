@@ -27,6 +27,7 @@ class KernelSpec:
   name: str
   device: str
   root: UOp = None             # the materialized node this kernel computes
+  opts: tuple | None = None    # kernel optimizations to use (None: the heuristic or BEAM decides)
 
 
 @dataclass

@@ -6,7 +6,7 @@ float, rounded after every op (as numpy does).
 """
 from __future__ import annotations
 import math
-from .uop import UOp, Ops
+from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
 
 PRELUDE = r"""
@@ -146,7 +146,7 @@ class CRenderer:
     params: dict[int, DType] = {}
     for u in program:
       if u.op is Ops.PARAM: params[u.arg] = u.dtype
-    head = [f"void {name}(const unsigned long long *restrict args) {{"]
+    head = [f"void {name}(const unsigned long long *restrict args, long long core) {{"]
     for i in range(n_params):
       dt = params.get(i, dtypes.uint8)
       const = "" if i == 0 else "const "
@@ -156,9 +156,16 @@ class CRenderer:
       names[v] = v.arg[0]
     counter = [0]
 
+    def lane_index(lanes) -> str:
+      idx, stride = [], 1
+      for r in reversed(lanes):
+        idx.append(f"{names[r]}*{stride}" if stride != 1 else names[r]); stride *= r.src[0].arg
+      return "+".join(reversed(idx))
+
     def name_of(u: UOp) -> str:
       u = alias.get(u, u)
       if u.op is Ops.CONST: return literal(u.arg, u.dtype)
+      if u.op is Ops.DEFINE_ACC and u.src: return f"{names[u]}[{lane_index(u.src)}]"
       return names[u]
 
     def new_var(u: UOp, expr: str, prefix="v"):
@@ -173,6 +180,7 @@ class CRenderer:
       if op is Ops.RANGE:
         nm = f"r{u.arg[0]}"
         names[u] = nm
+        if u.arg[1] == "upcast": lines.append("  " * indent + f"_Pragma(\"GCC unroll {u.src[0].arg}\")")
         lines.append("  " * indent + f"for (long long {nm} = 0; {nm} < {name_of(u.src[0])}; {nm}++) {{")
         indent += 1
       elif op is Ops.ENDRANGE:
@@ -181,8 +189,16 @@ class CRenderer:
       elif op is Ops.DEFINE_ACC:
         nm = f"acc{u.arg[1]}"
         names[u] = nm
-        from .uop import identity_for
-        lines.append("  " * indent + f"{ctype(u.dtype)} {nm} = {literal(identity_for(u.arg[0], u.dtype), u.dtype)};")
+        init = literal(identity_for(u.arg[0], u.dtype), u.dtype)
+        if u.src:   # one accumulator per upcast lane, kept in registers once the lane loops unroll
+          n = 1
+          for r in u.src: n *= r.src[0].arg
+          lines.append("  " * indent + f"{ctype(u.dtype)} {nm}[{n}];")
+          lines.append("  " * indent + f"for (int _i = 0; _i < {n}; _i++) {nm}[_i] = {init};")
+        else:
+          lines.append("  " * indent + f"{ctype(u.dtype)} {nm} = {init};")
+      elif op is Ops.SPECIAL:
+        names[u] = u.arg[0]
       elif op is Ops.ACC_UPDATE:
         acc, val = name_of(u.src[0]), name_of(u.src[1])
         expr = _binary(u.arg, acc, val, u.dtype, u.dtype)

@@ -263,8 +263,89 @@ class _Kernel:
       take_a = self.op("pred", f"testp.notanumber.{ft} {{d}}, {a};")
       self.emit(f"setp.gt.or.{ft} {take_a}, {a}, {b}, {take_a};")
       out = self.op(cls, f"selp.{ft} {{d}}, {a}, {b}, {take_a};")
+    elif op is Ops.MOD: out = self.fmod(a, b, dt)
     else: raise NotImplementedError(f"PTX renderer: no rule for {op.name} on {dt.name}")
     return self.round16(out, dt)
+
+  def label(self) -> str:
+    self.labels += 1
+    return f"$L{self.labels}"
+
+  def fmod(self, a: str, b: str, dt: DType) -> str:
+    """C's fmod (exact, sign of a) by long division of the integer significands; PTX has no fmod.
+    fmod(x, 0), fmod(inf, y) and NaN operands give NaN; |x| < |y| gives x; |x| == |y| gives a signed zero.
+    Subnormal operands are normalized with clz first, so both significands have the implicit bit set."""
+    ft = float_type(dt)
+    w, mb = (64, 52) if ft == "f64" else (32, 23)
+    bt, ut, cls = f"b{w}", f"u{w}", reg_class(dt)
+    sign_bit, inf, mant, implicit = 1 << (w - 1), (0x7FF << 52) if w == 64 else 0x7F800000, (1 << mb) - 1, 1 << mb
+    lead = w - 1 - mb   # clz of a normalized significand
+    base = self.label()
+    nan_l, zero_l, done_l, loop_l, loop_end_l = (base + s for s in ("_nan", "_zero", "_done", "_loop", "_loopend"))
+    res = self.op(cls, f"mov.{ft} {{d}}, {a};")
+    xb, yb = self.op(bt, f"mov.{bt} {{d}}, {a};"), self.op(bt, f"mov.{bt} {{d}}, {b};")
+    sign = self.op(bt, f"and.{bt} {{d}}, {xb}, 0x{sign_bit:X};")
+    ux = self.op(bt, f"and.{bt} {{d}}, {xb}, 0x{sign_bit - 1:X};")
+    uy = self.op(bt, f"and.{bt} {{d}}, {yb}, 0x{sign_bit - 1:X};")
+    p = self.op("pred", f"setp.eq.{bt} {{d}}, {uy}, 0;")
+    self.emit(f"setp.ge.or.{ut} {p}, {ux}, 0x{inf:X}, {p};")
+    self.emit(f"setp.gt.or.{ut} {p}, {uy}, 0x{inf:X}, {p};")
+    self.emit(f"@{p} bra {nan_l};")
+    self.emit(f"setp.lt.{ut} {p}, {ux}, {uy};")
+    self.emit(f"@{p} bra {done_l};")
+    self.emit(f"setp.eq.{bt} {p}, {ux}, {uy};")
+    self.emit(f"@{p} bra {zero_l};")
+
+    def significand(u: str) -> tuple[str, str]:
+      if w == 64: e = self.op("b32", f"cvt.u32.u64 {{d}}, {self.op(bt, f'shr.u64 {{d}}, {u}, {mb};')};")
+      else: e = self.op("b32", f"shr.u32 {{d}}, {u}, {mb};")
+      m = self.op(bt, f"and.{bt} {{d}}, {u}, 0x{mant:X};")
+      self.emit(f"or.{bt} {m}, {m}, 0x{implicit:X};")
+      sub = self.op("pred", f"setp.eq.s32 {{d}}, {e}, 0;")
+      c = self.op("b32", f"clz.{bt} {{d}}, {u};")
+      self.emit(f"sub.s32 {c}, {c}, {lead};")
+      self.emit(f"@{sub} shl.{bt} {m}, {u}, {c};")
+      self.emit(f"@{sub} sub.s32 {e}, 1, {c};")
+      return e, m
+
+    ex, mx = significand(ux)
+    ey, my = significand(uy)
+    self.lines.append(f"{loop_l}:")
+    self.emit(f"setp.le.s32 {p}, {ex}, {ey};")
+    self.emit(f"@{p} bra {loop_end_l};")
+    self.emit(f"setp.ge.{ut} {p}, {mx}, {my};")
+    self.emit(f"@{p} sub.s{w} {mx}, {mx}, {my};")
+    self.emit(f"shl.{bt} {mx}, {mx}, 1;")
+    self.emit(f"sub.s32 {ex}, {ex}, 1;")
+    self.emit(f"bra {loop_l};")
+    self.lines.append(f"{loop_end_l}:")
+    self.emit(f"setp.ge.{ut} {p}, {mx}, {my};")
+    self.emit(f"@{p} sub.s{w} {mx}, {mx}, {my};")
+    self.emit(f"setp.eq.{bt} {p}, {mx}, 0;")
+    self.emit(f"@{p} bra {zero_l};")
+    c = self.op("b32", f"clz.{bt} {{d}}, {mx};")      # normalize the remainder
+    self.emit(f"sub.s32 {c}, {c}, {lead};")
+    self.emit(f"shl.{bt} {mx}, {mx}, {c};")
+    self.emit(f"sub.s32 {ex}, {ex}, {c};")
+    normal = self.op(bt, f"and.{bt} {{d}}, {mx}, 0x{mant:X};")
+    ew = self.op(bt, f"cvt.{ut}.u32 {{d}}, {ex};") if w == 64 else self.op(bt, f"mov.b32 {{d}}, {ex};")
+    self.emit(f"shl.{bt} {ew}, {ew}, {mb};")
+    self.emit(f"or.{bt} {normal}, {normal}, {ew};")
+    shift = self.op("b32", f"sub.s32 {{d}}, 1, {ex};")   # result below the normal range: a subnormal
+    self.emit(f"max.s32 {shift}, {shift}, 0;")
+    subn = self.op(bt, f"shr.{ut} {{d}}, {mx}, {shift};")
+    self.emit(f"setp.gt.s32 {p}, {ex}, 0;")
+    out = self.op(bt, f"selp.{bt} {{d}}, {normal}, {subn}, {p};")
+    self.emit(f"or.{bt} {out}, {out}, {sign};")
+    self.emit(f"mov.{bt} {res}, {out};")
+    self.emit(f"bra {done_l};")
+    self.lines.append(f"{zero_l}:")
+    self.emit(f"mov.{bt} {res}, {sign};")
+    self.emit(f"bra {done_l};")
+    self.lines.append(f"{nan_l}:")
+    self.emit(f"mov.{ft} {res}, {f64_literal(math.nan) if w == 64 else f32_literal(math.nan)};")
+    self.lines.append(f"{done_l}:")
+    return res
 
   def binary_bool(self, op: Ops, a: str, b: str) -> str:
     if op in (Ops.ADD, Ops.OR, Ops.MAX): return self.op("pred", f"or.pred {{d}}, {a}, {b};")
@@ -293,7 +374,7 @@ class _Kernel:
       else: raise NotImplementedError(f"PTX renderer: {op.name} is not native (compiler.decomp rewrites it)")
       return self.round16(out, dt)
     it = int_type(dt)
-    if op is Ops.NEG: return self.narrow(self.op(cls, f"neg.{it} {{d}}, {a};"), dt)
+    if op is Ops.NEG: return self.narrow(self.op(cls, f"neg.s{it[1:]} {{d}}, {a};"), dt)   # wraps for unsigned too
     if op is Ops.TRUNC: return self.op(cls, f"mov.{bits_type(dt)} {{d}}, {a};")
     if op is Ops.RECIP: return self.divide(Ops.IDIV, self.op(cls, f"mov.{bits_type(dt)} {{d}}, 1;"), a, dt, None)
     if op is Ops.SQRT:   # C: __builtin_sqrtf on the int, truncated back on assignment
@@ -345,7 +426,16 @@ class PTXRenderer:
   def __init__(self, arch: str = "sm_90", version: str = "8.0"):
     self.arch, self.version = arch, version
 
+  def header(self) -> str:
+    """The module directives; a module may hold several entries (`header() + render_entry(...) + ...`)."""
+    return f".version {self.version}\n.target {self.arch}\n.address_size 64\n"
+
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
+    """A complete PTX module with one kernel."""
+    return self.header() + "\n" + self.render_entry(name, program, alias, n_params, variables)
+
+  def render_entry(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
+    """The `.entry` of one kernel, without the module directives."""
     k = _Kernel()
     params = [f".param .u64 data{i}" for i in range(n_params)] + [f".param .s64 var{j}" for j in range(len(variables))]
     for u in program:
@@ -354,7 +444,8 @@ class PTXRenderer:
         raw = k.op("b64", f"ld.param.u64 {{d}}, [data{u.arg}];")
         k.names[u] = k.op("b64", f"cvta.to.global.u64 {{d}}, {raw};")
     for j, v in enumerate(variables):
-      k.names[v] = k.op("b64", f"ld.param.s64 {{d}}, [var{j}];   // {v.arg[0]}")
+      k.emit(f"// var{j}: {v.arg[0]}")
+      k.names[v] = k.op("b64", f"ld.param.s64 {{d}}, [var{j}];")
     for u in program:   # constants live in registers set once at entry, so they dominate every use
       if u.op is Ops.CONST and u not in k.names: k.names[u] = self.constant(k, u.arg, u.dtype)
 
@@ -371,7 +462,7 @@ class PTXRenderer:
       elif op is Ops.RANGE:
         size = self.as_index(k, val(u.src[0]), u.src[0].dtype)
         counter = k.op("b64", "mov.b64 {d}, 0;")
-        top, end = f"$L{k.labels}_top", f"$L{k.labels}_end"; k.labels += 1
+        top = k.label(); end = top + "_end"
         k.lines.append(f"{top}:")
         done = k.op("pred", f"setp.ge.s64 {{d}}, {counter}, {size};")
         k.emit(f"@{done} bra {end};")
@@ -411,8 +502,7 @@ class PTXRenderer:
         k.names[u] = k.unary(op, val(u.src[0]), u.dtype)
       else:
         raise NotImplementedError(f"PTX renderer: no rule for {op.name}")
-    head = [f".version {self.version}", f".target {self.arch}", ".address_size 64", "",
-            f".visible .entry {name}(", ",\n".join("  " + p for p in params), ")", "{"]
+    head = [f".visible .entry {name}(", ",\n".join("  " + p for p in params), ")", "{"]
     return "\n".join(head + k.declarations() + k.lines + ["  ret;", "}"]) + "\n"
 
   @staticmethod

@@ -510,11 +510,13 @@ class Tensor(ComposedOps):
     elif gradient.shape != self.shape:
       raise ValueError(f"backward: gradient shape {_fmt(gradient.shape)} differs from tensor shape {_fmt(self.shape)}")
     nodes = self.uop.toposort()
+    # a realized tensor is a RESHAPE view of its BUFFER, and reshape() folds view chains, so graphs may reach the
+    # buffer without passing through the tensor's own node: such tensors are found by their buffer
     by_uop: dict[UOp, list] = {}
-    for t in list(_grad_tensors): by_uop.setdefault(t.uop, []).append(t)
+    for t in list(_grad_tensors): by_uop.setdefault(_grad_key(t.uop), []).append(t)
     targets: dict[UOp, list] = {}
     for n in nodes:
-      for cand in (n, realized.get(n)):
+      for cand in (n, _grad_key(realized[n]) if n in realized else None):
         for t in by_uop.get(cand, ()): targets.setdefault(n, []).append(t)
     if not targets: raise RuntimeError("backward: no tensor with requires_grad=True contributes to this value")
     grads = gradients(self.uop, list(targets), gradient)
@@ -615,6 +617,13 @@ _grad_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
+
+
+def _grad_key(u: UOp) -> UOp:
+  """The BUFFER under a chain of RESHAPEs, else u itself."""
+  b = u
+  while b.op is Ops.RESHAPE: b = b.src[0]
+  return b if b.op is Ops.BUFFER else u
 
 
 def _is_realized(u: UOp) -> bool:

@@ -2,6 +2,7 @@
 processor (a ring consumed by a worker thread) that both the compute and the copy queue feed."""
 from __future__ import annotations
 from dataclasses import dataclass
+import os
 import cffi
 from . import cc, elf
 import numpy as np
@@ -23,6 +24,7 @@ class CPUDriver:
 
   def __init__(self):
     self.processor = CommandProcessor()
+    self.processor._w.start_helpers(max(0, (os.cpu_count() or 1) - 1))
 
   # ---- memory ----
   def alloc(self, nbytes: int) -> Memory:
@@ -49,7 +51,9 @@ class CPUDriver:
     words: list = []
     for cmd in cmds:
       kind = cmd[0]
-      if kind == "exec": ops = (Op.EXEC, cmd[1].entry, cmd[2])
+      if kind == "exec":
+        threads = cmd[1].meta.get("threads", 1)
+        ops = (Op.EXEC, cmd[1].entry, cmd[2]) if threads == 1 else (Op.EXEC_MT, cmd[1].entry, cmd[2], threads)
       elif kind == "copy": ops = (Op.COPY, cmd[1], cmd[2], cmd[3])
       elif kind == "signal": ops = (Op.SIGNAL, cmd[1].addr, cmd[2])
       elif kind == "wait": ops = (Op.WAIT, cmd[1].addr, cmd[2])

@@ -10,7 +10,7 @@ ELF loader; a daemon thread runs it through cffi, which releases the GIL for the
     cp.wait_value(signal_address, 1, timeout=1.0)
 """
 from __future__ import annotations
-import enum, mmap, threading, time, warnings, weakref
+import atexit, enum, mmap, threading, time, warnings, weakref
 from pathlib import Path
 import cffi
 import numpy as np
@@ -26,6 +26,8 @@ struct bg_ctl {
   uint64_t fault_ib_offset;
 };
 struct bg_libc { void *syscall, *clock_gettime, *memcpy; };
+typedef void (*bg_helper_run_t)(const struct bg_libc *libc);
+typedef void (*bg_helpers_stop_t)(const struct bg_libc *libc);
 typedef void (*bg_worker_run_t)(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc);
 typedef void (*bg_host_doorbell_t)(struct bg_ctl *ctl, uint64_t wptr, const struct bg_libc *libc);
 typedef void (*bg_host_stop_t)(struct bg_ctl *ctl, const struct bg_libc *libc);
@@ -47,12 +49,14 @@ class Op(enum.IntEnum):
   TIMESTAMP = 5
   BARRIER = 6
   INDIRECT = 7
+  EXEC_MT = 8
 
 
 # operands after the header word, in order (worker.c's min_words is 1 + len of each)
 PACKETS = {
   Op.NOP: (), Op.EXEC: ("fn", "args"), Op.COPY: ("dst", "src", "nbytes"), Op.SIGNAL: ("addr", "value"),
   Op.WAIT: ("addr", "value"), Op.TIMESTAMP: ("addr",), Op.BARRIER: (), Op.INDIRECT: ("addr", "nwords"),
+  Op.EXEC_MT: ("fn", "args", "nchunks"),
 }
 FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer"}
 WAIT_DONE, WAIT_TIMEOUT, WAIT_ABORTED = 0, 1, 2
@@ -90,9 +94,23 @@ class _Worker:
     self.libc = ffi.new("struct bg_libc *")
     for name in ("syscall", "clock_gettime", "memcpy"):
       setattr(self.libc, name, ffi.cast("void *", elf.resolve_libc(name)))
-    for name in ("bg_worker_run", "bg_host_doorbell", "bg_host_stop", "bg_host_wait_value", "bg_host_wait_rptr",
+    for name in ("bg_helper_run", "bg_helpers_stop", "bg_worker_run", "bg_host_doorbell", "bg_host_stop", "bg_host_wait_value", "bg_host_wait_rptr",
                  "bg_host_futex_wait", "bg_host_futex_wake"):
       setattr(self, name.removeprefix("bg_"), ffi.cast(name + "_t", self.image.symbol(name)))
+
+  def start_helpers(self, n: int):
+    """Helper threads that share the chunks of multi-threaded kernels (once per process)."""
+    if getattr(self, "helpers", None) is not None: return
+    self.helpers = [threading.Thread(target=self.helper_run, args=(self.libc,), daemon=True, name=f"baregrad-cpu-helper{i}")
+                    for i in range(n)]
+    for t in self.helpers: t.start()
+    atexit.register(self.stop_helpers)
+
+  def stop_helpers(self):
+    """Stop and join the helper threads (before the worker image is unmapped at exit)."""
+    helpers, self.helpers = getattr(self, "helpers", None) or [], []
+    if helpers: self.helpers_stop(self.libc)
+    for t in helpers: t.join(timeout=5)
 
   @classmethod
   def get(cls) -> "_Worker":

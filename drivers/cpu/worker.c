@@ -14,6 +14,7 @@
  *   5 TIMESTAMP(addr)          *addr = CLOCK_MONOTONIC in ns
  *   6 BARRIER()                full memory fence
  *   7 INDIRECT(addr, nwords)   run the packets of a linear buffer (no INDIRECT inside it)
+ *   8 EXEC_MT(fn, args, n)     fn(args, i) for i in [0, n): chunks shared with the helper threads
  * A bad packet sets `fault` and the worker returns; the host reports it.
  *
  * Compiled freestanding by cc.py and loaded by baregrad's own ELF loader (elf.py): no libc
@@ -46,12 +47,12 @@ struct bg_ctl {
 };
 _Static_assert(sizeof(struct bg_ctl) == 64, "the control block is 64 bytes");
 
-enum { BG_NOP, BG_EXEC, BG_COPY, BG_SIGNAL, BG_WAIT, BG_TIMESTAMP, BG_BARRIER, BG_INDIRECT, BG_NUM_OPCODES };
+enum { BG_NOP, BG_EXEC, BG_COPY, BG_SIGNAL, BG_WAIT, BG_TIMESTAMP, BG_BARRIER, BG_INDIRECT, BG_EXEC_MT, BG_NUM_OPCODES };
 enum { BG_OK, BG_FAULT_OPCODE, BG_FAULT_SIZE, BG_FAULT_NESTED_INDIRECT, BG_STOPPED = 0xff };
 enum { BG_WAIT_DONE, BG_WAIT_TIMEOUT, BG_WAIT_ABORTED };
 
 /* smallest packet of each opcode, header included */
-static const uint8_t min_words[BG_NUM_OPCODES] = {1, 3, 4, 3, 3, 2, 1, 3};
+static const uint8_t min_words[BG_NUM_OPCODES] = {1, 3, 4, 3, 3, 2, 1, 3, 4};
 
 /* Linux facts: <asm/unistd_64.h> / asm-generic <unistd.h> (futex), <linux/futex.h>, <linux/time.h> */
 #if defined(__x86_64__)
@@ -158,13 +159,73 @@ static uint64_t run_indirect(struct bg_ctl *ctl, const uint64_t *ib, uint64_t nw
   return BG_OK;
 }
 
+/* ---- the team: helper threads that share the chunks of an EXEC_MT kernel with the worker ----
+ * A job is published by bumping `generation` (helpers futex-wait on it); every participant claims chunk
+ * indices from `next` until they run out; `done` counts finished chunks (the worker futex-waits on it). */
+typedef void (*bg_kernel_t)(const uint64_t *args, int64_t chunk);
+static struct {
+  uint32_t generation, stop;
+  uint32_t next, done;
+  uint32_t nchunks, helpers;
+  uint64_t fn, args;
+} team;
+
+static void run_chunks(const struct bg_libc *libc) {
+  bg_kernel_t fn = (bg_kernel_t)team.fn;
+  const uint64_t *args = (const uint64_t *)team.args;
+  uint32_t n = team.nchunks, c;
+  while ((c = __atomic_fetch_add(&team.next, 1, __ATOMIC_ACQ_REL)) < n) {
+    fn(args, (int64_t)c);
+    if (__atomic_add_fetch(&team.done, 1, __ATOMIC_ACQ_REL) == n) futex_wake(&team.done, 0x7fffffff, libc);
+  }
+}
+
+static void exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, const struct bg_libc *libc) {
+  if (nchunks <= 1 || !LOAD(&team.helpers)) {
+    for (uint64_t c = 0; c < nchunks; c++) ((bg_kernel_t)fn)((const uint64_t *)args, (int64_t)c);
+    return;
+  }
+  team.fn = fn; team.args = args; team.nchunks = (uint32_t)nchunks;
+  __atomic_store_n(&team.done, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&team.next, 0, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&team.generation, 1, __ATOMIC_SEQ_CST);
+  futex_wake(&team.generation, 0x7fffffff, libc);
+  run_chunks(libc);
+  uint32_t d;
+  for (uint32_t i = 1; (d = LOAD(&team.done)) < nchunks; i++) {
+    if (i < 4096) CPU_RELAX(); else futex_wait(&team.done, d, FUTEX_SLICE_NS, libc);
+  }
+}
+
+/* A helper thread (started from Python; cffi releases the GIL): run chunks of each new job until stopped. */
+void bg_helper_run(const struct bg_libc *libc) {
+  __atomic_add_fetch(&team.helpers, 1, __ATOMIC_SEQ_CST);
+  uint32_t seen = LOAD(&team.generation);
+  while (!LOAD(&team.stop)) {
+    uint32_t g = LOAD(&team.generation);
+    if (g == seen) {
+      for (uint32_t i = 1; i < 20000 && (g = LOAD(&team.generation)) == seen && !LOAD(&team.stop); i++) CPU_RELAX();
+      if (g == seen) { futex_wait(&team.generation, seen, FUTEX_SLICE_NS, libc); continue; }
+    }
+    seen = g;
+    run_chunks(libc);
+  }
+  __atomic_sub_fetch(&team.helpers, 1, __ATOMIC_SEQ_CST);
+}
+
+void bg_helpers_stop(const struct bg_libc *libc) {
+  __atomic_store_n(&team.stop, 1, __ATOMIC_SEQ_CST);
+  futex_wake(&team.generation, 0x7fffffff, libc);
+}
+
 /* Execute the (checked) packet at words[pos & mask]; returns BG_OK, a fault code or BG_STOPPED. */
 static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t mask, uint64_t pos, int in_indirect,
                            const struct bg_libc *libc) {
 #define ARG(k) words[(pos + (k)) & mask]
   switch (ARG(0) & 0xffff) {
   case BG_NOP: return BG_OK;
-  case BG_EXEC: ((void (*)(const uint64_t *))ARG(1))((const uint64_t *)ARG(2)); return BG_OK;
+  case BG_EXEC: ((bg_kernel_t)ARG(1))((const uint64_t *)ARG(2), 0); return BG_OK;
+  case BG_EXEC_MT: exec_mt(ARG(1), ARG(2), ARG(3), libc); return BG_OK;
   case BG_COPY: libc->memcpy((void *)ARG(1), (const void *)ARG(2), (size_t)ARG(3)); return BG_OK;
   case BG_SIGNAL:
     STORE((uint64_t *)ARG(1), ARG(2));

@@ -1,0 +1,1 @@
+"""RDNA3 (gfx1100) assembler and disassembler, written without LLVM."""

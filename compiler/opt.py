@@ -1,0 +1,130 @@
+"""Kernel optimizations on ranges: UPCAST (a global axis gets an inner constant-size lane loop whose
+accumulators live in registers), THREAD (a global axis is split across CPU cores), SWAP (loop order).
+`hand_coded_opts` picks them by default; compiler.search (BEAM=n) picks them by timing real runs."""
+from __future__ import annotations
+import os
+from dataclasses import dataclass
+from .uop import UOp, Ops
+from .dtype import dtypes
+from .pattern import substitute
+
+
+@dataclass(frozen=True)
+class Opt:
+  op: str          # "UPCAST" | "THREAD" | "SWAP"
+  axis: int        # index into the kernel's current global axes (outermost first)
+  amount: int = 0  # lanes / threads / the other axis for SWAP
+
+  def __repr__(self): return f"{self.op}({self.axis},{self.amount})"
+
+
+class OptError(ValueError):
+  pass
+
+
+def global_ranges(ast: UOp) -> list[UOp]:
+  return sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda r: r.arg[0])
+
+
+def _ranges(ast: UOp) -> list[UOp]: return [u for u in ast.toposort() if u.op is Ops.RANGE]
+
+
+def _size(r: UOp) -> int:
+  if r.src[0].op is not Ops.CONST: raise OptError("symbolic range sizes are not optimized")
+  return r.src[0].arg
+
+
+def apply_opt(ast: UOp, opt: Opt) -> UOp:
+  gl = global_ranges(ast)
+  if not 0 <= opt.axis < len(gl): raise OptError(f"{opt}: kernel has {len(gl)} global axes")
+  r = gl[opt.axis]
+  size = _size(r)
+  next_id = max((u.arg[0] for u in _ranges(ast)), default=-1) + 1
+  def rng(n: int, kind: str, k: int = 0) -> UOp: return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (next_id + k, kind))
+  if opt.op == "UPCAST":
+    amt = opt.amount
+    if amt < 2 or size % amt: raise OptError(f"{opt}: axis of size {size} does not split by {amt}")
+    # the outer part keeps the axis's id (its place in the loop order); the lane loop is new
+    outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amt),), r.arg)
+    lane = rng(amt, "upcast", 1)
+    new = lane if size == amt else outer * amt + lane
+    return substitute(ast, {r: new})
+  if opt.op == "THREAD":
+    n = opt.amount
+    if n < 2 or size % n: raise OptError(f"{opt}: axis of size {size} does not split across {n} threads")
+    if any(u.op is Ops.SPECIAL for u in ast.toposort()): raise OptError("kernel is already threaded")
+    core = UOp(Ops.SPECIAL, dtypes.index, (), ("core", n))
+    # the chunk loop keeps this axis's place in the loop order
+    inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // n),), r.arg)
+    return substitute(ast, {r: core * (size // n) + inner})
+  if opt.op == "SWAP":
+    if not 0 <= opt.amount < len(gl) or opt.amount == opt.axis: raise OptError(f"{opt}: bad axis to swap with")
+    other = gl[opt.amount]
+    a, b = (UOp(Ops.RANGE, dtypes.index, x.src, ("swap", x.arg[0])) for x in (r, other))
+    tmp = substitute(ast, {r: a, other: b})
+    return substitute(tmp, {a: UOp(Ops.RANGE, dtypes.index, r.src, (other.arg[0], "global")),
+                            b: UOp(Ops.RANGE, dtypes.index, other.src, (r.arg[0], "global"))})
+  raise OptError(f"unknown opt {opt.op}")
+
+
+def apply_opts(ast: UOp, opts) -> UOp:
+  for o in opts: ast = apply_opt(ast, o)
+  return ast
+
+
+def threads_of(ast: UOp) -> int:
+  for u in ast.toposort():
+    if u.op is Ops.SPECIAL and u.arg[0] == "core": return u.arg[1]
+  return 1
+
+
+def cpu_threads() -> int:
+  return max(1, int(os.environ.get("THREADS", os.cpu_count() or 1)))
+
+
+def _unit_stride_axes(ast: UOp, gl: list[UOp]) -> set[UOp]:
+  """Global ranges that some load or the store walks with stride 1."""
+  from .symbolic import linear
+  out = set()
+  for u in ast.toposort():
+    if u.op is Ops.INDEX:
+      terms, _ = linear(u.src[1])
+      out |= {r for r in gl if terms.get(r) == 1}
+  return out
+
+
+def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
+  threads = cpu_threads() if threads is None else threads
+  nodes = ast.toposort()
+  gl = global_ranges(ast)
+  if not gl or any(r.src[0].op is not Ops.CONST for r in _ranges(ast)): return []
+  reduces = [u for u in nodes if u.op is Ops.REDUCE]
+  nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)
+  total = 1
+  for r in gl: total *= _size(r)
+  work = total
+  for r in _ranges(ast):
+    if r.arg[1] == "reduce": work *= _size(r)
+  opts: list[Opt] = []
+  sizes = [_size(r) for r in gl]
+  if reduces and not nested:
+    unit = _unit_stride_axes(ast, gl)
+    cand = [i for i in range(len(gl)) if gl[i] in unit] or [len(gl) - 1]
+    j = cand[-1]
+    picks = {}
+    amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
+    if amt_j: picks[j] = amt_j
+    i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
+    if i is not None: picks[i] = 8 if sizes[i] % 8 == 0 and amt_j and amt_j <= 16 else 4
+    for axis in sorted(picks, reverse=True):    # higher axes first: lower indices stay valid
+      opts.append(Opt("UPCAST", axis, picks[axis]))
+      sizes[axis] //= picks[axis]
+    sizes = [s for s in sizes if s != 1] if any(s == 1 for s in sizes) else sizes
+  if threads > 1 and work >= (1 << 18) and sizes:
+    # reductions: split the innermost axis (each core streams its own part of the reused operand)
+    axes = list(reversed(range(len(sizes)))) if reduces else list(range(len(sizes)))
+    for i in axes:
+      s = sizes[i]
+      if s % threads == 0 and s >= threads:
+        opts.append(Opt("THREAD", i, threads)); break
+  return opts

@@ -1,0 +1,110 @@
+"""BEAM search over kernel optimizations: time real runs of each candidate, keep the best `width`,
+extend them by one more opt, repeat; the winner is cached on disk per kernel (BEAM=n)."""
+from __future__ import annotations
+import dataclasses, hashlib, json, os, sys, time
+from .uop import UOp, Ops
+from .opt import Opt, OptError, apply_opts, global_ranges, cpu_threads, _size
+
+MAX_LANES = 256
+
+
+def ast_key(ast: UOp) -> str:
+  order = ast.toposort()
+  pos = {u: i for i, u in enumerate(order)}
+  text = "\n".join(f"{u.op.name} {u.dtype} {[pos[s] for s in u.src]} {u.arg!r}" for u in order)
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cache_path(key: str):
+  from baregrad.drivers.cpu.cc import cache_dir
+  d = cache_dir() / "beam"
+  d.mkdir(parents=True, exist_ok=True)
+  return d / f"{key}.json"
+
+
+def actions(ast: UOp, threads: int) -> list[Opt]:
+  gl = global_ranges(ast)
+  lanes = 1
+  for u in ast.toposort():
+    if u.op is Ops.RANGE and u.arg[1] == "upcast": lanes *= _size(u)
+  threaded = any(u.op is Ops.SPECIAL for u in ast.toposort())
+  out = []
+  for i, r in enumerate(gl):
+    s = _size(r)
+    for amt in (2, 4, 8, 16, 32):
+      if s % amt == 0 and lanes * amt <= MAX_LANES: out.append(Opt("UPCAST", i, amt))
+    if not threaded and threads > 1 and s % threads == 0: out.append(Opt("THREAD", i, threads))
+    for k in range(i + 1, len(gl)): out.append(Opt("SWAP", i, k))
+  return out
+
+
+def _progress(msg: str):
+  if sys.stderr.isatty(): print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
+
+
+def time_program(spec, opts, repeats: int = 3) -> float:
+  """Seconds per run (best of `repeats`, device timestamps) of the kernel compiled with `opts`."""
+  from baregrad.hcq.buffer import Buffer
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.signal import Signal
+  from baregrad.hcq.runtime import ExecItem, kernel_args
+  from .codegen import get_program
+  prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
+  dev = Device.get(spec.device)
+  bufs = []
+  for p in spec.params:
+    n = p.arg.size if p.op is Ops.BUFFER else max(1, _numel(p.shape))
+    bufs.append(Buffer(dev.name, n, p.dtype).ensure_allocated())
+  item = ExecItem(prog, bufs, {v: 1 for v in prog.variables}, prog.meta)
+  best = float("inf")
+  for _ in range(repeats):
+    t0, t1 = Signal(dev, "beam0"), Signal(dev, "beam1")
+    q = dev.compute_queue().timestamp(t0)
+    q.exec(prog, dev.kernargs.put(kernel_args(item)))
+    q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    best = min(best, (t1.timestamp - t0.timestamp) * 1e-9)
+  return best
+
+
+def _numel(shape) -> int:
+  n = 1
+  for s in shape: n *= s
+  return n
+
+
+def beam_search(spec, width: int, depth: int = 4) -> list[Opt]:
+  """The best opts found for this kernel (cached on disk by the kernel's AST)."""
+  key = ast_key(spec.ast) + f"-{spec.device}-w{width}-t{cpu_threads()}"
+  path = _cache_path(key)
+  if path.exists() and os.environ.get("CACHE", "1") != "0":
+    try: return [Opt(*o) for o in json.loads(path.read_text())]
+    except (ValueError, TypeError): pass
+  threads = cpu_threads()
+  base = time_program(spec, [])
+  beam: list[tuple[float, list[Opt]]] = [(base, [])]
+  best = beam[0]
+  tried: set = set()
+  for level in range(depth):
+    cands = []
+    for _, opts in beam:
+      try: ast = apply_opts(spec.ast, opts)
+      except OptError: continue
+      for a in actions(ast, threads):
+        new = opts + [a]
+        if tuple(new) in tried: continue
+        tried.add(tuple(new))
+        try:
+          apply_opts(spec.ast, new)
+          cands.append((time_program(spec, new), new))
+        except OptError: continue
+        _progress(f"BEAM {spec.name}: level {level + 1}/{depth}, {len(tried)} tried, best {min(best[0], min(c[0] for c in cands)) * 1e6:.1f} us "
+                  f"(unoptimized {base * 1e6:.1f} us)")
+    if not cands: break
+    cands.sort(key=lambda c: c[0])
+    beam = cands[:width]
+    if beam[0][0] >= best[0] * 0.98: break
+    best = beam[0]
+  if sys.stderr.isatty(): print(file=sys.stderr)
+  path.write_text(json.dumps([[o.op, o.axis, o.amount] for o in best[1]]))
+  return best[1]
