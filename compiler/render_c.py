@@ -180,7 +180,6 @@ class CRenderer:
       if op is Ops.RANGE:
         nm = f"r{u.arg[0]}"
         names[u] = nm
-        if u.arg[1] == "upcast": lines.append("  " * indent + f"_Pragma(\"GCC unroll {u.src[0].arg}\")")
         lines.append("  " * indent + f"for (long long {nm} = 0; {nm} < {name_of(u.src[0])}; {nm}++) {{")
         indent += 1
       elif op is Ops.ENDRANGE:
