@@ -1,6 +1,7 @@
 """Kernel AST -> program: simplify, decompose, linearize, render, compile, load. Cached per AST."""
 from __future__ import annotations
 import os, re
+from dataclasses import dataclass
 from .uop import UOp, Ops, ALU
 from .pattern import graph_rewrite, substitute
 from .dtype import dtypes
@@ -82,19 +83,23 @@ def search_opts(spec: KernelSpec, renderer) -> list:
   return beam_search(spec, BEAM)
 
 
-def get_program(spec: KernelSpec):
-  from baregrad.hcq.device import Device
-  from baregrad.hcq.program import Program
-  key = (spec.ast, spec.device, spec.opts)
-  prog = _programs.get(key)
-  if prog is not None: return prog
-  renderer = renderer_for(spec.device)
-  ast = spec.ast
-  launch = {}
+@dataclass
+class Lowered:
+  """A kernel ready to render: the linear program, REDUCE -> accumulator aliases, variables, launch meta."""
+  program: list
+  alias: dict
+  variables: list
+  launch: dict
+  ast: UOp
+
+
+def lower(spec: KernelSpec, renderer) -> Lowered:
+  """Kernel AST -> linear program for `renderer`: GPU threads or CPU opts, symbolic + decompositions, linearize."""
+  ast, launch = spec.ast, {}
   if getattr(renderer, "threads", False):
     ast, gsz, lsz = to_threads(ast)
     launch = {"global_size": gsz, "local_size": lsz}
-  if not getattr(renderer, "threads", False) and OPT:
+  elif OPT:
     from .opt import hand_coded_opts, apply_opts, threads_of
     opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else hand_coded_opts(ast)
     ast = apply_opts(ast, opts)
@@ -102,12 +107,23 @@ def get_program(spec: KernelSpec):
   ast = optimize_ast(ast, renderer)
   program, alias = linearize(ast)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
+  return Lowered(program, alias, variables, launch, ast)
+
+
+def get_program(spec: KernelSpec):
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.program import Program
+  key = (spec.ast, spec.device, spec.opts)
+  prog = _programs.get(key)
+  if prog is not None: return prog
+  renderer = renderer_for(spec.device)
+  low = lower(spec, renderer)
   name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
-  src = renderer.render(name, program, alias, len(spec.params), variables)
+  src = renderer.render(name, low.program, low.alias, len(spec.params), low.variables)
   if DEBUG >= 4: print(src)
   dev = Device.get(spec.device)
-  prog = Program(spec.device, name, dev.driver.compile(src), src, len(spec.params), tuple(v.arg[0] for v in variables),
-                 meta={**estimate(ast, spec.params), **launch}).load(dev)
+  prog = Program(spec.device, name, dev.driver.compile(src), src, len(spec.params), tuple(v.arg[0] for v in low.variables),
+                 meta={**estimate(low.ast, spec.params), **low.launch}).load(dev)
   stats["kernels_compiled"] += 1
   _programs[key] = prog
   return prog

@@ -452,6 +452,7 @@ class PTXRenderer:
     def val(u: UOp) -> str:
       u = alias.get(u, u)
       if u not in k.names: raise RuntimeError(f"PTX renderer: {u.op.name} used before it was rendered")
+      if u.op is Ops.DEFINE_ACC and u.src: return self.lane_load(k, u)   # this lane's accumulator
       return k.names[u]
 
     loops: dict[UOp, tuple[str, str]] = {}
@@ -473,14 +474,17 @@ class PTXRenderer:
         k.emit(f"bra {top};")
         k.lines.append(f"{end}:")
       elif op is Ops.DEFINE_ACC:
-        acc = k.reg(reg_class(u.dtype))
         init = self.constant(k, identity_for(u.arg[0], u.dtype), u.dtype)
-        k.emit(f"mov.{self.mov_type(u.dtype)} {acc}, {init};")
-        k.names[u] = acc
+        if u.src: k.names[u] = self.lane_accumulator(k, u, init)
+        else:
+          acc = k.reg(reg_class(u.dtype))
+          k.emit(f"mov.{self.mov_type(u.dtype)} {acc}, {init};")
+          k.names[u] = acc
       elif op is Ops.ACC_UPDATE:
-        acc = val(u.src[0])
-        new = k.binary(u.arg, acc, val(u.src[1]), u.dtype)
-        k.emit(f"mov.{self.mov_type(u.dtype)} {acc}, {new};")
+        acc_uop = u.src[0]
+        new = k.binary(u.arg, val(acc_uop), val(u.src[1]), u.dtype)
+        if acc_uop.src: self.lane_store(k, acc_uop, new)
+        else: k.emit(f"mov.{self.mov_type(u.dtype)} {val(acc_uop)}, {new};")
       elif op is Ops.INDEX:
         k.names[u] = self.address(k, val(u.src[0]), val(u.src[1]), u.src[1].dtype, u.src[0].dtype)
       elif op is Ops.LOAD:
@@ -504,6 +508,50 @@ class PTXRenderer:
         raise NotImplementedError(f"PTX renderer: no rule for {op.name}")
     head = [f".visible .entry {name}(", ",\n".join("  " + p for p in params), ")", "{"]
     return "\n".join(head + k.declarations() + k.lines + ["  ret;", "}"]) + "\n"
+
+  # ---- accumulators over upcast lanes (DEFINE_ACC with the lane ranges as src) ----
+  # C keeps them in an array indexed by the lane counters; here a .local array of 4- or 8-byte slots
+  # (bool as 0/1 in 4 bytes). Correct for any lane loop; ptxas keeps it in memory unless it unrolls them.
+  @staticmethod
+  def _slot(dt: DType) -> tuple[int, str]:
+    if dt.is_bool: return 4, "u32"
+    if dt == dtypes.float64: return 8, "f64"
+    if dt.is_float: return 4, "f32"
+    return (8, "b64") if dt.itemsize == 8 else (4, "b32")
+
+  def lane_accumulator(self, k: _Kernel, u: UOp, init: str) -> str:
+    n = 1
+    for r in u.src: n *= r.src[0].arg
+    size, mt = self._slot(u.dtype)
+    array = f"acc{u.arg[1]}_{k.label()[2:]}"
+    k.lines.insert(0, f"  .local .align 8 .b8 {array}[{n * size}];")
+    base = k.op("b64", f"mov.u64 {{d}}, {array};")
+    value = k.op("b32", f"selp.b32 {{d}}, 1, 0, {init};") if u.dtype.is_bool else init
+    for i in range(n): k.emit(f"st.local.{mt} [{base}+{i * size}], {value};")
+    return base
+
+  def _lane_address(self, k: _Kernel, u: UOp) -> str:
+    idx, stride = None, 1
+    for r in reversed(u.src):   # row-major over the lane ranges, as the C renderer's lane_index
+      term = k.names[r] if stride == 1 else k.op("b64", f"mul.lo.s64 {{d}}, {k.names[r]}, {stride};")
+      idx = term if idx is None else k.op("b64", f"add.s64 {{d}}, {idx}, {term};")
+      stride *= r.src[0].arg
+    size, _ = self._slot(u.dtype)
+    off = k.op("b64", f"shl.b64 {{d}}, {idx}, {int(math.log2(size))};")
+    return k.op("b64", f"add.s64 {{d}}, {k.names[u]}, {off};")
+
+  def lane_load(self, k: _Kernel, u: UOp) -> str:
+    size, mt = self._slot(u.dtype)
+    addr = self._lane_address(k, u)
+    if u.dtype.is_bool:
+      raw = k.op("b32", f"ld.local.u32 {{d}}, [{addr}];")
+      return k.op("pred", f"setp.ne.b32 {{d}}, {raw}, 0;")
+    return k.op(reg_class(u.dtype), f"ld.local.{mt} {{d}}, [{addr}];")
+
+  def lane_store(self, k: _Kernel, u: UOp, value: str):
+    size, mt = self._slot(u.dtype)
+    if u.dtype.is_bool: value = k.op("b32", f"selp.b32 {{d}}, 1, 0, {value};")
+    k.emit(f"st.local.{mt} [{self._lane_address(k, u)}], {value};")
 
   @staticmethod
   def mov_type(dt: DType) -> str:

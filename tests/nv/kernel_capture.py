@@ -16,17 +16,22 @@ from baregrad.compiler.render_ptx import PTXRenderer
 PLACEHOLDER = "__KERNEL__"   # the entry's name; the test gives each kernel a unique one per module
 
 
-def lower(spec, renderer):
-  """The steps of codegen.get_program up to rendering, for a threaded renderer."""
-  ast, global_size, local_size = codegen.to_threads(spec.ast)
+def lower(spec, renderer, opts=()):
+  """The steps of codegen.get_program up to rendering, for a threaded renderer (`opts`: range
+  optimizations applied first, as codegen does for the CPU; none by default, as codegen does for GPUs)."""
+  ast = spec.ast
+  if opts:
+    from baregrad.compiler.opt import apply_opts
+    ast = apply_opts(ast, opts)
+  ast, global_size, local_size = codegen.to_threads(ast)
   ast = codegen.optimize_ast(ast, renderer)
   program, alias = codegen.linearize(ast)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
   return program, alias, variables, {"global_size": global_size, "local_size": local_size}
 
 
-def render_spec(spec, renderer) -> dict:
-  program, alias, variables, _launch = lower(spec, renderer)
+def render_spec(spec, renderer, opts=()) -> dict:
+  program, alias, variables, _launch = lower(spec, renderer, opts)
   entry = renderer.render_entry(PLACEHOLDER, program, alias, len(spec.params), variables)
   return {"name": re.sub(r"[^A-Za-z0-9_]", "_", spec.name), "entry": entry, "n_params": len(spec.params),
           "variables": [v.arg[0] for v in variables],
@@ -56,7 +61,7 @@ def dtype_matrix() -> list:
       add(lambda: a._alu(op, b))
     unary = [Ops.NEG, Ops.TRUNC] + ([Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN] if dt.is_float else [])
     for op in unary: add(lambda: a._alu(op))
-    add(lambda: cond._alu(Ops.WHERE, a, b))
+    add(lambda: cond._alu(Ops.WHERE, a, b, dtype=dt))
     for dst in dtypes.all():
       if dst != dt: add(lambda: a.cast(dst))
       if dst != dt and dst.itemsize == dt.itemsize: add(lambda: a.bitcast(dst))
@@ -64,10 +69,13 @@ def dtype_matrix() -> list:
     add(lambda: a.reshape(2, 4).sum(1)); add(lambda: a.pad(((2, 1),)))
   sink, _buffers, _vars = normalize(UOp.sink(*[t.uop for t in outs]))
   sched = rangeify(sink, lambda n: n.device)
+  from baregrad.compiler.opt import Opt, OptError
   renderer, kernels = PTXRenderer(), {}
   for item in sched.items:
-    if isinstance(item, KernelSpec):
-      k = render_spec(item, renderer)
+    if not isinstance(item, KernelSpec): continue
+    for opts in ((), (Opt("UPCAST", 0, 2),)):   # upcast lanes: accumulators indexed by lane
+      try: k = render_spec(item, renderer, opts)
+      except OptError: continue
       kernels.setdefault(k["entry"], k)
   return list(kernels.values())
 

@@ -101,7 +101,8 @@ def test_op_suite_kernels_render(captured):
 def _modules(kernels, arch):
   renderer = PTXRenderer(arch)
   buckets = [[] for _ in range(BUCKETS)]
-  for k in kernels: buckets[int(k["entry_name"].rsplit("_", 1)[1], 16) % BUCKETS].append(k)
+  for k in sorted(kernels, key=lambda k: k["entry_name"]):   # the same kernels give the same modules
+    buckets[int(k["entry_name"].rsplit("_", 1)[1], 16) % BUCKETS].append(k)
   return [(b, renderer.header() + "\n" + "\n".join(k["entry"].replace("__KERNEL__", k["entry_name"]) for k in b))
           for b in buckets if b]
 
