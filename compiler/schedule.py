@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
 from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
 from .codegen import get_program
+from baregrad.hcq import trace as _trace   # VIZ= hook (the report is written by tools/viz.py)
+from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
 
 DEBUG = int(os.environ.get("DEBUG", "0"))
 # tensor-graph node -> the BUFFER view that holds its value, once realized
@@ -27,9 +29,12 @@ class Plan:
 def normalize(sink: UOp):
   """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals)."""
   buffers, var_vals, mapping = [], {}, {}
+  outputs = set(sink.src)
   for n in sink.toposort():
     if n in mapping: continue
-    view = realized.get(n)
+    # an output gets a buffer of its own even when an identical graph was realized before (an assign to one
+    # must not change the other); assigns that already ran are never run again
+    view = realized.get(n) if n not in outputs or n.op is Ops.ASSIGN else None
     if view is not None and view is not n:
       n_map = normalize_leaf(view, buffers, mapping)
       mapping[n] = n_map
@@ -68,6 +73,7 @@ _plans: dict[UOp, Plan] = {}
 def build_plan(sink: UOp) -> Plan:
   stats["schedules_built"] += 1
   sched = rangeify(sink, lambda n: n.device)
+  if _trace.VIZ: _trace.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}
   new_buffers = []
   for m in sched.materialized:
@@ -80,7 +86,7 @@ def build_plan(sink: UOp) -> Plan:
       for s in m.shape: size *= s
       new_buffers.append((m.device, size, m.dtype))
   steps = []
-  for item in sched.items:
+  for item in progress(sched.items, "compile kernels"):
     if isinstance(item, CopySpec):
       steps.append((None, [ref[item.dest], ref[item.src]], {"name": f"copy {item.src.device}->{item.device}"}))
       continue

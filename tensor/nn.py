@@ -35,9 +35,6 @@ def _param(t: Tensor) -> Tensor:
   return t
 
 
-def _buffer(t: Tensor) -> Tensor: return fresh(t)
-
-
 def _uniform(shape, bound: float, dtype, device) -> Tensor:
   return Tensor.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
 
@@ -110,6 +107,7 @@ class Module:
     if strict and (missing or unexpected):
       parts = ([f"missing keys {missing}"] if missing else []) + ([f"unexpected keys {unexpected}"] if unexpected else [])
       raise StateDictError(f"load_state_dict for {type(self).__name__}: " + "; ".join(parts))
+    values = []   # every entry is checked before anything is written, so a failed load changes nothing
     for name, t in own.items():
       if name not in state: continue
       v = state[name]
@@ -125,11 +123,11 @@ class Module:
       if vdt != t.dtype:
         raise StateDictError(f"load_state_dict: {name!r} has dtype {vdt.name} in the state dict but {t.dtype.name} in "
                              f"the model; cast it first")
-      if v is t: continue
+      if v is not t: values.append((t, v))
+    for t, v in values:
       value = Tensor(v, device=t.device) if isinstance(v, np.ndarray) else v.to(t.device)
       t.assign(value.contiguous() if value.uop is t.uop else value)
-    live = [t for t in own.values()]
-    if live: Tensor.realize(*live)
+    if values: Tensor.realize(*[t for t, _ in values])
     return self
 
   def __repr__(self):
@@ -194,9 +192,9 @@ class BatchNorm2d(Module):
     self.bias = _param(Tensor.zeros(num_features, dtype=dt, device=device)) if affine else None
     self.track_running_stats = track_running_stats
     if track_running_stats:
-      self.register_buffer("running_mean", _buffer(Tensor.zeros(num_features, dtype=dt, device=device)))
-      self.register_buffer("running_var", _buffer(Tensor.ones(num_features, dtype=dt, device=device)))
-      self.register_buffer("num_batches_tracked", _buffer(Tensor.zeros(1, dtype=dtypes.int32, device=device)))
+      self.register_buffer("running_mean", fresh(Tensor.zeros(num_features, dtype=dt, device=device)))
+      self.register_buffer("running_var", fresh(Tensor.ones(num_features, dtype=dt, device=device)))
+      self.register_buffer("num_batches_tracked", fresh(Tensor.zeros(1, dtype=dtypes.int32, device=device)))
 
   def forward(self, x: Tensor) -> Tensor:
     if x.ndim != 4 or x.shape[1] != self.num_features:

@@ -104,11 +104,13 @@ def _read(path) -> bytes:
 
 def safe_load_metadata(path) -> dict[str, str]:
   """The `__metadata__` strings of a file ({} if it has none), after validating its header."""
-  with open(path, "rb") as f:
-    size = os.fstat(f.fileno()).st_size
-    head = f.read(8)
-    n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
-    raw = head + f.read(min(n, max(size - 8, 0), MAX_HEADER))
+  try:
+    with open(path, "rb") as f:
+      size = os.fstat(f.fileno()).st_size
+      head = f.read(8)
+      n = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+      raw = head + f.read(min(n, max(size - 8, 0), MAX_HEADER))
+  except OSError as e: raise SafetensorsError(f"{os.fspath(path)}: cannot read ({e.strerror})") from None
   return parse_header(raw, size, os.fspath(path))[1]
 
 

@@ -604,6 +604,7 @@ class Tensor(ComposedOps):
       raise ValueError(f"assign: value is on {other.device}, tensor on {self.device}")
     self.realize()
     value = other.cast(self.dtype)
+    _forget_realized(self._buffer())
     if _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
     _pending_assigns.append(weakref.ref(self))
@@ -617,6 +618,17 @@ _grad_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
+
+
+def _forget_realized(buf: Buffer) -> None:
+  """Once `buf` is written, cached results that live in it or were computed from it are stale: drop them, so a
+  graph identical to one realized before the write is computed again (and reads the new values). Assigns that
+  already ran stay recorded: a graph that still holds one must not run it again."""
+  for key, view in list(realized.items()):
+    if key.op is Ops.ASSIGN: continue
+    base = _grad_key(view)
+    if (base.op is Ops.BUFFER and base.arg is buf) or any(n.op is Ops.BUFFER and n.arg is buf for n in key.toposort()):
+      realized.pop(key, None)
 
 
 def _grad_key(u: UOp) -> UOp:

@@ -293,3 +293,13 @@ def test_float32_gradients():
   s = 1 / (1 + np.exp(-a))
   np.testing.assert_allclose(x.grad.numpy(), s + a * s * (1 - s), rtol=1e-5)
   assert x.grad.dtype == dtypes.float32
+
+
+def test_gradient_reaches_realized_tensor_through_reshape():
+  """A realized n-d tensor is a RESHAPE view of its buffer and reshape() folds view chains, so the graph may reach
+  the buffer without the tensor's own node (this lost the gradient of conv weights and 0-d tensors)."""
+  w = f64(np.arange(6.0).reshape(2, 3))
+  s = f64(np.array(2.0))
+  (w.reshape(3, 2) * s.reshape(1, 1)).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), np.full((2, 3), 2.0))
+  assert s.grad.shape == () and s.grad.item() == 15.0

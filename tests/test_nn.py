@@ -178,6 +178,11 @@ def test_load_state_dict_in_place_and_errors():
     b.load_state_dict(wrong_dtype)
   with pytest.raises(StateDictError, match="num_batches_tracked.*int32"):
     b.load_state_dict(dict(sd, **{"layers.1.num_batches_tracked": np.zeros(1, np.int64)}))
+  # a failed load writes nothing
+  w = b[0].weight.numpy()
+  with pytest.raises(StateDictError, match="shape"):
+    b.load_state_dict(dict(sd, **{"layers.0.weight": w * 0 + 7, "layers.1.bias": np.zeros(5, np.float32)}))
+  np.testing.assert_array_equal(b[0].weight.numpy(), w)
 
 
 # ---------------------------------------------------------------- losses
@@ -318,3 +323,17 @@ def test_frozen_parameter_keeps_value():
   opt.step()
   np.testing.assert_allclose(a.numpy(), 1 - 0.1, rtol=1e-5)
   np.testing.assert_array_equal(b.numpy(), np.ones(3))
+
+
+def test_assign_invalidates_cached_results():
+  """A graph identical to one realized before an assign is computed again from the written buffer (it used to
+  return the cached result, e.g. a fresh zeros(n).contiguous() gave the ones assigned to an earlier one)."""
+  x = Tensor(np.array([1.0, 2.0], dtype=np.float32))
+  a, b = x * 2, x * 2
+  a.realize()
+  x.assign(Tensor(np.array([5.0, 5.0], dtype=np.float32))).realize()
+  np.testing.assert_array_equal(b.numpy(), [10.0, 10.0])
+  np.testing.assert_array_equal(a.numpy(), [2.0, 4.0])   # realized before the write: keeps its value
+  z = Tensor.zeros(3).contiguous().realize()
+  z.assign(Tensor.ones(3)).realize()
+  np.testing.assert_array_equal(Tensor.zeros(3).contiguous().numpy(), [0.0, 0.0, 0.0])
