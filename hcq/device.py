@@ -4,6 +4,7 @@ import os, importlib
 from .buffer import LRUAllocator
 from .signal import Signal, SignalPool
 from .queue import HWQueue
+from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
@@ -58,7 +59,8 @@ class Device:
     return self.timeline_value
 
   def synchronize(self, timeout: float | None = None):
-    self.timeline.wait(self.timeline_value, timeout)
+    if _trace.active: _trace.on_synchronize(self, timeout)   # CAPTURE/PROFILE hook: the same wait, timed
+    else: self.timeline.wait(self.timeline_value, timeout)
     self.check_faults()
 
   def check_faults(self):
@@ -66,6 +68,7 @@ class Device:
 
   def copyin(self, buf, mv: memoryview):
     self.synchronize()
+    if _trace.active: _trace.on_copyin(self, buf, mv)   # CAPTURE hook: records the host write
     self.driver.view(buf.addr, buf.nbytes)[:] = mv
 
   def copyout(self, out: memoryview, buf):
@@ -94,3 +97,17 @@ class KernargArena:
     self.view[self.offset:self.offset + 8 * len(words)] = b"".join((w & (2**64 - 1)).to_bytes(8, "little") for w in words)
     self.offset += (n + 63) // 64 * 64
     return addr
+
+
+# ---- probe: what `baregrad info` shows about a device kind, without opening it (added for tools/info.py) ----
+def probe(name: str) -> dict:
+  """{"name", "available": bool, "reason" (when not), "driver", properties...}; never raises. A driver class may
+  define a `probe()` classmethod returning {"available": ..., "reason": ..., properties...}."""
+  try:
+    module, what = DRIVERS[canonical(name)]
+    if module is None: return {"name": name, "available": False, "reason": what}
+    cls = getattr(importlib.import_module(module), what)
+    found = cls.probe() if hasattr(cls, "probe") else {"available": True}
+    return {"name": name, "driver": f"{module}.{what}", **found}
+  except Exception as e:
+    return {"name": name, "available": False, "reason": f"{type(e).__name__}: {e}"}

@@ -11,6 +11,7 @@ from .buffer import Buffer
 from .device import Device
 from .queue import HWQueue, Slot
 from .tlsf import plan_arena
+from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
 
 DEBUG = int(os.environ.get("DEBUG", "0"))
 
@@ -73,6 +74,7 @@ class GraphExecutor:
         else: self.kv[pos] = w
         pos += 1
       q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), it.meta.get("global_size", (1, 1, 1)))
+    if _trace.active: _trace.on_graph_build(self, q, role)   # CAPTURE/PROFILE hook (hcq/trace.py)
     q.signal(self.dev.timeline, Slot("__timeline"))
     self.queue = q.bind(self.dev)
     self.patch_pos = np.array(self.patch_pos, dtype=np.int64)
@@ -91,5 +93,6 @@ class GraphExecutor:
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
     vals["__timeline"] = self.last_value = dev.next_timeline()
+    if _trace.active: _trace.on_graph_replay(self, inputs, outs, var_vals, self.last_value)   # CAPTURE/PROFILE hook
     self.queue.submit(dev, vals)
     return outs

@@ -4,6 +4,7 @@ import os, time
 from dataclasses import dataclass, field
 from .device import Device
 from .program import Program
+from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
 
 DEBUG = int(os.environ.get("DEBUG", "0"))
 
@@ -31,6 +32,7 @@ def run_schedule(items: list[ExecItem], sync: bool = False):
   """Queue every item in order on its device and signal the timeline once at the end."""
   if not items: return
   if capturing is not None: capturing.extend(items)
+  if _trace.active and _trace.on_run_schedule(items, sync): return   # CAPTURE/PROFILE hook (hcq/trace.py)
   if DEBUG >= 1: return _run_timed(items)
   by_dev: dict[str, tuple] = {}
   for item in items:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import cffi
 from elftools.common.exceptions import ELFError as _PyElfError
 from elftools.elf.elffile import ELFFile
+from .. import kernel_log   # TRACE_IOCTL=1 logs mmap/mprotect/munmap (drivers/kernel_log.py)
 
 
 class ElfError(ValueError):
@@ -47,17 +48,21 @@ _MAP_FAILED = 2**64 - 1
 def map_memory(size: int) -> int:
   """Anonymous READ|WRITE mapping of `size` bytes (a multiple of PAGE); returns its address."""
   addr = int(ffi.cast("uintptr_t", libc.mmap(ffi.NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)))
+  if kernel_log.enabled: kernel_log.mmap(0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, addr)
   if addr == _MAP_FAILED: raise MemoryError(f"mmap of {size} bytes failed (errno {ffi.errno})")
   return addr
 
 
 def protect_memory(addr: int, size: int, prot: int) -> None:
-  if libc.mprotect(ffi.cast("void *", addr), size, prot) != 0:
+  result = libc.mprotect(ffi.cast("void *", addr), size, prot)
+  if kernel_log.enabled: kernel_log.mprotect(addr, size, prot, result)
+  if result != 0:
     raise OSError(ffi.errno, f"mprotect(0x{addr:x}, {size}, {prot}) failed")
 
 
 def unmap_memory(addr: int, size: int) -> None:
-  libc.munmap(ffi.cast("void *", addr), size)
+  result = libc.munmap(ffi.cast("void *", addr), size)
+  if kernel_log.enabled: kernel_log.munmap(addr, size, result)
 
 
 _libraries: list = []  # dlopen handles searched after the process's global scope
