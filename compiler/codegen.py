@@ -16,6 +16,23 @@ DEBUG = int(os.environ.get("DEBUG", "0"))
 OPT = int(os.environ.get("OPT", "1"))     # 0: no kernel optimizations
 BEAM = int(os.environ.get("BEAM", "0"))   # >0: search optimizations by timing real runs
 RENDERERS = {"CPU": CRenderer}
+
+
+def _ptx_renderer():   # NV: PTX for the opened device's sm (the driver reads it from the GPU's compute class)
+  from .render_ptx import PTXRenderer
+  from baregrad.hcq.device import Device
+  return PTXRenderer(arch=Device.get("NV").driver.arch)
+
+
+RENDERERS["NV"] = _ptx_renderer
+
+
+def _amd_renderer():   # AMD (added by the KFD driver work): RDNA3 assembly -> code object, no external tools
+  from .render_amd import AMDRenderer
+  return AMDRenderer()
+
+
+RENDERERS["AMD"] = _amd_renderer
 _programs: dict = {}
 _decomp = decompositions()
 stats = {"kernels_compiled": 0}
@@ -51,12 +68,14 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
     stride *= size
   ast = substitute(ast, mapping)
   if blocks * local_size != total:
+    # threads past the end must neither store nor load: gate every memory access
     in_range = gidx < total
-    def gate(store: UOp) -> UOp:
-      idx = store.src[0]
-      valid = in_range if len(idx.src) == 2 else (idx.src[2] & in_range)
-      return store.replace(src=(idx.replace(src=(idx.src[0], idx.src[1], valid)),) + store.src[1:])
-    ast = ast.replace(src=tuple(gate(s) for s in ast.src))
+    gates = {}
+    for u in ast.toposort():
+      if u.op is Ops.INDEX:
+        valid = in_range if len(u.src) == 2 else (u.src[2] & in_range)
+        gates[u] = u.replace(src=(u.src[0], u.src[1], valid))
+    ast = substitute(ast, gates)
   return ast, (blocks, 1, 1), (local_size, 1, 1)
 
 

@@ -1,7 +1,11 @@
 """Data types: what an element is, how big it is, and how two of them promote."""
 from __future__ import annotations
 from dataclasses import dataclass
+import struct
 import numpy as np
+
+_F32 = struct.Struct('<f')
+_NP_DTYPES = {n: np.dtype(n) for n in ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16', 'float32', 'float64')}
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class DType:
   @property
   def is_bool(self) -> bool: return self.kind == 'b'
   @property
-  def np(self) -> np.dtype: return np.dtype(self.np_name)
+  def np(self) -> np.dtype: return _NP_DTYPES[self.np_name]
   @property
   def bits(self) -> int: return self.itemsize * 8
 
@@ -150,5 +154,8 @@ def truncate(value, dtype: DType):
     f = np.array(value, dtype=np.float32).view(np.uint32)
     f = ((f + 0x7fff + ((f >> 16) & 1)) >> 16 << 16).astype(np.uint32)
     return float(f.view(np.float32))
+  if dtype == dtypes.float32:
+    try: return _F32.unpack(_F32.pack(value))[0]
+    except OverflowError: pass   # beyond float32's range: numpy rounds to inf below
   with np.errstate(over='ignore'):
     return float(np.array(value, dtype=dtype.np))

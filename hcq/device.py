@@ -9,8 +9,8 @@ from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
   "CPU": ("baregrad.drivers.cpu.driver", "CPUDriver"),
-  "AMD": (None, "the AMD driver (KFD) is not part of this build yet; use DEV=CPU"),
-  "NV": (None, "the NVIDIA driver (RM ioctls) is not part of this build yet; use DEV=CPU"),
+  "AMD": ("baregrad.drivers.amd.driver", "AMDDriver"),   # AMD: /dev/kfd; EMU=1 -> emulated KFD + gfx1100 (drivers/emu/kfd_*.py)
+  "NV": ("baregrad.drivers.nv.driver", "NVDriver"),   # NV driver; EMU=1: drivers.kernel.interface("NV") is the emulated RM/UVM
   "METAL": (None, "the Metal driver is not part of this build yet; use DEV=CPU"),
 }
 

@@ -1,0 +1,189 @@
+"""The emulated NVIDIA GPU behind drivers/emu/nv_kernel.py: GPU memory, and one GPFIFO processor thread per channel.
+
+A channel thread polls its USERD GPPut (the driver's doorbell write is a plain store, so the thread watches the
+USERD page the doorbell announces), fetches GPFIFO entries, parses the pushbuffer methods the driver wrote and
+executes them: host semaphore release (64-bit payload, nanosecond timestamp) / acquire (blocks until the value
+holds), SET_OBJECT, WFI; the compute class's SEND_PCAS_A + SEND_SIGNALING_PCAS2_B read the QMD and run the kernel
+in the PTX interpreter (drivers/emu/ptx.py) with constant bank 0's parameters; the copy class's LAUNCH_DMA copies.
+Anything else (an unknown method, a method on an unbound subchannel, an unmapped address) stops the channel and
+becomes a fault naming channel, method and address (returned by `fault()`, written to the error notifier).
+"""
+from __future__ import annotations
+import struct, threading, time
+import numpy as np
+from .memory import Memory, MemoryFault
+from baregrad.drivers.nv import pushbuf as pb, qmd, rm
+
+QMD_VERSION = (4, 0)          # HOPPER_COMPUTE_A
+
+
+class ChannelFault(RuntimeError):
+  pass
+
+
+class EmulatedProgram:
+  """A program the driver uploaded, with its PTX (the documented side channel, README.md)."""
+  def __init__(self, ptx: str, name: str, param_base: int, params: list):
+    self.ptx, self.name, self.param_base, self.params = ptx, name, param_base, params
+    self._module = None
+
+  @property
+  def module(self):
+    if self._module is None:
+      from .ptx import parse_ptx
+      self._module = parse_ptx(self.ptx)
+    return self._module
+
+
+class NVGpu:
+  def __init__(self):
+    self.mem = Memory()
+    self.programs: dict[int, EmulatedProgram] = {}
+    self.faults: list[str] = []
+    self.lock = threading.Lock()
+    self.channels: list["ChannelProcessor"] = []
+
+  def map_host(self, va: int, host: int, nbytes: int):
+    import cffi
+    buf = cffi.FFI().buffer(cffi.FFI().cast("uint8_t *", host), nbytes)
+    self.mem.map_array(va, np.frombuffer(buf, np.uint8))
+
+  def fault(self, message: str, notifier: int | None = None):
+    with self.lock: self.faults.append(message)
+    if notifier:
+      try: self.mem.write(notifier, struct.pack("<QIHH", time.time_ns(), 1, 0, 0xFFFF))
+      except MemoryFault: pass
+
+
+class ChannelProcessor(threading.Thread):
+  def __init__(self, gpu: NVGpu, name: str, handle: int, ring: int, entries: int, userd: int, notifier: int | None,
+               objects: dict, doorbell):
+    super().__init__(daemon=True, name=f"nv-emu-{name}")
+    self.gpu, self.chname, self.handle, self.ring, self.entries = gpu, name, handle, ring, entries
+    self.userd, self.notifier, self.objects, self.doorbell = userd, notifier, objects, doorbell
+    self.subchannels: dict[int, int] = {}
+    self.state: dict[int, int] = {}         # last value of each method per subchannel (method registers)
+    self.stopped = False
+
+  def describe(self) -> str: return f"channel '{self.chname}' (handle {self.handle:#x})"
+
+  def run(self):
+    sleep = 1e-5
+    userd = self.gpu.mem.array(self.userd, np.uint32, pb.USERD_BYTES // 4)
+    while not self.stopped:
+      get, put = int(userd[pb.USERD_GP_GET // 4]), int(userd[pb.USERD_GP_PUT // 4])
+      if get == put:
+        time.sleep(sleep); sleep = min(sleep * 2, 1e-3)
+        continue
+      sleep = 1e-5
+      try:
+        if put >= self.entries: raise ChannelFault(f"GPPut {put} is past the end of the {self.entries}-entry GPFIFO")
+        w0, w1 = struct.unpack("<II", self.gpu.mem.read(self.ring + 8 * get, 8))
+        addr, n = pb.decode_gp_entry(w0, w1)
+        words = np.frombuffer(self._read(addr, 4 * n, "pushbuffer fetch"), np.uint32)
+        self.execute(words, addr)
+      except Exception as e:   # the channel stops, as a faulted channel does
+        self.stopped = True
+        self.gpu.fault(f"NV emulator: {self.describe()}: {e}", self.notifier)
+        return
+      userd[pb.USERD_GP_GET // 4] = (get + 1) % self.entries
+
+  def _read(self, addr: int, n: int, what: str) -> bytes:
+    try: return self.gpu.mem.read(addr, n)
+    except MemoryFault: raise ChannelFault(f"{what}: address {addr:#x} (+{n:#x} bytes) is not mapped on the GPU") from None
+
+  def execute(self, words: np.ndarray, base: int):
+    i, n = 0, len(words)
+    while i < n:
+      header = int(words[i])
+      sec_op, subc, method, count = pb.decode_header(header)
+      if header == 0: i += 1; continue      # a NOP word
+      if sec_op == pb.SEC_OP_IMMD_DATA_METHOD:
+        self.method(subc, method, count); i += 1; continue
+      if sec_op not in (pb.SEC_OP_INC_METHOD, pb.SEC_OP_NON_INC_METHOD, pb.SEC_OP_ONE_INC):
+        raise ChannelFault(f"unknown pushbuffer opcode {sec_op} in header {header:#010x} at {base + 4 * i:#x}")
+      if i + count >= n:
+        raise ChannelFault(f"method {method:#x} at {base + 4 * i:#x} has {count} data words, the segment ends first")
+      for k in range(count):
+        if sec_op == pb.SEC_OP_INC_METHOD: m = method + 4 * k
+        elif sec_op == pb.SEC_OP_ONE_INC: m = method + (4 if k else 0)
+        else: m = method
+        self.method(subc, m, int(words[i + 1 + k]))
+      i += 1 + count
+
+  # ---- methods ----
+  def method(self, subc: int, m: int, data: int):
+    regs = self.state.setdefault(subc, {})
+    regs[m] = data
+    if m < pb.HOST_METHODS_END: return self.host_method(subc, m, data, regs)
+    cls = self.subchannels.get(subc)
+    if cls is None: raise ChannelFault(f"method {m:#06x} on subchannel {subc}, which has no object (SET_OBJECT first)")
+    if cls == rm.HOPPER_COMPUTE_A:
+      if m == pb.SEND_SIGNALING_PCAS2_B:
+        if data & 0xF in (2, 3, 9, 10, 11): self.launch(regs.get(pb.SEND_PCAS_A, 0) << 8)
+        return
+      if m in (pb.SEND_PCAS_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B,
+               pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B, pb.SET_SHADER_LOCAL_MEMORY_A,
+               pb.SET_SHADER_LOCAL_MEMORY_B, pb.INVALIDATE_SHADER_CACHES_NO_WFI): return
+    elif cls == rm.HOPPER_DMA_COPY_A:
+      if m == pb.LAUNCH_DMA: return self.copy(regs, data)
+      if m in (pb.OFFSET_IN_UPPER, pb.OFFSET_IN_LOWER, pb.OFFSET_OUT_UPPER, pb.OFFSET_OUT_LOWER, pb.LINE_LENGTH_IN, pb.LINE_COUNT):
+        return
+    raise ChannelFault(f"unknown method {m:#06x} (data {data:#x}) for {rm.class_name(cls)} on subchannel {subc}")
+
+  def host_method(self, subc: int, m: int, data: int, regs: dict):
+    if m == pb.SET_OBJECT:
+      if data not in self.objects.values():
+        raise ChannelFault(f"SET_OBJECT {rm.class_name(data)}: no object of that class was allocated under this channel")
+      self.subchannels[subc] = data
+    elif m == pb.SEM_EXECUTE: self.semaphore(regs, data)
+    elif m in (pb.SEM_ADDR_LO, pb.SEM_ADDR_HI, pb.SEM_PAYLOAD_LO, pb.SEM_PAYLOAD_HI, pb.WFI, pb.NON_STALL_INTERRUPT): pass
+    else: raise ChannelFault(f"unknown host method {m:#06x} (data {data:#x}) on subchannel {subc}")
+
+  def semaphore(self, regs: dict, execute: int):
+    addr = (regs.get(pb.SEM_ADDR_HI, 0) & 0x1FFFFFF) << 32 | (regs.get(pb.SEM_ADDR_LO, 0) & 0xFFFFFFFC)
+    payload = regs.get(pb.SEM_PAYLOAD_LO, 0)
+    wide = bool(execute & pb.SEM_PAYLOAD_SIZE_64BIT)
+    if wide: payload |= regs.get(pb.SEM_PAYLOAD_HI, 0) << 32
+    op, size = execute & 7, 8 if wide else 4
+    fmt = "<Q" if wide else "<I"
+    if op == pb.SEM_OPERATION_RELEASE:
+      try:
+        self.gpu.mem.write(addr, struct.pack(fmt, payload))
+        if execute & pb.SEM_RELEASE_TIMESTAMP: self.gpu.mem.write(addr + 8, struct.pack("<Q", time.time_ns()))
+      except MemoryFault: raise ChannelFault(f"semaphore release at unmapped address {addr:#x}") from None
+    elif op in (pb.SEM_OPERATION_ACQUIRE, pb.SEM_OPERATION_ACQ_STRICT_GEQ):
+      sleep = 1e-5
+      while not self.stopped:
+        value = struct.unpack(fmt, self._read(addr, size, "semaphore acquire"))[0]
+        if (value == payload) if op == pb.SEM_OPERATION_ACQUIRE else (value >= payload): return
+        time.sleep(sleep); sleep = min(sleep * 2, 1e-3)
+    else: raise ChannelFault(f"SEM_EXECUTE operation {op} is not emulated")
+
+  def copy(self, regs: dict, launch: int):
+    if launch & (pb.DMA_MULTI_LINE_ENABLE | pb.DMA_REMAP_ENABLE | pb.DMA_SRC_TYPE_PHYSICAL | pb.DMA_DST_TYPE_PHYSICAL):
+      raise ChannelFault(f"LAUNCH_DMA {launch:#x}: only virtual, single-line, pitch copies are emulated")
+    src = regs.get(pb.OFFSET_IN_UPPER, 0) << 32 | regs.get(pb.OFFSET_IN_LOWER, 0)
+    dst = regs.get(pb.OFFSET_OUT_UPPER, 0) << 32 | regs.get(pb.OFFSET_OUT_LOWER, 0)
+    n = regs.get(pb.LINE_LENGTH_IN, 0)
+    data = self._read(src, n, "DMA copy source")
+    try: self.gpu.mem.write(dst, data)
+    except MemoryFault: raise ChannelFault(f"DMA copy destination {dst:#x} (+{n:#x} bytes) is not mapped on the GPU") from None
+
+  def launch(self, qmd_addr: int):
+    raw = self._read(qmd_addr, qmd.QMD_BYTES, "QMD")
+    q = qmd.read_launch(QMD_VERSION, raw)
+    if q["version"] != QMD_VERSION: raise ChannelFault(f"QMD at {qmd_addr:#x} has version {q['version']}, HOPPER_COMPUTE_A reads {QMD_VERSION}")
+    prog = self.gpu.programs.get(q["program"])
+    if prog is None: raise ChannelFault(f"QMD at {qmd_addr:#x}: no program was uploaded at code address {q['program']:#x}")
+    if not q["cbuf0_valid"]: raise ChannelFault(f"QMD at {qmd_addr:#x}: constant buffer 0 is not valid")
+    from .ptx import launch
+    entry = prog.module.entries[prog.name] if hasattr(prog.module, "entries") else None
+    size = entry.param_size if entry is not None else sum(s for _, _, s in prog.params)
+    if q["cbuf0_size"] < prog.param_base + size:
+      raise ChannelFault(f"QMD at {qmd_addr:#x}: constant buffer 0 of {q['cbuf0_size']} bytes is too small for the parameters")
+    params = self._read(q["cbuf0"] + prog.param_base, size, "constant buffer 0")
+    try:
+      launch(prog.module, prog.name, q["grid"], q["block"], params, self.gpu.mem)
+    except MemoryFault as e:
+      raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}") from None

@@ -1,0 +1,147 @@
+"""The kernel interface: the only way a GPU driver reaches the operating system.
+
+`KernelInterface` calls libc's `open/ioctl/mmap/munmap/close` through cffi and checks every result: a failing
+call raises `KernelCallError` naming the call (the ioctl by its header name), the file and the errno.
+`interface(vendor)` gives the real one, or with `EMU=1` the emulated kernel driver + GPU registered for that
+vendor in `EMULATORS` (same methods; its ioctls and mmaps are served by Python code in `drivers/emu`).
+
+Logging: when TRACE_IOCTL is set, every call is reported to `drivers/kernel_log.py`; any other logger can be
+installed with `set_logger(fn)`, called as `fn(call, **details)` after the call returns.
+
+    k = interface("NV")
+    fd = k.open("/dev/nvidiactl")
+    k.ioctl(fd, request, params_cdata, name="NV_ESC_RM_ALLOC")
+"""
+from __future__ import annotations
+import errno as _errno, importlib, os
+import cffi
+
+_ffi = cffi.FFI()
+# <fcntl.h>, <sys/ioctl.h>, <sys/mman.h>, <unistd.h> (glibc, Linux x86-64 / aarch64)
+_ffi.cdef("""
+int open(const char *pathname, int flags, ...);
+int close(int fd);
+int ioctl(int fd, unsigned long request, ...);
+void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
+int munmap(void *addr, size_t length);
+""")
+
+O_RDWR, O_CLOEXEC = 0o2, 0o2000000                                 # <asm-generic/fcntl.h>
+PROT_READ, PROT_WRITE = 1, 2                                       # <asm-generic/mman-common.h>
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+MAP_FAILED = 2**64 - 1
+
+# vendor -> (module, class) of the emulated kernel driver used when EMU=1
+EMULATORS: dict[str, tuple[str, str]] = {
+  "NV": ("baregrad.drivers.emu.nv_kernel", "EmulatedNVKernel"),
+}
+
+
+class KernelCallError(OSError):
+  """A system call failed: which call, on what, errno."""
+
+
+# ---- logging hook ----
+_logger = None
+
+
+def set_logger(fn) -> None:
+  """Install `fn(call: str, **details)` to be called after every kernel call (None removes it)."""
+  global _logger
+  _logger = fn
+
+
+def _trace_logger():
+  try:
+    from . import kernel_log
+  except ImportError:
+    return None
+  if not kernel_log.enabled: return None
+
+  def log(call, **d):
+    if call == "ioctl":
+      kernel_log.ioctl(d["fd"], d["request"], d.get("name"), d.get("fields"), d["result"], d.get("path"))
+    elif call == "open": kernel_log.open_file(d["path"], d["flags"], d["result"])
+    elif call == "close": kernel_log.close(d["fd"], d["result"])
+    elif call == "mmap": kernel_log.mmap(d["addr"], d["length"], d["prot"], d["flags"], d["fd"], d["offset"], d["result"])
+    elif call == "munmap": kernel_log.munmap(d["addr"], d["length"], d["result"])
+  return log
+
+
+_logger = _trace_logger()
+
+
+def log(call: str, **details) -> None:
+  """Report one call to the installed logger (emulated interfaces call this too)."""
+  if _logger is not None: _logger(call, **details)
+
+
+def ioctl_request(direction: int, kind: str | int, nr: int, size: int) -> int:
+  """Linux <asm-generic/ioctl.h> _IOC: nr bits 0-7, type 8-15, size 16-29, direction 30-31 (1 write, 2 read)."""
+  kind = ord(kind) if isinstance(kind, str) else kind
+  return (direction << 30) | (size << 16) | (kind << 8) | nr
+
+
+def IOWR(kind, nr: int, size: int) -> int: return ioctl_request(3, kind, nr, size)
+
+
+class KernelInterface:
+  """The real kernel: libc calls through cffi, every result checked."""
+  emulated = False
+
+  def __init__(self):
+    self.libc = _ffi.dlopen(None)
+    self.paths: dict[int, str] = {}
+
+  def exists(self, path: str) -> bool: return os.path.exists(path)
+
+  def read_text(self, path: str) -> str:
+    with open(path) as f: return f.read()
+
+  def open(self, path: str, flags: int = O_RDWR | O_CLOEXEC) -> int:
+    fd = self.libc.open(path.encode(), flags)
+    log("open", path=path, flags=flags, result=fd)
+    if fd < 0: self._fail(f"open({path!r})")
+    self.paths[fd] = path
+    return fd
+
+  def close(self, fd: int) -> None:
+    r = self.libc.close(fd)
+    log("close", fd=fd, result=r)
+    if r < 0: self._fail(f"close({fd} {self.paths.get(fd, '')})")
+    self.paths.pop(fd, None)
+
+  def ioctl(self, fd: int, request: int, arg, name: str | None = None, fields=None) -> int:
+    """`arg`: a cffi pointer (any FFI instance) to the parameter struct."""
+    r = self.libc.ioctl(fd, _ffi.cast("unsigned long", request), _ffi.cast("void *", arg))
+    log("ioctl", fd=fd, request=request, name=name, fields=fields() if callable(fields) else fields, result=r,
+        path=self.paths.get(fd))
+    if r < 0: self._fail(f"ioctl {name or hex(request)} on fd {fd} ({self.paths.get(fd, '?')})")
+    return r
+
+  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+    p = self.libc.mmap(_ffi.cast("void *", addr), length, prot, flags, fd, offset)
+    res = int(_ffi.cast("uintptr_t", p))
+    log("mmap", addr=addr, length=length, prot=prot, flags=flags, fd=fd, offset=offset, result=res)
+    if res == MAP_FAILED: self._fail(f"mmap(length={length:#x}, fd={fd} {self.paths.get(fd, '')}, offset={offset:#x})")
+    return res
+
+  def munmap(self, addr: int, length: int) -> None:
+    r = self.libc.munmap(_ffi.cast("void *", addr), length)
+    log("munmap", addr=addr, length=length, result=r)
+    if r < 0: self._fail(f"munmap({addr:#x}, {length:#x})")
+
+  def _fail(self, what: str):
+    e = _ffi.errno
+    raise KernelCallError(e, f"{what} failed: errno {e} ({_errno.errorcode.get(e, '?')}: {os.strerror(e)})")
+
+
+def emulated() -> bool: return os.environ.get("EMU", "0") not in ("", "0")
+
+
+def interface(vendor: str):
+  """The kernel interface a `vendor` driver uses: the real one, or with EMU=1 its emulator."""
+  if not emulated(): return KernelInterface()
+  if vendor not in EMULATORS: raise RuntimeError(f"EMU=1: no emulated kernel driver for {vendor} (have {', '.join(EMULATORS)})")
+  module, cls = EMULATORS[vendor]
+  return getattr(importlib.import_module(module), cls)()

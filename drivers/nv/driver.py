@@ -1,0 +1,480 @@
+"""The NV driver: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA runtime.
+
+Opening the device builds the RM object tree on /dev/nvidiactl (root client, device, subdevice, usermode doorbell
+page, a UVM-owned VA space, a channel group with a context share, a compute and a copy GPFIFO channel, the
+compute and DMA-copy classes the GPU lists) and registers the GPU and the VA space with /dev/nvidia-uvm.
+
+Memory: host pages mmapped at a driver-chosen address below 2**40 (GPFIFO entries hold 40-bit addresses),
+described to RM as an OS descriptor (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) and mapped by UVM at the same GPU virtual
+address: one address for host and GPU, `view()` is a plain pointer.
+
+Queues: HWQueue commands become pushbuffer methods (pushbuf.py): `exec` -> a QMD (qmd.py) + SEND_PCAS, `copy` ->
+DMA-copy class methods, `signal`/`wait`/`timestamp` -> host semaphore release/acquire. `submit` writes the
+pushbuffer, one GPFIFO entry per segment, GPPut in USERD and the work-submit token to the usermode doorbell.
+A driver-owned fence semaphore per channel (released after each submission) tells when launch memory is free.
+
+Kernel arguments: the kernel reads its parameters from constant bank 0 (at the cubin's parameter base); the
+driver copies the argument words from the hcq kernarg address into each launch's bank 0 when the pushbuffer is
+written (eager) or submitted (bound queues, so a JIT replay's patched arguments are seen).
+"""
+from __future__ import annotations
+import os, re, time, struct
+from dataclasses import dataclass, field
+import cffi
+import numpy as np
+from .. import kernel as kernel_mod
+from . import rm, qmd, pushbuf as pb
+from .cubin import compile_ptx, read_cubin
+from .rm import ffi
+
+_ffi = cffi.FFI()
+VA_BASE, VA_LIMIT = 0x20_0000_0000, 1 << 40      # driver-chosen host == GPU addresses (GPFIFO GET_HI is 8 bits)
+MAP_FIXED_NOREPLACE = 0x100000                    # <linux/mman.h>
+PAGE = 0x1000
+OVERRUN = 0x10000
+GPFIFO_ENTRIES = 1024
+_va_cursor = [VA_BASE]                            # process-wide: every NVDriver shares the address space
+SHARED_WINDOW, LOCAL_WINDOW = 0xFE00_0000, 0xFF00_0000   # generic-address windows (driver's choice, below VA_BASE)
+
+
+class NVError(RuntimeError):
+  pass
+
+
+class RMError(NVError):
+  """An RM or UVM call returned a status other than NV_OK."""
+  def __init__(self, what: str, status: int):
+    self.status = status
+    super().__init__(f"{what} failed: {rm.status_name(status)}")
+
+
+@dataclass(eq=False)
+class NVMemory:
+  addr: int
+  nbytes: int
+  mapped: int
+  handle: int
+
+
+@dataclass(eq=False)
+class Channel:
+  name: str
+  handle: int
+  ring: NVMemory
+  userd: NVMemory
+  token: int
+  fence: NVMemory
+  fence_value: int = 0
+  put: int = 0
+  subchannels: dict = field(default_factory=dict)   # subchannel -> class
+
+
+class RMClient:
+  """RM escapes on /dev/nvidiactl; every status checked."""
+
+  def __init__(self, kernel, fd_ctl: int):
+    self.k, self.fd_ctl = kernel, fd_ctl
+    self.root = 0
+    self._next = 0xBA000001
+
+  def escape(self, fd: int, nr: int, params, fields=None):
+    name = rm.ESCAPES[nr][0]
+    self.k.ioctl(fd, rm.escape_request(nr), params, name=name, fields=fields)
+    return params
+
+  def new_handle(self) -> int:
+    self._next += 1
+    return self._next
+
+  def alloc(self, parent: int, cls: int, params=None, handle: int | None = None) -> int:
+    p = ffi.new("NVOS21_PARAMETERS *")
+    p.hRoot, p.hObjectParent, p.hClass = self.root, parent, cls
+    p.hObjectNew = self.new_handle() if handle is None else handle
+    if params is not None:
+      p.pAllocParms, p.paramsSize = int(ffi.cast("uintptr_t", params)), ffi.sizeof(params[0])
+    self.escape(self.fd_ctl, rm.NV_ESC_RM_ALLOC, p, lambda: {"hParent": parent, "hClass": cls, "hNew": p.hObjectNew, "status": p.status})
+    if p.status != rm.NV_OK:
+      raise RMError(f"NV_ESC_RM_ALLOC of {rm.class_name(cls)} under handle {parent:#x}", p.status)
+    return p.hObjectNew
+
+  def control(self, obj: int, cmd: int, params=None):
+    name, struct_name = rm.CONTROLS[cmd]
+    params = ffi.new(struct_name + " *") if params is None else params
+    p = ffi.new("NVOS54_PARAMETERS *")
+    p.hClient, p.hObject, p.cmd = self.root, obj, cmd
+    p.params, p.paramsSize = int(ffi.cast("uintptr_t", params)), ffi.sizeof(params[0])
+    self.escape(self.fd_ctl, rm.NV_ESC_RM_CONTROL, p, lambda: {"hObject": obj, "cmd": cmd, "status": p.status})
+    if p.status != rm.NV_OK: raise RMError(f"NV_ESC_RM_CONTROL {name} ({cmd:#x}) on handle {obj:#x}", p.status)
+    return params
+
+  def free(self, parent: int, handle: int):
+    p = ffi.new("NVOS00_PARAMETERS *")
+    p.hRoot, p.hObjectParent, p.hObjectOld = self.root, parent, handle
+    self.escape(self.fd_ctl, rm.NV_ESC_RM_FREE, p)
+    if p.status != rm.NV_OK: raise RMError(f"NV_ESC_RM_FREE of handle {handle:#x}", p.status)
+
+
+def driver_version(k, fd_ctl: int) -> str:
+  """The running kernel driver's version: NV_ESC_CHECK_VERSION_STR with the QUERY command (nv-ioctl.h)."""
+  p = ffi.new("nv_ioctl_rm_api_version_t *")
+  p.cmd = rm.NV_RM_API_VERSION_CMD_QUERY
+  k.ioctl(fd_ctl, rm.escape_request(rm.NV_ESC_CHECK_VERSION_STR), p, name="NV_ESC_CHECK_VERSION_STR")
+  version = ffi.string(p.versionString).decode(errors="replace")
+  if not version and k.exists("/proc/driver/nvidia/version"):
+    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", k.read_text("/proc/driver/nvidia/version"))
+    version = m.group(1) if m else ""
+  return version
+
+
+def check_version(version: str):
+  series = version.split(".")[0]
+  if series not in rm.SUPPORTED_SERIES:
+    raise NVError(f"NVIDIA kernel driver {version or '(unknown version)'} is not supported: the RM ioctl structures change "
+                  f"between driver series and baregrad's are written for the {', '.join(s + '.x' for s in rm.SUPPORTED_SERIES)} "
+                  f"series (checked against {rm.HEADERS_VERSION}). Install a {rm.SUPPORTED_SERIES[-1]} driver.")
+
+
+class NVDriver:
+  name = "NV"
+
+  def __init__(self, kernel=None):
+    self.k = kernel if kernel is not None else kernel_mod.interface("NV")
+    if not self.k.exists("/dev/nvidiactl"):
+      raise NVError("NV device: /dev/nvidiactl does not exist: the NVIDIA kernel driver is not loaded (or this machine has "
+                    "no NVIDIA GPU). Load the nvidia and nvidia-uvm modules, use EMU=1 for the emulated GPU, or DEV=CPU.")
+    self.fd_ctl = self.k.open("/dev/nvidiactl")
+    self.version = driver_version(self.k, self.fd_ctl)
+    check_version(self.version)
+    self.rm = RMClient(self.k, self.fd_ctl)
+    self.rm.root = self.rm.alloc(0, rm.NV01_ROOT_CLIENT, handle=0)
+    cards = ffi.new(f"nv_ioctl_card_info_t[{rm.NV_MAX_DEVICES}]")
+    self.rm.escape(self.fd_ctl, rm.NV_ESC_CARD_INFO, cards)
+    valid = [c for c in cards if c.valid]
+    if not valid: raise NVError("NV device: the NVIDIA driver reports no GPU (NV_ESC_CARD_INFO)")
+    self.minor = valid[0].minor_number
+    self.dev_path = f"/dev/nvidia{self.minor}"
+    self.fd_dev = self._open_device()
+    self.fd_uvm = self.k.open("/dev/nvidia-uvm")
+    self._uvm(rm.UVM_INITIALIZE, flags=0)
+    self.fd_uvm_mm = self.k.open("/dev/nvidia-uvm")
+    p = ffi.new("UVM_MM_INITIALIZE_PARAMS *"); p.uvmFd = self.fd_uvm
+    self._uvm_call(self.fd_uvm_mm, rm.UVM_MM_INITIALIZE, p, ok=(rm.NV_OK, 0x10000 + 0x01))   # NV_WARN_NOTHING_TO_DO
+    dp = ffi.new("NV0080_ALLOC_PARAMETERS *")
+    dp.deviceId, dp.hClientShare, dp.vaMode = 0, self.rm.root, 2   # NV_DEVICE_ALLOCATION_VAMODE_MULTIPLE_VASPACES (nvos.h)
+    self.device = self.rm.alloc(self.rm.root, rm.NV01_DEVICE_0, dp)
+    self.subdevice = self.rm.alloc(self.device, rm.NV20_SUBDEVICE_0, ffi.new("NV2080_ALLOC_PARAMETERS *"))
+    classes = self.rm.control(self.device, rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2)
+    listed = set(classes.classList[0:classes.numClasses])
+    compute = [c for c in rm.COMPUTE_CLASSES if c in listed]
+    copy = [c for c in rm.COPY_CLASSES if c in listed]
+    if not compute or not copy:
+      raise NVError(f"NV device: the GPU lists no supported compute/copy class (supported: Ampere, Ada, Hopper; "
+                    f"GPU classes: {sorted(hex(c) for c in listed)})")
+    self.compute_class, self.copy_class = compute[0], copy[0]
+    self.arch, self.qmd_version, channel_class, usermode_class = rm.COMPUTE_CLASSES[self.compute_class]
+    self.qmd_table = qmd.TABLES[self.qmd_version]
+    gid = ffi.new("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS *")
+    gid.flags = rm.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY
+    self.rm.control(self.subdevice, rm.NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid)
+    self.uuid = bytes(gid.data[0:16])
+    self._uvm(rm.UVM_REGISTER_GPU, gpu_uuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root)
+    # usermode doorbell page
+    self.usermode = self.rm.alloc(self.subdevice, usermode_class)
+    self.doorbell = self._map_object(self.subdevice, self.usermode, pb.USERMODE_BYTES)
+    # VA space owned by UVM, channel group, context share
+    vp = ffi.new("NV_VASPACE_ALLOCATION_PARAMETERS *")
+    vp.vaBase = PAGE
+    vp.flags = rm.NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING | rm.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED
+    self.vaspace = self.rm.alloc(self.device, rm.FERMI_VASPACE_A, vp)
+    self._uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hVaSpace=self.vaspace)
+    self._free_va: dict[int, list] = {}
+    self.error_notifier = self.alloc(PAGE)
+    gp = ffi.new("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *")
+    gp.engineType = rm.NV2080_ENGINE_TYPE_GRAPHICS
+    self.group = self.rm.alloc(self.device, rm.KEPLER_CHANNEL_GROUP_A, gp)
+    cp = ffi.new("NV_CTXSHARE_ALLOCATION_PARAMETERS *")
+    cp.hVASpace, cp.flags = self.vaspace, rm.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC
+    self.ctxshare = self.rm.alloc(self.group, rm.FERMI_CONTEXT_SHARE_A, cp)
+    self.channels = {
+      "compute": self._channel("compute", channel_class, rm.NV2080_ENGINE_TYPE_GRAPHICS,
+                               {pb.SUBC_COMPUTE: self.compute_class, pb.SUBC_COPY: self.copy_class}),
+      "copy": self._channel("copy", channel_class, rm.NV2080_ENGINE_TYPE_COPY0, {pb.SUBC_COPY: self.copy_class}),
+    }
+    sp = ffi.new("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS *"); sp.bEnable = 1
+    self.rm.control(self.group, rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, sp)
+    self._arenas: list = []          # launch/pushbuffer memory: [memory, offset, live blocks]
+    self._inflight: list = []        # (channel, fence value, arena) of eager blocks
+    self._pending: list = []         # blocks and parameter copies of the last encode()
+    self._ptx: dict[bytes, str] = {}
+    self.sass_version = int(self.arch[3:], 16)   # sm_90 -> 0x90 (SASS_VERSION holds the sm as two hex digits)
+    for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
+
+  # ---- kernel plumbing ----
+  def _open_device(self) -> int:
+    fd = self.k.open(self.dev_path)
+    p = ffi.new("nv_ioctl_register_fd_t *"); p.ctl_fd = self.fd_ctl
+    self.rm.escape(fd, rm.NV_ESC_REGISTER_FD, p)
+    return fd
+
+  def _uvm_call(self, fd: int, cmd: int, p, ok=(rm.NV_OK,)):
+    name = rm.UVM_IOCTLS[cmd][0]
+    self.k.ioctl(fd, cmd, p, name=name, fields=lambda: {"rmStatus": p.rmStatus})
+    if p.rmStatus not in ok: raise RMError(f"{name} on /dev/nvidia-uvm", p.rmStatus)
+    return p
+
+  def _uvm(self, cmd: int, **values):
+    p = ffi.new(rm.UVM_IOCTLS[cmd][1] + " *")
+    for k, v in values.items():
+      if isinstance(v, bytes): getattr(p, k)[0:len(v)] = v
+      else: setattr(p, k, v)
+    return self._uvm_call(self.fd_uvm, cmd, p)
+
+  def _map_object(self, parent: int, handle: int, length: int) -> int:
+    """NV_ESC_RM_MAP_MEMORY on a fresh /dev/nvidiaN fd, then mmap of that fd: a CPU mapping of an RM object."""
+    fd = self._open_device()
+    p = ffi.new("nv_ioctl_nvos33_parameters_with_fd *")
+    p.params.hClient, p.params.hDevice, p.params.hMemory, p.params.length, p.fd = self.rm.root, parent, handle, length, fd
+    self.rm.escape(self.fd_ctl, rm.NV_ESC_RM_MAP_MEMORY, p)
+    if p.params.status != rm.NV_OK: raise RMError(f"NV_ESC_RM_MAP_MEMORY of handle {handle:#x}", p.params.status)
+    return self.k.mmap(0, length, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE, kernel_mod.MAP_SHARED, fd, 0)
+
+  def _channel(self, name: str, cls: int, engine: int, subchannels: dict) -> Channel:
+    ring, userd = self.alloc(GPFIFO_ENTRIES * pb.GP_ENTRY_BYTES), self.alloc(PAGE)
+    p = ffi.new("NV_CHANNEL_ALLOC_PARAMS *")
+    p.hObjectError, p.gpFifoOffset, p.gpFifoEntries = self.error_notifier.handle, ring.addr, GPFIFO_ENTRIES
+    p.hContextShare, p.hUserdMemory[0], p.userdOffset[0], p.engineType = self.ctxshare, userd.handle, 0, engine
+    handle = self.rm.alloc(self.group, cls, p)
+    for c in dict.fromkeys(subchannels.values()): self.rm.alloc(handle, c)
+    token = self.rm.control(handle, rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN).workSubmitToken
+    return Channel(name, handle, ring, userd, token, self.alloc(PAGE), subchannels=subchannels)
+
+  def _init_words(self, ch: Channel) -> list[int]:
+    p = pb.Pushbuffer()
+    for subc, cls in ch.subchannels.items(): p.method(subc, pb.SET_OBJECT, cls)
+    if pb.SUBC_COMPUTE in ch.subchannels:
+      p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, SHARED_WINDOW >> 32, SHARED_WINDOW & 0xFFFFFFFF)
+      p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, LOCAL_WINDOW >> 32, LOCAL_WINDOW & 0xFFFFFFFF)
+    return p.words
+
+  # ---- memory ----
+  def alloc(self, nbytes: int) -> NVMemory:
+    # OVERRUN bytes of slack after each buffer: codegen's GPU kernels load (not store) past the end for the masked-off
+    # threads of the last block; on the GPU an unmapped address faults (drivers/emu/README.md)
+    size = (max(nbytes, 1) + OVERRUN + PAGE - 1) // PAGE * PAGE
+    addr = self._free_va[size].pop() if self._free_va.get(size) else self._take_va(size)
+    while True:
+      try:
+        self.k.mmap(addr, size, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE,
+                    kernel_mod.MAP_SHARED | kernel_mod.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0)
+        break
+      except kernel_mod.KernelCallError as e:   # the range is taken (another mapping in this process): the next one
+        if e.errno != 17: raise               # EEXIST
+        addr = self._take_va(size)
+    p = ffi.new("nv_ioctl_nvos02_parameters_with_fd *")
+    p.params.hRoot, p.params.hObjectParent, p.params.hObjectNew = self.rm.root, self.device, self.rm.new_handle()
+    p.params.hClass = rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
+    p.params.flags = rm.NVOS02_FLAGS_PHYSICALITY_NONCONTIGUOUS | rm.NVOS02_FLAGS_COHERENCY_CACHED | rm.NVOS02_FLAGS_MAPPING_NO_MAP
+    p.params.pMemory, p.params.limit, p.fd = addr, size - 1, -1
+    self.rm.escape(self.fd_dev, rm.NV_ESC_RM_ALLOC_MEMORY, p)
+    if p.params.status != rm.NV_OK:
+      raise RMError(f"NV_ESC_RM_ALLOC_MEMORY of {size:#x} bytes of host memory at {addr:#x}", p.params.status)
+    self._uvm(rm.UVM_CREATE_EXTERNAL_RANGE, base=addr, length=size)
+    m = ffi.new("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *")
+    m.base, m.length, m.gpuAttributesCount, m.rmCtrlFd, m.hClient, m.hMemory = addr, size, 1, self.fd_ctl, self.rm.root, p.params.hObjectNew
+    m.perGpuAttributes[0].gpuUuid[0:16] = self.uuid
+    self._uvm_call(self.fd_uvm, rm.UVM_MAP_EXTERNAL_ALLOCATION, m)
+    return NVMemory(addr, nbytes, size, p.params.hObjectNew)
+
+  def _take_va(self, size: int) -> int:
+    addr = _va_cursor[0]
+    _va_cursor[0] += size               # contiguous: see the note on out-of-range loads in drivers/emu/README.md
+    if _va_cursor[0] > VA_LIMIT: raise MemoryError(f"NV device: out of GPU virtual address space below {VA_LIMIT:#x}")
+    return addr
+
+  def free(self, mem: NVMemory):
+    self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
+    self.rm.free(self.device, mem.handle)
+    self.k.munmap(mem.addr, mem.mapped)
+    self._free_va.setdefault(mem.mapped, []).append(mem.addr)
+
+  def view(self, addr: int, nbytes: int):
+    return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
+
+  # ---- programs ----
+  def compile(self, src: str) -> bytes:
+    binary = compile_ptx(src, self.arch)
+    self._ptx[binary] = src
+    return binary
+
+  def load_program(self, binary: bytes, name: str):
+    kern = read_cubin(binary, name)
+    mem = self.alloc(len(kern.text) + 256)
+    self.view(mem.addr, len(kern.text))[:] = kern.text
+    register = getattr(self.k, "register_program", None)    # emulated GPUs run the PTX: the side channel (drivers/emu/README.md)
+    if register is not None:
+      if binary not in self._ptx: raise NVError(f"NV emulator: no PTX known for kernel {name} (compile it with this driver)")
+      register(mem.addr, self._ptx[binary], name, kern.param_base, kern.params)
+    kern.memory = mem
+    return mem.addr, kern
+
+  # ---- launch memory: arenas of blocks, freed when the channel's fence passes ----
+  def _block(self, nbytes: int) -> tuple[int, list]:
+    """`nbytes` (256-aligned) of launch/pushbuffer memory: bump allocation in the first arena with room; an arena
+    whose blocks are all done (fences passed) starts over."""
+    nbytes = (nbytes + 255) // 256 * 256
+    self._reap()
+    for arena in self._arenas:
+      if arena[2] == 0: arena[1] = 0
+      if arena[1] + nbytes <= arena[0].nbytes: break
+    else:
+      arena = [self.alloc(max(4 << 20, nbytes)), 0, 0]
+      self._arenas.append(arena)
+    addr = arena[0].addr + arena[1]
+    arena[1] += nbytes
+    arena[2] += 1
+    return addr, arena
+
+  def _reap(self):
+    keep = []
+    for ch, value, arena in self._inflight:
+      if self._u64(ch.fence.addr) >= value: arena[2] -= 1
+      else: keep.append((ch, value, arena))
+    self._inflight = keep
+
+  def _u64(self, addr: int) -> int: return struct.unpack("<Q", self.view(addr, 8))[0]
+
+  # ---- queues ----
+  def encode(self, cmds: list[tuple]) -> list:
+    """HWQueue commands -> 32-bit pushbuffer words (symbolic halves of hcq Slots stay for the caller to resolve)."""
+    p = pb.Pushbuffer()
+    self._pending = []
+    for cmd in cmds:
+      kind = cmd[0]
+      if kind == "exec": self._encode_exec(p, *cmd[1:])
+      elif kind == "copy":
+        _, dst, src, nbytes = cmd
+        p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
+        for off in range(0, nbytes, 1 << 30):
+          n = min(1 << 30, nbytes - off)
+          p.method(pb.SUBC_COPY, pb.OFFSET_IN_UPPER, *_split(_add(src, off)), *_split(_add(dst, off)))
+          p.method(pb.SUBC_COPY, pb.LINE_LENGTH_IN, n, 1)
+          p.method(pb.SUBC_COPY, pb.LAUNCH_DMA, pb.DMA_DATA_TRANSFER_TYPE_NON_PIPELINED | pb.DMA_FLUSH_ENABLE |
+                   pb.DMA_SRC_MEMORY_LAYOUT_PITCH | pb.DMA_DST_MEMORY_LAYOUT_PITCH)
+      elif kind == "signal": self._semaphore(p, cmd[1].addr, cmd[2], pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_RELEASE_TIMESTAMP)
+      elif kind == "wait": self._semaphore(p, cmd[1].addr, cmd[2], pb.SEM_OPERATION_ACQ_STRICT_GEQ)
+      elif kind == "timestamp":   # a 16-byte release: payload (0) at the signal, the timestamp after it
+        self._semaphore(p, cmd[1].timestamp_addr - 8, 0, pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_RELEASE_TIMESTAMP)
+      elif kind == "barrier": p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
+      else: raise ValueError(f"NV queue: unknown command {kind!r}")
+    return p.words
+
+  def _semaphore(self, p: pb.Pushbuffer, addr, value, operation: int):
+    p.method(0, pb.SEM_ADDR_LO, *reversed(_split(addr)), *reversed(_split(value)), operation | pb.SEM_PAYLOAD_SIZE_64BIT)
+
+  def _encode_exec(self, p: pb.Pushbuffer, program, args_addr, global_size, local_size):
+    kern = program.handle
+    if not isinstance(args_addr, int): raise NVError(f"NV queue: exec of {program.name} needs a concrete kernarg address")
+    block = tuple(local_size) if tuple(local_size) != (1, 1, 1) else tuple(program.meta.get("local_size", (1, 1, 1)))
+    cb_size = (max(kern.cbuf0_size, kern.param_base + 8) + 255) // 256 * 256
+    addr, arena = self._block(qmd.QMD_BYTES + cb_size)
+    cbuf0 = addr + qmd.QMD_BYTES
+    fields = qmd.launch_fields(self.qmd_version, program=program.entry, cbuf0=cbuf0, cbuf0_size=cb_size, grid=global_size,
+                               block=block, registers=kern.registers, shared=kern.shared, barriers=kern.barriers,
+                               local_size=kern.stack, sass_version=self.sass_version)
+    self.view(addr, qmd.QMD_BYTES)[:] = qmd.pack(self.qmd_table, fields)
+    self.view(cbuf0, cb_size)[:] = bytes(cb_size)
+    struct.pack_into("<3I", self.view(cbuf0, 12), 0, *block)   # %ntid in the driver area (c[0x0][0x0..0xb], as ptxas reads it)
+    copies = [(args_addr + 8 * ordinal, cbuf0 + kern.param_base + offset, size) for ordinal, offset, size in kern.params]
+    self._copy_params(copies)
+    self._pending.append((arena, copies))
+    p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
+    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, addr >> 8)
+    p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
+
+  def _copy_params(self, copies):
+    for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
+
+  def submit(self, kind: str, words: list[int]):
+    ch = self.channels[kind]
+    pending, self._pending = self._pending, []
+    self._submit_words(ch, words, [a for a, _ in pending])
+
+  def _submit_words(self, ch: Channel, words: list[int], arenas=()):
+    entries = []
+    if words:
+      addr, arena = self._block(4 * len(words))
+      np.frombuffer(self.view(addr, 4 * len(words)), np.uint32)[:] = np.array(words, dtype=np.uint64).astype(np.uint32)
+      entries.append((addr, len(words)))
+      arenas = [*arenas, arena]
+    self._ring(ch, entries, arenas)
+
+  def _ring(self, ch: Channel, entries: list, arenas):
+    """Append the channel's fence release, write the GPFIFO entries, GPPut, and ring the doorbell."""
+    ch.fence_value += 1
+    fence = pb.Pushbuffer()
+    self._semaphore(fence, ch.fence.addr, ch.fence_value, pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI)
+    faddr, farena = self._block(4 * len(fence.words))
+    np.frombuffer(self.view(faddr, 4 * len(fence.words)), np.uint32)[:] = fence.words
+    ring = np.frombuffer(self.view(ch.ring.addr, GPFIFO_ENTRIES * 8), np.uint32)
+    userd = np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)
+    for addr, n in [*entries, (faddr, len(fence.words))]:
+      deadline = time.monotonic() + 30
+      while (ch.put + 1) % GPFIFO_ENTRIES == userd[pb.USERD_GP_GET // 4]:     # ring full: wait for the GPU to fetch
+        if time.monotonic() > deadline: raise NVError(f"NV {ch.name} channel: GPFIFO ring full for 30 s (GPGet stuck at {ch.put})")
+        time.sleep(1e-4)
+      ring[2 * ch.put:2 * ch.put + 2] = pb.gp_entry(addr, n)
+      ch.put = (ch.put + 1) % GPFIFO_ENTRIES
+    for arena in [*arenas, farena]: self._inflight.append((ch, ch.fence_value, arena))
+    userd[pb.USERD_GP_PUT // 4] = ch.put
+    np.frombuffer(self.view(self.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING, 4), np.uint32)[0] = ch.token
+
+  # ---- bound queues (JIT replay): the pushbuffer stays in memory, a submit is one GPFIFO entry ----
+  def bind(self, kind: str, words: list[int]):
+    pending, self._pending = self._pending, []      # launch blocks of this encode stay with the bound queue
+    mem = self.alloc(4 * max(len(words), 1))
+    view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
+    view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
+    return (mem, view, [c for _, copies in pending for c in copies], pending)
+
+  def submit_bound(self, kind: str, bound, nwords: int, patch: list[tuple[int, int]]):
+    mem, view, copies, _ = bound
+    for i, v in patch: view[i] = v
+    self._copy_params(copies)
+    self._ring(self.channels[kind], [(mem.addr, nwords)], [])
+
+  def wait_value(self, addr: int, value: int, timeout: float) -> bool:
+    deadline, sleep = time.monotonic() + timeout, 1e-5
+    poll = getattr(self.k, "fault", None)
+    while self._u64(addr) < value:
+      if poll is not None and poll() is not None: return False
+      if time.monotonic() > deadline: return False
+      time.sleep(sleep)
+      sleep = min(sleep * 2, 5e-4)
+    return True
+
+  def check_faults(self, device_name: str):
+    info32, info16, status = struct.unpack_from("<IHH", self.view(self.error_notifier.addr, 16), 8)
+    detail = getattr(self.k, "fault", lambda: None)()
+    if status or info32 or detail:
+      raise NVError(f"{device_name}: GPU channel error (error notifier info32={info32:#x} info16={info16:#x} "
+                    f"status={status:#x}){': ' + detail if detail else ''}")
+
+
+class _Half:
+  """The low or high 32 bits of a symbolic 64-bit value (an hcq Slot), resolved at submit time."""
+  __slots__ = ("value", "high")
+  def __init__(self, value, high: bool): self.value, self.high = value, high
+  def resolve(self, var_vals) -> int:
+    v = self.value.resolve(var_vals)
+    return (v >> 32) & 0xFFFFFFFF if self.high else v & 0xFFFFFFFF
+  def __repr__(self): return f"{'hi' if self.high else 'lo'}32({self.value!r})"
+
+
+def _split(v) -> tuple:
+  """(high, low) 32-bit words of a 64-bit int or Slot."""
+  if isinstance(v, int): return (v >> 32) & 0xFFFFFFFF, v & 0xFFFFFFFF
+  return _Half(v, True), _Half(v, False)
+
+
+def _add(v, n: int):
+  return v + n if n else v

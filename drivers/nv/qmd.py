@@ -1,0 +1,118 @@
+"""QMD (Queue Meta Data): the 256-byte launch descriptor the compute engine reads for a grid.
+
+Field positions as bit ranges (hi, lo) over the QMD viewed as one little-endian bit string ("MW(hi:lo)"), from
+NVIDIA's open-gpu-doc class headers: `classes/compute/clcbc0qmd.h` (HOPPER_COMPUTE_A, QMD V04_00) and
+`classes/compute/clc6c0qmd.h` (AMPERE_COMPUTE_A; V03_00 is also used by AMPERE_COMPUTE_B and ADA_COMPUTE_A).
+Only the fields baregrad writes or the emulator reads. `pack` writes a dict of field values, `unpack` reads
+every field of a table back.
+"""
+from __future__ import annotations
+
+QMD_BYTES = 256
+
+
+# NVCBC0_QMDV04_00_* (clcbc0qmd.h)
+V04_00 = {
+  "QMD_GROUP_ID": (21, 16), "QMD_TYPE": (25, 23),
+  "SHADER_LOCAL_MEMORY_LOW_SIZE": (535, 512), "SASS_VERSION": (543, 536), "SHADER_LOCAL_MEMORY_HIGH_SIZE": (567, 544),
+  "API_VISIBLE_CALL_LIMIT": (568, 568), "SAMPLER_INDEX": (569, 569),
+  "QMD_MINOR_VERSION": (579, 576), "QMD_MAJOR_VERSION": (583, 580), "SHARED_MEMORY_SIZE": (601, 584),
+  "INVALIDATE_TEXTURE_HEADER_CACHE": (602, 602), "INVALIDATE_TEXTURE_SAMPLER_CACHE": (603, 603),
+  "INVALIDATE_TEXTURE_DATA_CACHE": (604, 604), "INVALIDATE_SHADER_DATA_CACHE": (605, 605),
+  "INVALIDATE_INSTRUCTION_CACHE": (606, 606), "INVALIDATE_SHADER_CONSTANT_CACHE": (607, 607),
+  "MIN_SM_CONFIG_SHARED_MEM_SIZE": (613, 608), "MAX_SM_CONFIG_SHARED_MEM_SIZE": (619, 614),
+  "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (625, 620),
+  "GRID_WIDTH": (1055, 1024), "GRID_HEIGHT": (1071, 1056), "GRID_DEPTH": (1103, 1088),
+  "CTA_THREAD_DIMENSION0": (1167, 1152), "CTA_THREAD_DIMENSION1": (1183, 1168), "CTA_THREAD_DIMENSION2": (1199, 1184),
+  "REGISTER_COUNT": (1208, 1200), "BARRIER_COUNT": (1215, 1211),
+  "PROGRAM_ADDRESS_LOWER": (1247, 1216), "PROGRAM_ADDRESS_UPPER": (1272, 1248),
+}
+for _i in range(8):   # CONSTANT_BUFFER_VALID(i) MW(416+i*4), ADDR_*_SHIFTED6(i) and SIZE_SHIFTED4(i) every 64 bits
+  V04_00[f"CONSTANT_BUFFER_VALID_{_i}"] = (416 + _i * 4, 416 + _i * 4)
+  V04_00[f"CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_{_i}"] = (1567 + _i * 64, 1536 + _i * 64)
+  V04_00[f"CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_{_i}"] = (1586 + _i * 64, 1568 + _i * 64)
+  V04_00[f"CONSTANT_BUFFER_SIZE_SHIFTED4_{_i}"] = (1599 + _i * 64, 1587 + _i * 64)
+
+# NVC6C0_QMDV03_00_* (clc6c0qmd.h)
+V03_00 = {
+  "QMD_GROUP_ID": (133, 128), "SM_GLOBAL_CACHING_ENABLE": (134, 134),
+  "INVALIDATE_TEXTURE_HEADER_CACHE": (186, 186), "INVALIDATE_TEXTURE_SAMPLER_CACHE": (187, 187),
+  "INVALIDATE_TEXTURE_DATA_CACHE": (188, 188), "INVALIDATE_SHADER_DATA_CACHE": (189, 189),
+  "INVALIDATE_INSTRUCTION_CACHE": (190, 190), "INVALIDATE_SHADER_CONSTANT_CACHE": (191, 191),
+  "API_VISIBLE_CALL_LIMIT": (378, 378), "SAMPLER_INDEX": (382, 382),
+  "CTA_RASTER_WIDTH": (415, 384), "CTA_RASTER_HEIGHT": (431, 416), "CTA_RASTER_DEPTH": (463, 448),
+  "SHARED_MEMORY_SIZE": (561, 544), "MIN_SM_CONFIG_SHARED_MEM_SIZE": (567, 562), "MAX_SM_CONFIG_SHARED_MEM_SIZE": (574, 569),
+  "QMD_VERSION": (579, 576), "QMD_MAJOR_VERSION": (583, 580),
+  "CTA_THREAD_DIMENSION0": (607, 592), "CTA_THREAD_DIMENSION1": (623, 608), "CTA_THREAD_DIMENSION2": (639, 624),
+  "REGISTER_COUNT_V": (656, 648), "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (662, 657),
+  "SHADER_LOCAL_MEMORY_LOW_SIZE": (759, 736), "BARRIER_COUNT": (767, 763),
+  "PROGRAM_ADDRESS_LOWER": (1567, 1536), "PROGRAM_ADDRESS_UPPER": (1584, 1568),
+  "SHADER_LOCAL_MEMORY_HIGH_SIZE": (1623, 1600), "SASS_VERSION": (1663, 1656),
+}
+for _i in range(8):   # CONSTANT_BUFFER_VALID(i) MW(640+i), ADDR_LOWER/UPPER(i) and SIZE_SHIFTED4(i) every 64 bits
+  V03_00[f"CONSTANT_BUFFER_VALID_{_i}"] = (640 + _i, 640 + _i)
+  V03_00[f"CONSTANT_BUFFER_ADDR_LOWER_{_i}"] = (1055 + _i * 64, 1024 + _i * 64)
+  V03_00[f"CONSTANT_BUFFER_ADDR_UPPER_{_i}"] = (1072 + _i * 64, 1056 + _i * 64)
+  V03_00[f"CONSTANT_BUFFER_SIZE_SHIFTED4_{_i}"] = (1087 + _i * 64, 1075 + _i * 64)
+
+TABLES = {(4, 0): V04_00, (3, 0): V03_00}
+QMD_TYPE_GRID_CTA = 2            # NVCBC0_QMDV04_00_QMD_TYPE_GRID_CTA
+
+
+def pack(table: dict, values: dict) -> bytes:
+  """A QMD with `values` (field name -> int) at the table's bit positions; other bits zero."""
+  bits = 0
+  for name, value in values.items():
+    if name not in table: raise KeyError(f"QMD field {name} is not in this QMD version's table")
+    hi, lo = table[name]
+    width = hi - lo + 1
+    if not 0 <= value < (1 << width): raise ValueError(f"QMD field {name}={value:#x} does not fit in {width} bits")
+    bits |= value << lo
+  return bits.to_bytes(QMD_BYTES, "little")
+
+
+def unpack(table: dict, data: bytes) -> dict:
+  """Every field of `table` read from a QMD."""
+  bits = int.from_bytes(bytes(data[:QMD_BYTES]), "little")
+  return {name: (bits >> lo) & ((1 << (hi - lo + 1)) - 1) for name, (hi, lo) in table.items()}
+
+
+def launch_fields(version: tuple, *, program: int, cbuf0: int, cbuf0_size: int, grid, block, registers: int,
+                  shared: int, barriers: int, local_size: int, sass_version: int) -> dict:
+  """The field values of one grid launch, for QMD `version` (4, 0) or (3, 0)."""
+  v = {"QMD_GROUP_ID": 0x3F, "API_VISIBLE_CALL_LIMIT": 1, "SAMPLER_INDEX": 1, "QMD_MAJOR_VERSION": version[0],
+       "INVALIDATE_TEXTURE_HEADER_CACHE": 1, "INVALIDATE_TEXTURE_SAMPLER_CACHE": 1, "INVALIDATE_TEXTURE_DATA_CACHE": 1,
+       "INVALIDATE_SHADER_DATA_CACHE": 1, "INVALIDATE_SHADER_CONSTANT_CACHE": 1,
+       "CTA_THREAD_DIMENSION0": block[0], "CTA_THREAD_DIMENSION1": block[1], "CTA_THREAD_DIMENSION2": block[2],
+       "SHARED_MEMORY_SIZE": (shared + 255) // 256 * 256, "BARRIER_COUNT": barriers,
+       "SHADER_LOCAL_MEMORY_LOW_SIZE": (local_size + 15) // 16 * 16, "SASS_VERSION": sass_version,
+       "PROGRAM_ADDRESS_LOWER": program & 0xFFFFFFFF, "PROGRAM_ADDRESS_UPPER": program >> 32,
+       "CONSTANT_BUFFER_VALID_0": 1, "CONSTANT_BUFFER_SIZE_SHIFTED4_0": (cbuf0_size + 15) >> 4}
+  if version == (4, 0):
+    if cbuf0 & 63: raise ValueError(f"QMD V04_00: constant buffer address {cbuf0:#x} is not 64-byte aligned")
+    v.update({"QMD_TYPE": QMD_TYPE_GRID_CTA, "QMD_MINOR_VERSION": version[1], "GRID_WIDTH": grid[0],
+              "GRID_HEIGHT": grid[1], "GRID_DEPTH": grid[2], "REGISTER_COUNT": registers,
+              "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0": (cbuf0 >> 6) & 0xFFFFFFFF,
+              "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0": cbuf0 >> 38})
+  else:
+    v.update({"QMD_VERSION": version[1], "CTA_RASTER_WIDTH": grid[0], "CTA_RASTER_HEIGHT": grid[1],
+              "CTA_RASTER_DEPTH": grid[2], "REGISTER_COUNT_V": registers, "SM_GLOBAL_CACHING_ENABLE": 1,
+              "CONSTANT_BUFFER_ADDR_LOWER_0": cbuf0 & 0xFFFFFFFF, "CONSTANT_BUFFER_ADDR_UPPER_0": cbuf0 >> 32})
+  return v
+
+
+def read_launch(version: tuple, data: bytes) -> dict:
+  """What the emulator needs from a QMD: program, constant buffer 0, grid, block (version-independent names)."""
+  f = unpack(TABLES[version], data)
+  if version == (4, 0):
+    cb = (f["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0"] << 38) | (f["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0"] << 6)
+    grid = (f["GRID_WIDTH"], f["GRID_HEIGHT"], f["GRID_DEPTH"])
+    major, minor = f["QMD_MAJOR_VERSION"], f["QMD_MINOR_VERSION"]
+  else:
+    cb = (f["CONSTANT_BUFFER_ADDR_UPPER_0"] << 32) | f["CONSTANT_BUFFER_ADDR_LOWER_0"]
+    grid = (f["CTA_RASTER_WIDTH"], f["CTA_RASTER_HEIGHT"], f["CTA_RASTER_DEPTH"])
+    major, minor = f["QMD_MAJOR_VERSION"], f["QMD_VERSION"]
+  return {"version": (major, minor), "program": (f["PROGRAM_ADDRESS_UPPER"] << 32) | f["PROGRAM_ADDRESS_LOWER"],
+          "cbuf0": cb, "cbuf0_valid": f["CONSTANT_BUFFER_VALID_0"], "cbuf0_size": f["CONSTANT_BUFFER_SIZE_SHIFTED4_0"] << 4,
+          "grid": grid, "block": (f["CTA_THREAD_DIMENSION0"], f["CTA_THREAD_DIMENSION1"], f["CTA_THREAD_DIMENSION2"]),
+          "shared": f["SHARED_MEMORY_SIZE"]}

@@ -1,0 +1,127 @@
+"""The NV driver on the emulated RM/UVM + Hopper GPU (EMU=1): object tree, memory, copies, signals, kernels, JIT
+replay, and faults that name channel, method and address."""
+import time
+import numpy as np
+import pytest
+
+from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel, GPU_UUID
+from baregrad.drivers.nv import pushbuf as pb
+from baregrad.drivers.nv.driver import NVDriver, NVError
+from baregrad.hcq.device import Device
+from baregrad.hcq.queue import HWQueue
+from baregrad.hcq.signal import Signal
+from baregrad.tensor import Tensor
+
+
+@pytest.fixture(scope="module")
+def dev():
+  """Device "NV" on the emulated kernel interface (what EMU=1 selects), without changing the environment."""
+  if "NV" not in Device._open or not Device._open["NV"].driver.k.emulated:
+    Device._open["NV"] = Device("NV", NVDriver(kernel=EmulatedNVKernel()))
+  return Device._open["NV"]
+
+
+def test_open_device(dev):
+  d = dev.driver
+  assert d.k.emulated and d.arch == "sm_90" and d.qmd_version == (4, 0) and d.version.startswith("580.")
+  assert d.uuid == GPU_UUID and d.compute_class == 0xCBC0 and d.copy_class == 0xC8B5
+  client = d.k.clients[d.rm.root]
+  assert client[d.channels["compute"].handle].cls == 0xC86F and client[d.group].cls == 0xA06C
+  assert client[d.usermode].parent == d.subdevice
+
+
+def test_alloc_map_and_free(dev):
+  d = dev.driver
+  m = d.alloc(3 * 4096 + 5)
+  assert m.addr % 4096 == 0 and m.addr + m.mapped < 1 << 40
+  d.view(m.addr, 8)[:] = b"baregrad"
+  assert d.k.gpu.mem.read(m.addr, 8) == b"baregrad"          # the GPU sees the same bytes at the same address
+  d.free(m)
+  with pytest.raises(Exception): d.k.gpu.mem.read(m.addr, 1)
+
+
+def test_rm_validation_status_codes(dev):
+  d = dev.driver
+  from baregrad.drivers.nv.driver import RMError
+  with pytest.raises(RMError, match="NV_ERR_INVALID_OBJECT_PARENT"):
+    d.rm.alloc(d.subdevice, 0xA06C)                              # a channel group under a subdevice
+  with pytest.raises(RMError, match="NV_ERR_INSERT_DUPLICATE_NAME"):
+    d.rm.alloc(d.device, 0x2080, handle=d.subdevice)
+  with pytest.raises(RMError, match="NV_ERR_INVALID_CLASS"):
+    d.rm.alloc(d.device, 0xC7C0)                                 # Ampere compute on a Hopper GPU
+
+
+@pytest.mark.parametrize("kind", ["copy", "compute"])
+def test_copy_round_trip(dev, kind):
+  d = dev.driver
+  n = 100_000
+  src, dst = d.alloc(n), d.alloc(n)
+  data = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
+  d.view(src.addr, n)[:] = data.tobytes()
+  sig = Signal(dev, "copy")
+  HWQueue(kind).copy(dst.addr, src.addr, n).signal(sig, 7).submit(dev)
+  sig.wait(7, timeout=10)
+  assert bytes(d.view(dst.addr, n)) == data.tobytes()
+
+
+def test_signal_wait_and_timestamp(dev):
+  a, b, t = Signal(dev, "a"), Signal(dev, "b"), Signal(dev, "t")
+  before = time.time_ns()
+  HWQueue("compute").wait(a, 3).timestamp(t).signal(b, 1 << 40).submit(dev)
+  time.sleep(0.05)
+  assert b.value == 0                                           # blocked on the acquire
+  a.value = 3
+  b.wait(1 << 40, timeout=10)
+  assert b.value == 1 << 40 and before < t.timestamp <= b.timestamp <= time.time_ns()
+
+
+def test_tensor_add_and_matmul(dev):
+  x = np.random.default_rng(1).standard_normal((48, 40)).astype(np.float32)
+  y = np.random.default_rng(2).standard_normal((40, 24)).astype(np.float32)
+  np.testing.assert_allclose((Tensor(x, device="NV") + 1.5).numpy(), x + 1.5, rtol=1e-6)
+  np.testing.assert_allclose((Tensor(x, device="NV") @ Tensor(y, device="NV")).numpy(), x @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_jit_replay(dev):
+  from baregrad.tensor.jit import jit
+  f = jit(lambda a, b: (a * b + a).sum(axis=1))
+  rng = np.random.default_rng(3)
+  for _ in range(4):
+    a, b = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((16, 32)).astype(np.float32)
+    np.testing.assert_allclose(f(Tensor(a, device="NV"), Tensor(b, device="NV")).numpy(), (a * b + a).sum(axis=1), rtol=1e-5, atol=1e-5)
+  assert f.graph is not None
+
+
+@pytest.fixture
+def fresh():
+  """A driver on its own emulated GPU: a faulted channel stays stopped, as on hardware."""
+  return NVDriver(kernel=EmulatedNVKernel())
+
+
+def _wait_fault(d, timeout=5.0):
+  end = time.monotonic() + timeout
+  while d.k.fault() is None and time.monotonic() < end: time.sleep(0.01)
+  with pytest.raises(NVError) as e: d.check_faults("NV")
+  return str(e.value)
+
+
+def test_unknown_method_names_channel_and_method(fresh):
+  fresh.submit("compute", [pb.method_header(pb.SUBC_COMPUTE, 0x1234, 1), 0xABCD])
+  msg = _wait_fault(fresh)
+  assert "channel 'compute'" in msg and "0x1234" in msg and "HOPPER_COMPUTE_A" in msg
+
+
+def test_bad_address_names_address(fresh):
+  dst = fresh.alloc(4096)
+  fresh.submit("copy", fresh.encode([("copy", dst.addr, 0xDEAD0000, 64)]))
+  msg = _wait_fault(fresh)
+  assert "channel 'copy'" in msg and "0xdead0000" in msg
+
+
+def test_unknown_method_surfaces_through_signal_wait():
+  from baregrad.hcq.signal import SignalTimeout
+  d = NVDriver(kernel=EmulatedNVKernel())
+  d.submit("compute", [pb.method_header(0, 0x00F0, 1), 1])     # an unknown host method
+  addr = d.alloc(16).addr
+  assert d.wait_value(addr, 1, timeout=5) is False              # returns early: the GPU faulted
+  with pytest.raises(NVError, match="unknown host method 0x00f0"): d.check_faults("NV")
