@@ -10,7 +10,7 @@ from .decomp import decompositions
 from .linearize import linearize
 from .render_c import CRenderer
 from .rangeify import KernelSpec
-from baregrad.hcq import trace as _trace   # VIZ= hook (the report is written by tools/viz.py)
+from . import viz as _viz   # VIZ=out.html report hook
 
 DEBUG = int(os.environ.get("DEBUG", "0"))
 OPT = int(os.environ.get("OPT", "1"))     # 0: no kernel optimizations
@@ -145,6 +145,6 @@ def get_program(spec: KernelSpec):
   prog = Program(spec.device, name, dev.driver.compile(src), src, len(spec.params), tuple(v.arg[0] for v in low.variables),
                  meta={**estimate(low.ast, spec.params), **low.launch}).load(dev)
   stats["kernels_compiled"] += 1
-  if _trace.VIZ: _trace.viz_event("kernel", spec=spec, renderer=renderer, launch=low.launch, ast=low.ast, program=low.program, source=src, name=name)
+  if _viz.VIZ: _viz.viz_event("kernel", spec=spec, renderer=renderer, launch=low.launch, ast=low.ast, program=low.program, source=src, name=name)
   _programs[key] = prog
   return prog

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
 from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
 from .codegen import get_program
-from baregrad.hcq import trace as _trace   # VIZ= hook (the report is written by tools/viz.py)
+from . import viz as _viz   # VIZ=out.html report hook
 from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
 
 DEBUG = int(os.environ.get("DEBUG", "0"))
@@ -73,7 +73,7 @@ _plans: dict[UOp, Plan] = {}
 def build_plan(sink: UOp) -> Plan:
   stats["schedules_built"] += 1
   sched = rangeify(sink, lambda n: n.device)
-  if _trace.VIZ: _trace.viz_event("schedule", sink=sink, schedule=sched)
+  if _viz.VIZ: _viz.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}
   new_buffers = []
   for m in sched.materialized:

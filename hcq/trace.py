@@ -2,7 +2,6 @@
 
     CAPTURE=run.bgq   record every queue submission of ExecItems into a replayable file (hcq/capture.py)
     PROFILE=out.json  time every ExecItem with queue timestamps; write a Chrome trace at exit (Profiler below)
-    VIZ=out.html      an HTML report of every kernel's UOp graph at each compiler stage (baregrad.tools.viz)
 
 The runtime's hot paths test one module flag, `active` (CAPTURE or PROFILE set), and call the `on_*`
 functions here only when it is true; the compiler tests `VIZ`. Nothing else runs when they are unset.
@@ -16,7 +15,6 @@ VIZ = os.environ.get("VIZ") or None
 active = bool(CAPTURE or PROFILE)
 recorder = None     # hcq.capture.Recorder, made on first use
 profiler = None     # Profiler, made on first use
-_viz = None         # the VIZ collector (baregrad.tools.viz.VizLog), made on first use
 
 
 # ---- the Chrome trace event format (the JSON Perfetto and chrome://tracing load) ----
@@ -59,6 +57,12 @@ class TraceBuilder:
     os.replace(tmp, path)
 
 
+def device_ns(dev, ticks: int) -> int:
+  """A queue timestamp in nanoseconds: drivers whose clock is not in ns say so with `timestamp_hz`."""
+  hz = getattr(dev.driver, "timestamp_hz", None)
+  return ticks if not hz or hz == 1_000_000_000 else ticks * 1_000_000_000 // int(hz)
+
+
 def clock_offset(dev) -> int:
   """Nanoseconds to subtract from `dev`'s queue timestamps to get host `time.monotonic_ns()`. A timestamp the
   device writes between two host readings is taken as the same clock (0, e.g. the CPU device); otherwise the
@@ -70,7 +74,8 @@ def clock_offset(dev) -> int:
   dev.compute_queue().timestamp(s).signal(dev.timeline, value).submit(dev)
   dev.timeline.wait(value)
   h1 = time.monotonic_ns()
-  return 0 if h0 <= s.timestamp <= h1 else s.timestamp - (h0 + h1) // 2
+  ts = device_ns(dev, s.timestamp)
+  return 0 if h0 <= ts <= h1 else ts - (h0 + h1) // 2
 
 
 def item_args(item) -> dict:
@@ -168,7 +173,7 @@ class Profiler:
     offset = self.offsets.get(dev.name, 0)
     track = self.trace.track(dev.name, f"{queue} queue")
     for name, cat, args, t0, t1 in recs:
-      self.trace.complete(track, name, t0.timestamp - offset, t1.timestamp - offset, cat, args)
+      self.trace.complete(track, name, device_ns(dev, t0.timestamp) - offset, device_ns(dev, t1.timestamp) - offset, cat, args)
       self.count += 1
 
   def write(self):
@@ -231,14 +236,3 @@ def on_synchronize(dev, timeout):
     if end - start > 2000: p.host_wait(dev, start, end, value)
     p.harvest()
   if CAPTURE: _recorder().sync(dev)
-
-
-def viz_event(kind: str, **data):
-  """VIZ=out.html: the compiler reports each schedule and kernel here. The report writer is a tool
-  (baregrad.tools.viz), loaded by name only when VIZ is set, so the runtime never depends on it otherwise."""
-  global _viz
-  if _viz is None:
-    import importlib
-    _viz = importlib.import_module("baregrad.tools.viz").VizLog(VIZ)
-    atexit.register(_viz.write)
-  _viz.add(kind, **data)

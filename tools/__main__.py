@@ -1,0 +1,87 @@
+"""The `baregrad` command: device info, bring-up smoke tests, capture/replay, profiles and compiler reports.
+
+    baregrad info                                   devices, versions, properties; why a device is unavailable
+    baregrad smoke [--device D]                     bring-up checks, stops at the first failure
+    baregrad capture -o run.bgq -- python s.py      record every queue submission (CAPTURE=run.bgq)
+    baregrad replay run.bgq [--repeat N] [--trace out.json] [--device D]
+    baregrad profile -o out.json -- python s.py     Chrome/Perfetto trace of a run (PROFILE=out.json)
+    baregrad viz -o out.html -- python s.py         UOp graphs of every kernel at every stage (VIZ=out.html)
+
+TRACE_IOCTL=1 on any run logs every call through the kernel interface (mmap/munmap/mprotect/ioctl).
+"""
+from __future__ import annotations
+import argparse, os, subprocess, sys
+
+
+def _child(env_var: str, out: str, command: list[str]) -> int:
+  if command and command[0] == "--": command = command[1:]
+  if not command:
+    print("baregrad: give the command to run after --, e.g. `-- python script.py`", file=sys.stderr)
+    return 2
+  env = dict(os.environ, **{env_var: os.path.abspath(out)})
+  try:
+    return subprocess.run(command, env=env).returncode
+  except FileNotFoundError as e:
+    print(f"baregrad: cannot run {command[0]!r}: {e.strerror}", file=sys.stderr)
+    return 127
+
+
+def cmd_info(args) -> int:
+  from .info import collect, render
+  rows = collect()
+  if args.json:
+    import json
+    print(json.dumps(rows, indent=1, default=str))
+  else:
+    print(render(rows))
+  return 0
+
+
+def cmd_smoke(args) -> int:
+  from .smoke import run_smoke
+  return 0 if run_smoke(args.device) else 1
+
+
+def cmd_replay(args) -> int:
+  from baregrad.hcq.capture import CaptureError, load_capture
+  from .replay import ReplayError, replay, summary, write_trace
+  try:
+    cap = load_capture(args.file)
+    result = replay(cap, args.device, args.repeat, check=not args.no_check)
+  except (CaptureError, ReplayError) as e:
+    print(f"baregrad replay: {e}", file=sys.stderr)
+    return 2
+  print(summary(result, args.top))
+  if args.trace:
+    write_trace(result, args.trace)
+    print(f"trace: {args.trace}")
+  return 1 if result.mismatches else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(prog="baregrad", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+  s = sub.add_parser("info", help="devices baregrad knows, their properties, and why one is unavailable")
+  s.add_argument("--json", action="store_true", help="print JSON")
+  s = sub.add_parser("smoke", help="bring-up checks of one device (open, memory, copies, signals, kernels, speed)")
+  s.add_argument("--device", default=None, help="device to check (default: DEV or CPU)")
+  for name, var, what in (("capture", "CAPTURE", "run.bgq"), ("profile", "PROFILE", "out.json"), ("viz", "VIZ", "out.html")):
+    s = sub.add_parser(name, help=f"run a command with {var}=FILE set")
+    s.add_argument("-o", "--output", required=True, help=f"file to write (e.g. {what})")
+    s.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    s.set_defaults(env_var=var)
+  s = sub.add_parser("replay", help="replay a capture: check the results, time every command")
+  s.add_argument("file")
+  s.add_argument("--device", default=None, help="device to replay on (default: the captured one)")
+  s.add_argument("--repeat", type=int, default=1, help="replay this many times")
+  s.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
+  s.add_argument("--top", type=int, default=10, help="kernels to list")
+  s.add_argument("--no-check", action="store_true", help="do not compare final buffer contents")
+  args = p.parse_args(argv)
+  if args.cmd in ("capture", "profile", "viz"): return _child(args.env_var, args.output, args.command)
+  if args.cmd == "replay" and args.repeat < 1: p.error("--repeat must be at least 1")
+  return {"info": cmd_info, "smoke": cmd_smoke, "replay": cmd_replay}[args.cmd](args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

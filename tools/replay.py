@@ -1,0 +1,279 @@
+"""`baregrad replay run.bgq [--device D] [--repeat N] [--trace out.json]`: run a capture again, check it, time it.
+
+The programs are loaded on a device of the captured kind, every allocation is recreated with its initial
+contents, and the commands are submitted again in their order, each between two queue timestamps. After each
+repetition every allocation is compared with its captured final contents.
+"""
+from __future__ import annotations
+import platform, time
+from dataclasses import dataclass, field
+import numpy as np
+from baregrad.hcq.capture import Capture, CaptureError
+from baregrad.hcq.trace import TraceBuilder, clock_offset, device_ns
+from baregrad.drivers.progress import Progress
+
+
+class ReplayError(RuntimeError):
+  pass
+
+
+class _Bytes:
+  """Element type of a recreated allocation (untyped bytes)."""
+  name, itemsize = "bytes", 1
+
+
+@dataclass
+class Timing:
+  rep: int
+  index: int           # command index in the capture
+  op: str              # exec | copy | write | sync
+  name: str
+  start_ns: int        # host monotonic clock
+  end_ns: int
+  flops: int = 0
+  nbytes: int = 0      # bytes the command moves (meta bytes for kernels, size for copies)
+  queue: str = "compute"
+
+  @property
+  def ns(self) -> int: return self.end_ns - self.start_ns
+
+
+@dataclass
+class Mismatch:
+  rep: int
+  alloc: int
+  text: str
+
+
+@dataclass
+class ReplayResult:
+  device: str
+  capture: Capture
+  repeat: int
+  timings: list = field(default_factory=list)
+  mismatches: list = field(default_factory=list)
+  checked: int = 0
+
+  def of(self, *ops) -> list: return [t for t in self.timings if t.op in ops]
+
+
+def check_device(cap: Capture, device: str | None) -> tuple[str, str]:
+  """(captured device name, device to replay on); ReplayError when the kinds differ."""
+  from baregrad.hcq.device import canonical, Device
+  devices = cap.header["devices"]
+  if not devices: raise ReplayError(f"{cap.path}: the capture recorded no device work (no ExecItem was submitted)")
+  if len(devices) > 1:
+    raise ReplayError(f"{cap.path} used {len(devices)} devices ({', '.join(devices)}): replaying captures that span "
+                      "several devices is not supported yet")
+  name, info = next(iter(devices.items()))
+  try: target = canonical(device) if device is not None else canonical(name)
+  except ValueError as e: raise ReplayError(str(e)) from e
+  kind = info.get("kind", name)
+  what = ", ".join(str(info[k]) for k in ("machine", "target", "compiler") if k in info)
+  if target != kind:
+    raise ReplayError(f"{cap.path} was captured on a {kind} device ({what}); its programs are {kind} binaries and "
+                      f"cannot run on {target}: replay it on a {kind} device (real or emulated, --device {kind})")
+  if kind == "CPU" and info.get("machine") not in (None, platform.machine()):
+    raise ReplayError(f"{cap.path} holds CPU code for {info['machine']}; this machine is {platform.machine()}")
+  if "target" in info:
+    dev = Device.get(target)
+    have = getattr(dev.driver, "target", None) or getattr(dev.driver, "arch", None)
+    if have is not None and str(have) != info["target"]:
+      raise ReplayError(f"{cap.path} holds {kind} code for {info['target']}; this {kind} device is {have}")
+  return name, target
+
+
+def _meta(meta: dict) -> dict:
+  out = dict(meta)
+  for k in ("global_size", "local_size"):
+    if k in out and isinstance(out[k], list): out[k] = tuple(out[k])
+  return out
+
+
+def _load(dev, cap: Capture, p: dict):
+  """The captured binary, loaded as it is. A driver that cannot load a binary it did not compile itself in this
+  process (the emulated NV GPU runs the PTX the cubin came from) gets the captured source compiled first."""
+  from baregrad.hcq.program import Program
+  source = (cap.blob(p["source"]) or b"").decode()
+  prog = Program(dev.name, p["name"], cap.blob(p["binary"]), source, p["n_params"], tuple(p["variables"]), _meta(p["meta"]))
+  try:
+    return prog.load(dev)
+  except Exception as first:
+    if not source: raise ReplayError(f"cannot load program {p['name']} on {dev.name}: {first}") from first
+    try:
+      binary = dev.driver.compile(source)
+      if binary != prog.binary: prog.binary = binary     # the driver's compiler differs: run what it makes of the source
+      return prog.load(dev)
+    except Exception as e:
+      raise ReplayError(f"cannot load program {p['name']} on {dev.name}: {first} (compiling its source: {e})") from e
+
+
+def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool = True, show_progress: bool = True) -> ReplayResult:
+  from baregrad.hcq.buffer import Buffer
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.program import Program
+  from baregrad.hcq.signal import Signal
+  _, target = check_device(cap, device)
+  try: dev = Device.get(target)
+  except RuntimeError as e: raise ReplayError(f"cannot open {target} to replay {cap.path}: {e}") from e
+  programs = [_load(dev, cap, p) for p in cap.programs]
+  allocs = [Buffer(dev.name, max(a["nbytes"], 1), _Bytes).ensure_allocated() for a in cap.allocations]
+  initial = [cap.blob(a["initial"]) for a in cap.allocations]
+  final = [cap.blob(a.get("final")) for a in cap.allocations]
+  offset = clock_offset(dev)
+  result = ReplayResult(dev.name, cap, repeat)
+  work = sum(1 for c in cap.commands if c["op"] in ("exec", "copy"))
+  bar = Progress(repeat * work, "replay", enabled=None if show_progress else False)
+
+  def addr(ref) -> int:
+    a, off, n = ref
+    if not 0 <= off <= off + n <= allocs[a].nbytes:
+      raise CaptureError(f"{cap.path}: corrupted capture: buffer reference {ref} is outside allocation #{a}")
+    return allocs[a].addr + off
+
+  def view(a): return dev.driver.view(allocs[a].addr, cap.allocations[a]["nbytes"])
+
+  for rep in range(repeat):
+    dev.synchronize()
+    for a, rec in enumerate(cap.allocations):
+      if rec["nbytes"]: view(a)[:] = initial[a] if initial[a] is not None else bytes(rec["nbytes"])
+    q, stamps = None, []
+    for i, c in enumerate(cap.commands):
+      op = c["op"]
+      if op in ("exec", "copy"):
+        if q is None: q = dev.compute_queue()
+        t0, t1 = Signal(dev, "replay"), Signal(dev, "replay")
+        q.timestamp(t0)
+        if op == "exec":
+          prog = programs[c["program"]]
+          words = [addr(r) for r in c["bufs"]] + [int(v) for v in c["vars"]]
+          q.exec(prog, dev.kernargs.put(words), tuple(c["global_size"]), tuple(c.get("local_size", (1, 1, 1))))
+          stamps.append((Timing(rep, i, op, c["name"], 0, 0, c.get("flops", 0), c.get("bytes", 0)), t0, t1))
+        else:
+          q.copy(addr(c["dst"]), addr(c["src"]), c["nbytes"])
+          stamps.append((Timing(rep, i, op, c.get("name", "copy"), 0, 0, 0, c["nbytes"]), t0, t1))
+        q.timestamp(t1)
+        bar.update(1)
+      elif op == "submit":
+        if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+        q = None
+      elif op in ("write", "sync"):
+        if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev); q = None
+        h0 = time.monotonic_ns()
+        dev.synchronize()
+        if op == "write":
+          a, off, n = c["dst"]
+          addr(c["dst"])
+          dev.driver.view(allocs[a].addr + off, n)[:] = cap.blob(c["data"])
+        result.timings.append(Timing(rep, i, "wait" if op == "sync" else "write", "host wait" if op == "sync" else "host write",
+                                     h0, time.monotonic_ns(), 0, c["dst"][2] if op == "write" else 0, "host"))
+      else:
+        raise CaptureError(f"{cap.path}: corrupted capture: command #{i} has unknown op {op!r}")
+    if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    for t, t0, t1 in stamps:
+      t.start_ns, t.end_ns = device_ns(dev, t0.timestamp) - offset, device_ns(dev, t1.timestamp) - offset
+      result.timings.append(t)
+    if check: _check(result, rep, cap, final, view)
+  bar.close()
+  result.timings.sort(key=lambda t: (t.rep, t.start_ns, t.index))
+  return result
+
+
+def _check(result: ReplayResult, rep: int, cap: Capture, final: list, view):
+  writer = {}
+  for i, c in enumerate(cap.commands):
+    if c["op"] == "exec": writer[c["bufs"][0][0]] = f"{c['name']} (command {i})"
+    elif c["op"] == "copy": writer[c["dst"][0]] = f"copy (command {i})"
+    elif c["op"] == "write": writer[c["dst"][0]] = f"a host write (command {i})"
+  for a, rec in enumerate(cap.allocations):
+    if final[a] is None: continue
+    result.checked += 1
+    got = bytes(view(a))
+    if got == final[a]: continue
+    result.mismatches.append(Mismatch(rep, a, describe_mismatch(a, rec, got, final[a], writer.get(a, "no command"))))
+
+
+def describe_mismatch(a: int, rec: dict, got: bytes, want: bytes, writer: str) -> str:
+  g8, w8 = np.frombuffer(got, np.uint8), np.frombuffer(want, np.uint8)
+  head = f"buffer #{a} ({rec['dtype']}, {rec['nbytes']} bytes, last written by {writer})"
+  try:
+    dt = np.dtype(rec["dtype"])
+    if rec["nbytes"] % dt.itemsize: raise TypeError
+  except TypeError:
+    dt = np.dtype(np.uint8)
+  g, w = np.frombuffer(got, dt), np.frombuffer(want, dt)
+  diff = np.flatnonzero((g8 != w8).reshape(-1, dt.itemsize).any(axis=1))
+  k = int(diff[0])
+  text = f"{head}: {len(diff)} of {len(g)} elements differ; first at element {k}: got {g[k]!r}, captured {w[k]!r}"
+  if dt.kind == "f":
+    with np.errstate(all="ignore"):
+      err = np.abs(g.astype(np.float64) - w.astype(np.float64))
+    text += f"; max abs diff {np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}"
+  return text
+
+
+# ---- reporting ----
+
+def write_trace(result: ReplayResult, path: str):
+  tb = TraceBuilder()
+  for t in result.timings:
+    track = tb.track("host", "python") if t.queue == "host" else tb.track(f"{result.device} (replay)", f"{t.queue} queue")
+    args = {"command": t.index, "repetition": t.rep}
+    if t.op == "exec": args.update(flops=t.flops, bytes=t.nbytes)
+    if t.op in ("copy", "write"): args["nbytes"] = t.nbytes
+    cat = {"exec": "kernel", "copy": "copy", "wait": "wait", "write": "host"}[t.op]
+    tb.complete(track, t.name, t.start_ns, t.end_ns, cat, args)
+  tb.write(path, {"tool": "baregrad replay", "capture": result.capture.path, "device": result.device, "repeat": result.repeat})
+
+
+def summary(result: ReplayResult, top: int = 10) -> str:
+  kernels, copies = result.of("exec"), result.of("copy")
+  lines = []
+  reps = f", {result.repeat} repetitions" if result.repeat > 1 else ""
+  lines.append(f"replay of {result.capture.path} on {result.device}: {len(kernels) // result.repeat} kernels, "
+               f"{len(copies) // result.repeat} copies per run{reps}")
+  by: dict[str, list] = {}
+  for t in kernels: by.setdefault(t.name, []).append(t)
+  ktotal = sum(t.ns for t in kernels)
+  if kernels:
+    lines.append("")
+    lines.append(f"{'kernel':32s} {'calls':>6s} {'total us':>11s} {'mean us':>10s} {'%':>6s} {'GFLOP/s':>9s} {'GB/s':>8s}")
+    rows = sorted(by.items(), key=lambda kv: -sum(t.ns for t in kv[1]))
+    for name, ts in rows[:top]:
+      ns = sum(t.ns for t in ts)
+      sec = max(ns, 1) * 1e-9
+      lines.append(f"{name[:32]:32s} {len(ts):6d} {ns / 1e3:11.2f} {ns / 1e3 / len(ts):10.2f} {100 * ns / max(ktotal, 1):6.1f} "
+                   f"{sum(t.flops for t in ts) / sec / 1e9:9.2f} {sum(t.nbytes for t in ts) / sec / 1e9:8.2f}")
+    if len(rows) > top:
+      rest = [t for _, ts in rows[top:] for t in ts]
+      lines.append(f"{f'({len(rows) - top} more kernels)':32s} {len(rest):6d} {sum(t.ns for t in rest) / 1e3:11.2f}")
+  lines.append("")
+  lines.append(f"kernels: {len(kernels)} runs, {ktotal / 1e3:.2f} us total (the sum of the trace's kernel events)")
+  if copies:
+    ns = sum(t.ns for t in copies)
+    nb = sum(t.nbytes for t in copies)
+    lines.append(f"copies:  {len(copies)} runs, {ns / 1e3:.2f} us total, {nb / 1e6:.3f} MB, {nb / max(ns, 1):.2f} GB/s")
+  gaps, span = [], 0
+  for rep in range(result.repeat):
+    dev_ts = [t for t in result.timings if t.rep == rep and t.op in ("exec", "copy")]
+    for a, b in zip(dev_ts, dev_ts[1:]): gaps.append((b.start_ns - a.end_ns, a, b))
+    if dev_ts: span += dev_ts[-1].end_ns - dev_ts[0].start_ns
+  if gaps:
+    idle = sum(max(g, 0) for g, _, _ in gaps)
+    g, a, b = max(gaps, key=lambda x: x[0])
+    lines.append(f"idle:    {idle / 1e3:.2f} us between commands ({len(gaps)} gaps, longest {g / 1e3:.2f} us between "
+                 f"{a.name} and {b.name})")
+  waits = result.of("wait", "write")
+  if waits:
+    lines.append(f"host:    {len(waits)} waits/writes, {sum(t.ns for t in waits) / 1e3:.2f} us")
+  lines.append(f"total:   {span / 1e3:.2f} us of device time from the first command to the last"
+               + (f" ({span / 1e3 / result.repeat:.2f} us per run)" if result.repeat > 1 else ""))
+  n = len(result.capture.allocations)
+  if result.mismatches:
+    lines.append("")
+    lines.append(f"MISMATCH: {len(result.mismatches)} buffer(s) differ from the captured final contents:")
+    for m in result.mismatches[:20]: lines.append(f"  repetition {m.rep}: {m.text}")
+  else:
+    lines.append(f"check:   all {n} buffers match their captured final contents" + (" in every repetition" if result.repeat > 1 else ""))
+  return "\n".join(lines)
