@@ -131,7 +131,7 @@ class Memory:
       addrs, values = addrs[mask], values[mask]
     if addrs.size == 0: return
     idx, offs = self._locate(addrs, nbytes_each, True)
-    if idx.size == 1 and offs.size != 1 or (idx == idx[0]).all():
+    if idx.size == 1 or (idx == idx[0]).all():      # one mapping holds every address
       self._put(self._arrays[int(idx[0])], offs, values, nbytes_each)
       return
     for m in np.unique(idx):

@@ -1,0 +1,336 @@
+"""RDNA3 (gfx1100, wave32) emulator, vectorized with numpy across lanes and waves.
+
+    dispatch(code_object, grid, block, kernarg_addr, mem)
+
+runs every workgroup of a dispatch. Waves of a batch (whole workgroups, up to
+`max_batch_waves` waves) execute together: while all waves share one PC (the common case) an
+instruction runs once over arrays shaped (waves, 32); after a data-dependent scalar branch the
+waves that share the lowest PC run together until they meet again. s_barrier parks a wave until
+every live wave of the batch is parked (waves of one workgroup always belong to one batch).
+
+Initial state follows LLVM AMDGPUUsage, "Initial Kernel Execution State" (GFX11): user SGPRs
+from s0 in the order private segment buffer, dispatch ptr, queue ptr, kernarg segment ptr,
+dispatch id, flat scratch init, private segment size (those the kernel descriptor enables);
+from s[USER_SGPR_COUNT] the system SGPRs workgroup id x, y, z, workgroup info, private segment
+wave offset (those enabled); v0 = workitem id x | y << 10 | z << 20 (ENABLE_VGPR_WORKITEM_ID
+says which are present); EXEC = the wave's live lanes.
+
+Decoding uses the instruction tables in baregrad.drivers.amd.isa (shared with the assembler).
+Semantics live in rdna3_valu.py, rdna3_salu.py and rdna3_mem.py.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from baregrad.drivers.amd import isa
+from baregrad.drivers.amd.codeobj import read_code_object
+from .memory import Memory, MemoryFault, HostMemory  # noqa: F401  (re-exported for users)
+from .rdna3_mem import compile_ds, compile_smem, compile_vmem
+from .rdna3_salu import compile_salu
+from .rdna3_state import (ALL, EXEC, LANE, U32, U64, VCC, EmulatorError, IllegalInstruction, Waves, mask_to_bits)
+from .rdna3_valu import compile_valu
+
+__all__ = ["dispatch", "Memory", "HostMemory", "MemoryFault", "IllegalInstruction", "EmulatorError",
+           "InstructionBudgetExceeded", "Program", "load_program"]
+
+NORMAL, BRANCH, END, BARRIER, JUMP = range(5)
+_SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1")
+
+
+class InstructionBudgetExceeded(EmulatorError):
+  pass
+
+
+@dataclass
+class Compiled:
+  name: str
+  size: int
+  kind: int
+  run: object = None           # fn(w, sel) for the data part (all kinds may have one)
+  cond: object = None          # BRANCH: fn(w, sel) -> bool array (taken), None = always
+  target: int = 0              # BRANCH target pc
+  dest: object = None          # JUMP: fn(w, sel) -> int64 array of pcs
+
+
+def _uses_literal(inst, get) -> bool:
+  for op in inst.operands:
+    if op.kind in ("k32", "k16"): return True
+    if op.field in _SRC_FIELDS and not isa.is_reg_kind(op.kind) and get(op.field) == isa.LITERAL: return True
+  return False
+
+
+def decode(code: bytes, pc: int):
+  """(inst, get(field), literal, size) of the instruction at byte offset pc."""
+  if pc < 0 or pc + 4 > len(code) or pc % 4:
+    raise EmulatorError(f"pc {pc:#x} is outside the kernel's code ({len(code)} bytes) or misaligned")
+  word = int.from_bytes(code[pc:pc + 8].ljust(8, b"\0"), "little")
+  for fmt in isa.DECODE_ORDER:
+    w = word & 0xFFFFFFFF if fmt.size == 4 else word
+    if not fmt.matches(w): continue
+    if fmt.size == 8 and pc + 8 > len(code): raise IllegalInstruction(pc, word & 0xFFFFFFFF, "truncated instruction")
+    inst = isa.BY_OPCODE.get((fmt.name, fmt.fields["op"].get(w)))
+    if inst is None: break
+    fields = fmt.fields
+    get = lambda name, _w=w, _f=fields: _f[name].get(_w)
+    size, literal = fmt.size, None
+    if _uses_literal(inst, get):
+      if pc + size + 4 > len(code): raise IllegalInstruction(pc, word & 0xFFFFFFFF, "missing literal dword")
+      literal = int.from_bytes(code[pc + size:pc + size + 4], "little")
+      size += 4
+    return inst, get, literal, size
+  raise IllegalInstruction(pc, word & 0xFFFFFFFF)
+
+
+def _signed16(v: int) -> int: return v - 0x10000 if v & 0x8000 else v
+
+
+_SOPP_NOOPS = {"s_nop", "s_waitcnt", "s_delay_alu", "s_clause", "s_sleep", "s_setprio", "s_sendmsg", "s_icache_inv",
+               "s_wakeup", "s_round_mode", "s_denorm_mode", "s_set_inst_prefetch_distance", "s_wait_idle",
+               "s_wait_event", "s_ttracedata", "s_ttracedata_imm", "s_incperflevel", "s_decperflevel", "s_setkill",
+               "s_cbranch_cdbgsys", "s_cbranch_cdbguser", "s_cbranch_cdbgsys_or_user", "s_cbranch_cdbgsys_and_user"}
+_BRANCH_COND = {
+  "s_cbranch_scc0": lambda w, sel: w.scc[sel] == 0, "s_cbranch_scc1": lambda w, sel: w.scc[sel] != 0,
+  "s_cbranch_vccz": lambda w, sel: w.S[VCC][sel] == 0, "s_cbranch_vccnz": lambda w, sel: w.S[VCC][sel] != 0,
+  "s_cbranch_execz": lambda w, sel: w.S[EXEC][sel] == 0, "s_cbranch_execnz": lambda w, sel: w.S[EXEC][sel] != 0,
+}
+
+
+class Program:
+  """Decoded-on-first-use instructions of one kernel, keyed by byte offset into .text."""
+
+  def __init__(self, code: bytes, entry: int, kd, name: str = "kernel"):
+    self.code, self.entry, self.kd, self.name = code, entry, kd, name
+    self.n_vgprs = (kd.granulated_workitem_vgpr_count + 1) * 8
+    self._cache: dict[int, Compiled] = {}
+
+  def at(self, pc: int) -> Compiled:
+    c = self._cache.get(pc)
+    if c is None:
+      c = self._cache[pc] = self._compile(pc)
+    return c
+
+  def text(self, pc: int) -> str:
+    from baregrad.drivers.amd.disasm import decode as disasm_decode
+    try: return disasm_decode(self.code, pc)[0]
+    except Exception: return "?"
+
+  def _compile(self, pc: int) -> Compiled:
+    inst, get, literal, size = decode(self.code, pc)
+    name, fmt = inst.name, inst.fmt
+    dword = int.from_bytes(self.code[pc:pc + 4], "little")
+    try:
+      c = self._compile_inst(pc, inst, get, literal, size)
+    except EmulatorError as e:
+      if isinstance(e, IllegalInstruction): raise
+      raise IllegalInstruction(pc, dword, f"cannot execute {name}: {e}", self.text(pc)) from None
+    if c is None:
+      raise IllegalInstruction(pc, dword, f"instruction {name} ({fmt}) has no semantics in the emulator", self.text(pc))
+    return c
+
+  def _compile_inst(self, pc, inst, get, literal, size):
+    name, fmt = inst.name, inst.fmt
+    nxt = pc + size
+    if fmt == "SOPP":
+      if name in _SOPP_NOOPS: return Compiled(name, size, NORMAL, lambda w, sel: None)
+      if name in ("s_endpgm", "s_endpgm_saved", "s_sethalt"): return Compiled(name, size, END)
+      if name == "s_barrier": return Compiled(name, size, BARRIER)
+      if name == "s_branch": return Compiled(name, size, BRANCH, target=nxt + 4 * _signed16(get("simm16")))
+      if name in _BRANCH_COND:
+        return Compiled(name, size, BRANCH, cond=_BRANCH_COND[name], target=nxt + 4 * _signed16(get("simm16")))
+      if name == "s_code_end":
+        raise IllegalInstruction(pc, 0xBF9F0000, "s_code_end reached: execution ran past the end of the kernel")
+      if name == "s_trap": raise IllegalInstruction(pc, int.from_bytes(self.code[pc:pc + 4], "little"), "s_trap executed")
+      return None
+    if fmt == "SOPK" and name == "s_call_b64":
+      dst = get("sdst")
+      def link(w, sel, _ret=nxt): w.write_s64(dst, sel, np.full(len(w.scc[sel]), w.code_base + _ret, U64))
+      return Compiled(name, size, BRANCH, run=link, target=nxt + 4 * _signed16(get("simm16")))
+    if fmt == "SOP1" and name in ("s_getpc_b64", "s_setpc_b64", "s_swappc_b64"):
+      dst, src = get("sdst"), get("ssrc0")
+      def getpc(w, sel, _ret=nxt): w.write_s64(dst, sel, np.full(len(w.scc[sel]), w.code_base + _ret, U64))
+      if name == "s_getpc_b64": return Compiled(name, size, NORMAL, run=getpc)
+      def dest(w, sel): return (w.read_s64(src, sel) - np.uint64(w.code_base)).astype(np.int64)
+      return Compiled(name, size, JUMP, run=getpc if name == "s_swappc_b64" else None, dest=dest)
+    if fmt in ("SOP1", "SOP2", "SOPC", "SOPK"): run = compile_salu(inst, get, literal)
+    elif fmt in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3P"): run = compile_valu(inst, get, literal, self.n_vgprs)
+    elif fmt == "SMEM": run = compile_smem(inst, get)
+    elif fmt in ("GLOBAL", "FLAT", "SCRATCH"): run = compile_vmem(inst, get, self.n_vgprs)
+    elif fmt == "DS": run = compile_ds(inst, get, self.n_vgprs)
+    else: run = None
+    return None if run is None else Compiled(name, size, NORMAL, run)
+
+
+_PROGRAMS: dict[bytes, Program] = {}
+
+
+def load_program(code_object: bytes) -> Program:
+  """The decoded program of a code object (cached by content)."""
+  key = hashlib.sha256(code_object).digest()
+  prog = _PROGRAMS.get(key)
+  if prog is None:
+    code, kd, entry, name = read_code_object(code_object)
+    if not kd.enable_wavefront_size32:
+      raise EmulatorError(f"kernel {name!r} is wave64 (ENABLE_WAVEFRONT_SIZE32 = 0); the emulator runs wave32 only")
+    prog = _PROGRAMS[key] = Program(code, entry, kd, name)
+    if len(_PROGRAMS) > 256: _PROGRAMS.pop(next(iter(_PROGRAMS)))
+  return prog
+
+
+def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_size: int = 0, dispatch_ptr: int = 0,
+             queue_ptr: int = 0, code_address: int = 0, max_steps: int = 10_000_000, max_batch_waves: int = 8192) -> int:
+  """Run a kernel over grid = (gx, gy, gz) workgroups of block = (lx, ly, lz) threads.
+
+  kernarg_addr: GPU address of the kernel arguments in `mem` (a Memory). lds_size: dynamic
+  LDS bytes added to the descriptor's group_segment_fixed_size. max_steps bounds the number of
+  instruction steps (one step runs one instruction for a group of waves) per batch; exceeding it
+  raises InstructionBudgetExceeded. Returns the number of steps executed."""
+  prog = code_object if isinstance(code_object, Program) else load_program(bytes(code_object))
+  kd = prog.kd
+  grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
+  block = tuple(int(b) for b in (tuple(block) + (1, 1, 1))[:3])
+  if min(grid) < 1 or min(block) < 1: raise ValueError(f"grid {grid} and block {block} must be positive")
+  threads = block[0] * block[1] * block[2]
+  if threads > 1024: raise ValueError(f"block {block} has {threads} threads; at most 1024 per workgroup")
+  waves_per_group = -(-threads // 32)
+  n_groups = grid[0] * grid[1] * grid[2]
+  # whole workgroups per batch; the VGPR file of a batch stays under ~256 MiB
+  max_waves = min(max_batch_waves, max(1, (256 << 20) // (prog.n_vgprs * 32 * 4)))
+  groups_per_batch = max(1, max_waves // waves_per_group)
+  lds_bytes = kd.group_segment_fixed_size + lds_size
+  if lds_bytes > 65536: raise ValueError(f"{lds_bytes} bytes of LDS requested; a gfx1100 workgroup has at most 65536")
+  steps = 0
+  with np.errstate(all="ignore"):
+    for g0 in range(0, n_groups, groups_per_batch):
+      g1 = min(n_groups, g0 + groups_per_batch)
+      w = _setup(prog, g0, g1, grid, block, waves_per_group, lds_bytes, kernarg_addr, dispatch_ptr, queue_ptr)
+      w.memory, w.code_base = mem, code_address
+      steps += _run(prog, w, max_steps)
+  return steps
+
+
+def _setup(prog, g0, g1, grid, block, wpg, lds_bytes, kernarg_addr, dispatch_ptr, queue_ptr) -> Waves:
+  kd = prog.kd
+  ng = g1 - g0
+  w = Waves(ng * wpg, prog.n_vgprs, ng, lds_bytes, kd.private_segment_fixed_size)
+  w.group = np.repeat(np.arange(ng), wpg)
+  w.pc[:] = prog.entry
+  t = (np.tile(np.arange(wpg), ng)[:, None] * 32 + LANE.astype(np.int64))
+  lx, ly, lz = block
+  threads = lx * ly * lz
+  x, y, z = t % lx, (t // lx) % ly, t // (lx * ly)
+  ids = x.copy()
+  if kd.enable_vgpr_workitem_id >= 1: ids |= y << 10
+  if kd.enable_vgpr_workitem_id >= 2: ids |= z << 20
+  w.V[0] = np.where(t < threads, ids, 0).astype(U32)
+  w.S[EXEC] = mask_to_bits(t < threads)
+  w.exec_dirty = True
+  # user SGPRs (AMDGPUUsage: "Initial Kernel Execution State", SGPR order)
+  s = 0
+  def put64(value):
+    nonlocal s
+    w.S[s], w.S[s + 1] = value & 0xFFFFFFFF, value >> 32
+    s += 2
+  if kd.enable_sgpr_private_segment_buffer: s += 4
+  if kd.enable_sgpr_dispatch_ptr: put64(dispatch_ptr)
+  if kd.enable_sgpr_queue_ptr: put64(queue_ptr)
+  if kd.enable_sgpr_kernarg_segment_ptr: put64(kernarg_addr)
+  if kd.enable_sgpr_dispatch_id: put64(0)
+  if kd.enable_sgpr_flat_scratch_init: put64(0)
+  if kd.enable_sgpr_private_segment_size: w.S[s] = kd.private_segment_fixed_size; s += 1
+  # system SGPRs start at USER_SGPR_COUNT
+  s = kd.user_sgpr_count
+  gid = g0 + w.group
+  gx, gy, _ = grid
+  for enabled, value in ((kd.enable_sgpr_workgroup_id_x, gid % gx), (kd.enable_sgpr_workgroup_id_y, (gid // gx) % gy),
+                         (kd.enable_sgpr_workgroup_id_z, gid // (gx * gy))):
+    if enabled:
+      w.S[s] = value.astype(U32)
+      s += 1
+  if kd.enable_sgpr_workgroup_info: w.S[s] = 0; s += 1
+  if kd.enable_private_segment: w.S[s] = 0; s += 1
+  return w
+
+
+def _run(prog: Program, w: Waves, max_steps: int) -> int:
+  steps = 0
+  uniform = prog.entry        # the PC of all waves while they agree, else None
+  sel = ALL
+  pc = uniform
+  while True:
+    if uniform is None:
+      runnable = ~w.done & ~w.barrier
+      if not runnable.any():
+        if not w.barrier.any(): return steps
+        w.barrier[:] = False                            # every live wave reached s_barrier
+        runnable = ~w.done
+      pc = int(w.pc[runnable].min())
+      here = runnable & (w.pc == pc)
+      if here.all(): uniform, sel = pc, ALL
+      else: sel = np.nonzero(here)[0]
+    else:
+      pc, sel = uniform, ALL
+    steps += 1
+    if steps > max_steps:
+      raise InstructionBudgetExceeded(
+        f"kernel {prog.name!r} exceeded the instruction budget of {max_steps} steps (at pc {pc:#x}: {prog.text(pc)}); "
+        "a runaway loop? pass a larger max_steps to dispatch() for long kernels")
+    c = prog.at(pc)
+    try:
+      if c.run is not None: c.run(w, sel)
+    except (MemoryFault, EmulatorError) as e:
+      e.add_note(f"in kernel {prog.name!r} at pc {pc:#x}: {prog.text(pc)}")
+      raise
+    except Exception as e:
+      raise EmulatorError(f"kernel {prog.name!r} at pc {pc:#x} ({prog.text(pc)}): {type(e).__name__}: {e}") from e
+    kind = c.kind
+    if kind == NORMAL:
+      if uniform is not None: uniform = pc + c.size
+      else: w.pc[sel] = pc + c.size
+    elif kind == BRANCH:
+      if c.cond is None: taken = True
+      else:
+        t = c.cond(w, sel)
+        taken = bool(t.all()) if t.all() or not t.any() else t
+      if taken is True or taken is False:
+        new = c.target if taken else pc + c.size
+        if uniform is not None: uniform = new
+        else: w.pc[sel] = new
+      else:
+        if uniform is not None: w.pc[:] = pc; uniform = None
+        w.pc[sel] = np.where(taken, c.target, pc + c.size)
+    elif kind == END:
+      if uniform is not None: return steps
+      w.done[sel] = True
+    elif kind == BARRIER:
+      if uniform is not None: uniform = pc + c.size      # every wave arrives together
+      else:
+        w.pc[sel] = pc + c.size
+        w.barrier[sel] = True
+    elif kind == JUMP:
+      dest = c.dest(w, sel)
+      if uniform is not None:
+        if (dest == dest[0]).all(): uniform = int(dest[0]); continue
+        w.pc[:] = dest; uniform = None
+      else: w.pc[sel] = dest
+
+
+def coverage() -> tuple[list[str], list[str]]:
+  """(mnemonics with semantics, mnemonics without) over every (format, opcode) of the tables.
+
+  Each instruction is compiled once with all fields zero (registers s0/v0) to see whether the
+  emulator can run it."""
+  prog = Program(b"\0" * 16, 0, type("KD", (), {"granulated_workitem_vgpr_count": 31})())
+  have, missing = [], []
+  for (fmt, _), inst in sorted(isa.BY_OPCODE.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    label = f"{inst.name} ({fmt})"
+    try:
+      ok = prog._compile_inst(0, inst, lambda name: 0, 0, 8) is not None
+    except IllegalInstruction:
+      ok = inst.name in ("s_code_end", "s_trap")        # defined behaviour: they stop the kernel
+    except Exception:
+      ok = False
+    (have if ok else missing).append(label)
+  return have, missing
