@@ -170,8 +170,8 @@ class Compiler:
       a = np.uint64((self.symbol_address(m.base, ins) + m.offset) & M64)
       return lambda ctx, idx: a
     rd = self.reader(m.base, "u64" if self.reg_container(m.base, ins).itemsize == 8 else "u32", ins)
-    if m.offset == 0: return lambda ctx, idx: np.asarray(rd(ctx, idx)).astype(np.uint64)
-    return lambda ctx, idx: np.asarray(rd(ctx, idx)).astype(np.uint64) + off
+    if m.offset == 0: return lambda ctx, idx: np.asarray(rd(ctx, idx)).astype(np.uint64, copy=False)
+    return lambda ctx, idx: np.asarray(rd(ctx, idx)).astype(np.uint64, copy=False) + off
 
   # ---- entry point ----
   def compile(self, ins: Instr, labels: dict) -> Compiled:
@@ -275,8 +275,13 @@ def _float_arith(c: Compiler, ins: Instr, t: str, kind: str, a, b, cc=None):
   return _round_pair(s, e, t, mode)
 
 
+def _check_float_mode(c: Compiler, ins: Instr, t: str):
+  if t == "f64" and _rnd(ins) != "rn": raise c.unsupported(ins, "directed rounding on f64")
+
+
 def h_addsub(c: Compiler, ins: Instr):
   t = _type(c, ins)
+  _check_float_mode(c, ins, t)
   d, a, b = _operands(c, ins, 3)
   ra, rb, w = c.reader(a, t, ins), c.reader(b, t, ins), c.writer(d, t, ins)
   kind = ins.op
@@ -319,6 +324,7 @@ def _wide(t: str) -> str: return t[0] + str(2 * int(t[1:]))
 
 def h_mul(c: Compiler, ins: Instr):
   t = _type(c, ins)
+  _check_float_mode(c, ins, t)
   d, a, b = _operands(c, ins, 3)
   if is_float(t):
     ra, rb, w = c.reader(a, t, ins), c.reader(b, t, ins), c.writer(d, t, ins)
@@ -367,6 +373,7 @@ def h_fma(c: Compiler, ins: Instr):
   t = _type(c, ins, ("f16", "bf16", "f32", "f64"))
   if not any(m in ROUND for m in ins.mods) and t in ("f32", "f64") and ins.op == "mad":
     raise c.unsupported(ins, "mad.f32/f64 needs a rounding modifier (sm_20+)")
+  _check_float_mode(c, ins, t)
   d, a, b, cc = _operands(c, ins, 4)
   ra, rb, rc, w = c.reader(a, t, ins), c.reader(b, t, ins), c.reader(cc, t, ins), c.writer(d, t, ins)
   def fn(ctx, idx):
@@ -473,6 +480,12 @@ def h_shift(c: Compiler, ins: Instr):
   bits = 8 * dt.itemsize
   left = ins.op == "shl"
   arith = ins.op == "shr" and is_signed(t)
+  if isinstance(b, Imm):   # a constant amount (the common case)
+    n = int(b.value) & 0xFFFFFFFF
+    if n >= bits and not arith: return lambda ctx, idx: w(ctx, idx, np.zeros(ctx.count(idx), dt))
+    s = dt.type(min(n, bits - 1))
+    f = np.left_shift if left else np.right_shift
+    return lambda ctx, idx: w(ctx, idx, f(np.asarray(ra(ctx, idx)), s))
   def fn(ctx, idx):
     x = np.asarray(ra(ctx, idx))
     n = np.asarray(rb(ctx, idx)).astype(np.uint32)
@@ -786,6 +799,12 @@ def h_cvt(c: Compiler, ins: Instr):
   d, a = _operands(c, ins, 2)
   ra, w = c.reader(a, st, ins), c.writer(d, dt_, ins)
   sat = ins.has("sat")
+  mode, irnd = _rnd(ins, None), next((m for m in ins.mods if m in IROUND), None)
+  if is_float(st) and is_float(dt_):
+    narrowing = TYPE_SIZE[dt_] < TYPE_SIZE[st] or {st, dt_} == {"f16", "bf16"}
+    if narrowing and mode is None and irnd is None: raise c.unsupported(ins, "a narrowing float cvt needs .rn/.rz/.rm/.rp")
+  elif is_float(st) and irnd is None: raise c.unsupported(ins, "float-to-integer cvt needs .rni/.rzi/.rmi/.rpi")
+  elif is_float(dt_) and mode is None: raise c.unsupported(ins, "integer-to-float cvt needs .rn/.rz/.rm/.rp")
   if is_float(st) and is_float(dt_):
     return lambda ctx, idx: w(ctx, idx, _sat_float(np.asarray(_float_to_float(ra(ctx, idx), st, dt_, ins, c)), dt_, ins))
   if is_float(st): return lambda ctx, idx: w(ctx, idx, _float_to_int(ra(ctx, idx), st, dt_, ins, c))
