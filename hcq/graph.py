@@ -10,6 +10,7 @@ import numpy as np
 from .buffer import Buffer
 from .device import Device
 from .queue import HWQueue, Slot
+from .signal import Signal
 from .tlsf import plan_arena
 from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
 
@@ -63,20 +64,48 @@ class GraphExecutor:
     self.kernargs = self.dev.driver.alloc(8 * max(nwords, 1))
     self.kv = np.frombuffer(self.dev.driver.view(self.kernargs.addr, 8 * max(nwords, 1)), dtype=np.uint64)
     self.patch_pos, self.patch_slots = [], []
-    q, pos = HWQueue("compute"), 0
+    # copies get their own queue where the driver has one; queues order themselves with per-queue signals
+    kinds = ["compute", "copy"] if getattr(self.dev.driver, "copy_queue", False) else ["compute"]
+    queues = {k: HWQueue(k) for k in kinds}
+    self.queue_signals = {k: Signal(self.dev, f"graph {k}") for k in kinds}
+    seq = {k: 0 for k in kinds}
+    writer: dict = {}          # buffer -> (queue, seq) of its last writer
+    readers: dict = {}         # buffer -> [(queue, seq)] since that write
+    q = queues["compute"]
+    pos = 0
     for it, args in zip(items, arg_lists):
+      kind = "copy" if args is None and "copy" in queues else "compute"
+      q = queues[kind]
+      deps: dict[str, int] = {}
+      for n, b in enumerate(it.bufs):
+        found = [writer[b]] if b in writer else []
+        if n == 0: found += readers.get(b, [])     # bufs[0] is written: wait for earlier readers too
+        for dq, dseq in found:
+          if dq != kind: deps[dq] = max(deps.get(dq, 0), dseq)
+      for dq, dseq in deps.items(): q.wait(self.queue_signals[dq], Slot(f"__base:{dq}") + dseq)
       if args is None:
         dst, src = it.bufs
         q.copy(addr(dst), addr(src), dst.nbytes)
-        continue
-      for w in args:
-        if isinstance(w, Slot): self.patch_pos.append(pos); self.patch_slots.append(w.name)
-        else: self.kv[pos] = w
-        pos += 1
-      q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), it.meta.get("global_size", (1, 1, 1)))
-    if _trace.active: _trace.on_graph_build(self, q, role)   # CAPTURE/PROFILE hook (hcq/trace.py)
-    q.signal(self.dev.timeline, Slot("__timeline"))
-    self.queue = q.bind(self.dev)
+      else:
+        for w in args:
+          if isinstance(w, Slot): self.patch_pos.append(pos); self.patch_slots.append(w.name)
+          else: self.kv[pos] = w
+          pos += 1
+        q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), it.meta.get("global_size", (1, 1, 1)))
+      seq[kind] += 1
+      if len(queues) > 1: q.signal(self.queue_signals[kind], Slot(f"__base:{kind}") + seq[kind])
+      for n, b in enumerate(it.bufs):
+        if n == 0: writer[b], readers[b] = (kind, seq[kind]), []
+        else: readers.setdefault(b, []).append((kind, seq[kind]))
+    self.seq = seq
+    self.bases = {k: 0 for k in kinds}
+    main = queues["compute"]
+    for k in kinds[1:]:
+      if seq[k]: main.wait(self.queue_signals[k], Slot(f"__base:{k}") + seq[k])
+    if _trace.active: _trace.on_graph_build(self, main, role)   # CAPTURE/PROFILE hook (hcq/trace.py)
+    main.signal(self.dev.timeline, Slot("__timeline"))
+    self.side_queues = [queues[k].bind(self.dev) for k in kinds[1:] if seq[k]]
+    self.queue = main.bind(self.dev)
     self.patch_pos = np.array(self.patch_pos, dtype=np.int64)
     self.last_value = 0
 
@@ -93,6 +122,10 @@ class GraphExecutor:
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
     vals["__timeline"] = self.last_value = dev.next_timeline()
+    for k, base in self.bases.items():
+      vals[f"__base:{k}"] = base
+      self.bases[k] = base + self.seq[k]
     if _trace.active: _trace.on_graph_replay(self, inputs, outs, var_vals, self.last_value)   # CAPTURE/PROFILE hook
+    for side in self.side_queues: side.submit(dev, vals)
     self.queue.submit(dev, vals)
     return outs

@@ -136,6 +136,7 @@ def check_version(version: str):
 
 class NVDriver:
   name = "NV"
+  copy_queue = True        # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
 
   def __init__(self, kernel=None):
     self.k = kernel if kernel is not None else kernel_mod.interface("NV")

@@ -125,3 +125,28 @@ def test_unknown_method_surfaces_through_signal_wait():
   addr = d.alloc(16).addr
   assert d.wait_value(addr, 1, timeout=5) is False              # returns early: the GPU faulted
   with pytest.raises(NVError, match="unknown host method 0x00f0"): d.check_faults("NV")
+
+
+def test_graph_orders_copy_and_compute_queues(dev):
+  """A captured graph with copies puts them on the copy channel; per-queue signals keep the order
+  (kernel writes A -> copy A to B -> kernel reads B), replay after replay."""
+  from baregrad.hcq.buffer import Buffer
+  from baregrad.hcq.graph import GraphExecutor
+  from baregrad.hcq.runtime import ExecItem
+  from baregrad.compiler.dtype import dtypes
+  x = Tensor(np.arange(64, dtype=np.float32), device="NV")
+  prog_double = (x * 2).schedule()[0].program
+  xb = x._buffer()
+  a, b, out = (Buffer("NV", 64, dtypes.float32).ensure_allocated() for _ in range(3))
+  items = [ExecItem(prog_double, [a, xb], {}, prog_double.meta),
+           ExecItem(None, [b, a], {}, {"name": "copy"}),
+           ExecItem(prog_double, [out, b], {}, prog_double.meta)]
+  graph = GraphExecutor(items, [xb], [out], capture_serial=10**12)
+  assert graph.side_queues, "copies should run on the copy channel"
+  for k in range(3):
+    inp = Buffer("NV", 64, dtypes.float32).ensure_allocated()
+    inp.copyin(memoryview((np.arange(64, dtype=np.float32) + k).view(np.uint8)))
+    got = graph.replay([inp], {})[0]
+    res = np.empty(64, np.float32)
+    got.copyout(memoryview(res.view(np.uint8)))
+    np.testing.assert_array_equal(res, (np.arange(64, dtype=np.float32) + k) * 4)
