@@ -130,6 +130,14 @@ def lower(spec: KernelSpec, renderer) -> Lowered:
   return Lowered(program, alias, variables, launch, ast)
 
 
+def compile_source(device: str, src: str, renderer=None) -> bytes:
+  """Rendered source -> binary: the renderer's own compiler where it has one (AMD: baregrad's assembler), else the
+  driver's (CPU: cc, NV: ptxas)."""
+  from baregrad.hcq.device import Device
+  renderer = renderer if renderer is not None else renderer_for(device)
+  return renderer.compile(src) if hasattr(renderer, "compile") else Device.get(device).driver.compile(src)
+
+
 def get_program(spec: KernelSpec):
   from baregrad.hcq.device import Device
   from baregrad.hcq.program import Program
@@ -142,7 +150,8 @@ def get_program(spec: KernelSpec):
   src = renderer.render(name, low.program, low.alias, len(spec.params), low.variables)
   if DEBUG >= 4: print(src)
   dev = Device.get(spec.device)
-  prog = Program(spec.device, name, dev.driver.compile(src), src, len(spec.params), tuple(v.arg[0] for v in low.variables),
+  binary = compile_source(spec.device, src, renderer)
+  prog = Program(spec.device, name, binary, src, len(spec.params), tuple(v.arg[0] for v in low.variables),
                  meta={**estimate(low.ast, spec.params), **low.launch}).load(dev)
   stats["kernels_compiled"] += 1
   if _viz.VIZ: _viz.viz_event("kernel", spec=spec, renderer=renderer, launch=low.launch, ast=low.ast, program=low.program, source=src, name=name)

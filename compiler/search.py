@@ -48,6 +48,7 @@ def time_program(spec, opts, repeats: int = 3) -> float:
   from baregrad.hcq.device import Device
   from baregrad.hcq.signal import Signal
   from baregrad.hcq.runtime import ExecItem, kernel_args
+  from baregrad.hcq.trace import device_ns
   from .codegen import get_program
   prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
   dev = Device.get(spec.device)
@@ -63,7 +64,7 @@ def time_program(spec, opts, repeats: int = 3) -> float:
     q.exec(prog, dev.kernargs.put(kernel_args(item)))
     q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
-    best = min(best, (t1.timestamp - t0.timestamp) * 1e-9)
+    best = min(best, (device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9)
   return best
 
 

@@ -65,7 +65,8 @@ def _run_timed(items: list[ExecItem]):
     _enqueue(dev, q, item)
     q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
-    dt = max(t1.timestamp - t0.timestamp, 1) * 1e-9
+    from .trace import device_ns
+    dt = max(device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp), 1) * 1e-9
     gflops = item.meta.get("flops", 0) / dt * 1e-9
     gbs = item.meta.get("bytes", 0) / dt * 1e-9
     print(f"{dev.name:4s} {item.name:32s} {dt * 1e6:10.2f} us {gflops:9.2f} GFLOP/s {gbs:9.2f} GB/s")

@@ -5,6 +5,7 @@ contents, and the commands are submitted again in their order, each between two 
 repetition every allocation is compared with its captured final contents.
 """
 from __future__ import annotations
+from baregrad.compiler.codegen import compile_source
 import platform, time
 from dataclasses import dataclass, field
 import numpy as np
@@ -101,7 +102,7 @@ def _load(dev, cap: Capture, p: dict):
   except Exception as first:
     if not source: raise ReplayError(f"cannot load program {p['name']} on {dev.name}: {first}") from first
     try:
-      binary = dev.driver.compile(source)
+      binary = compile_source(dev.name, source)
       if binary != prog.binary: prog.binary = binary     # the driver's compiler differs: run what it makes of the source
       return prog.load(dev)
     except Exception as e:

@@ -5,6 +5,7 @@ open -> allocate and map -> copy round trip (queue copy command) -> signal round
 Each check prints a pass/fail row with its figures; the first failure stops the run and prints what it saw.
 """
 from __future__ import annotations
+from baregrad.compiler.codegen import compile_source
 import os, statistics, sys, time, traceback
 import numpy as np
 from baregrad.hcq.trace import device_ns   # queue timestamps -> ns (drivers with a `timestamp_hz`)
@@ -112,7 +113,7 @@ class Smoke:
     from baregrad.hcq.program import Program
     src = renderer_for(self.dev.name).render("bg_smoke_empty", [], {}, 0, [])
     t = time.perf_counter()
-    self.empty = Program(self.dev.name, "bg_smoke_empty", self.dev.driver.compile(src), src).load(self.dev)
+    self.empty = Program(self.dev.name, "bg_smoke_empty", compile_source(self.dev.name, src), src).load(self.dev)
     compile_ms = (time.perf_counter() - t) * 1e3
     self._run(self.dev.compute_queue().exec(self.empty, self.dev.kernargs.put([])))
     return f"compiled + loaded in {compile_ms:.1f} ms, ran"

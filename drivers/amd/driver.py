@@ -1,0 +1,494 @@
+"""The AMD driver: KFD (/dev/kfd) memory, a PM4 compute queue and an SDMA copy queue, built in user space.
+
+Nothing of ROCm/HSA is used: the driver talks to amdkfd through the kernel interface (drivers/kernel.py; with
+EMU=1 the emulated KFD + gfx1100 of drivers/emu/kfd_*.py serves the same calls) and writes the packets itself.
+
+    open /dev/kfd, GET_VERSION, topology (sysfs) -> GPU node, open its render node, ACQUIRE_VM, RUNTIME_ENABLE
+    memory:  reserve VA (anonymous PROT_NONE mmap) -> ALLOC_MEMORY_OF_GPU(va) -> mmap(render node, mmap_offset,
+             MAP_FIXED at va) -> MAP_MEMORY_TO_GPU       (GPU VA = CPU VA)
+    queues:  CREATE_QUEUE(ring, rptr/wptr page, EOP buffer, context-save area sized from the topology) -> mmap the
+             doorbell page of /dev/kfd
+    signals: RELEASE_MEM / SDMA FENCE write the value; their interrupt (RELEASE_MEM INT_SEL, SDMA TRAP) signals a
+             KFD event that `wait_value` sleeps on (WAIT_EVENTS) after polling with back-off.
+
+hcq hands the driver a generic command list; `encode` turns it into neutral command words (one op + operands)
+and `submit`/`bind` translate those into PM4 (kind "compute") or SDMA (kind "copy") packets. Bound queues (JIT
+replay) live in GPU memory and are started by one INDIRECT_BUFFER / SDMA INDIRECT packet.
+"""
+from __future__ import annotations
+import os, time
+from dataclasses import dataclass, field
+import cffi
+import numpy as np
+
+from .. import kernel as kernel_mod
+from . import kfd, pm4, sdma
+from .kfd import ffi as kfd_ffi
+from .ring import Ring
+from .topology import gpu_nodes, GPUNode, PAGE
+
+# EMU=1: the emulated KFD + gfx1100 serves /dev/kfd (registered here so drivers/kernel.py needs no AMD knowledge)
+kernel_mod.EMULATORS.setdefault("AMD", ("baregrad.drivers.emu.kfd_kernel", "EmulatedKFD"))
+
+_ffi = cffi.FFI()
+PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+DOORBELL_PAGE = 8192            # 1024 64-bit doorbells per process on gfx9+ (libhsakmt's doorbell mapping size)
+TIMESTAMP_HZ = 100_000_000      # gfx11 GPU clock counter (RELEASE_MEM DATA_SEL 3, SDMA TIMESTAMP): 100 MHz
+KFD_MIN_RUNTIME_ENABLE = (1, 14)
+LDS_GRANULE = 512               # COMPUTE_PGM_RSRC2.LDS_SIZE unit on gfx7..gfx11 (128 dwords)
+RSRC2_LDS_SHIFT, RSRC2_LDS_BITS = 15, 9
+
+
+class AMDError(RuntimeError):
+  pass
+
+
+class GPUFault(AMDError):
+  pass
+
+
+class QueueTimeout(TimeoutError):
+  pass
+
+
+@dataclass(eq=False)
+class Memory:
+  addr: int
+  nbytes: int
+  size: int           # bytes mapped (page multiple)
+  handle: int
+  domain: str
+
+
+@dataclass(eq=False)
+class LoadedProgram:
+  name: str
+  memory: Memory
+  pgm_addr: int
+  rsrc1: int
+  rsrc2: int
+  rsrc3: int
+  user_sgprs: int
+  lds_bytes: int
+  wave32: bool
+
+
+@dataclass(eq=False)
+class BoundQueue:
+  kind: str
+  memory: Memory
+  words: np.ndarray                   # the packets in GPU memory (uint32 view)
+  ndwords: int
+  patch_map: dict = field(default_factory=dict)   # neutral word index -> [(dword index, shift, add)]
+
+
+# ---- neutral command words: op, operands (what hcq's encode produces) ----
+EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = range(1, 7)
+OP_LEN = {EXEC: 13, COPY: 4, SIGNAL: 3, WAIT: 3, TIMESTAMP: 2, BARRIER: 1}
+OP_NAMES = {EXEC: "exec", COPY: "copy", SIGNAL: "signal", WAIT: "wait", TIMESTAMP: "timestamp", BARRIER: "barrier"}
+
+
+class AMDDriver:
+  name = "AMD"
+  timestamp_hz = TIMESTAMP_HZ
+  copy_queue = True        # an SDMA queue beside the PM4 compute queue (hcq graphs put copies there)
+
+  def __init__(self, kernel=None, timeout: float = 30.0):
+    if kernel is None:
+      if not kernel_mod.emulated() and not os.path.exists("/dev/kfd"):
+        raise AMDError("DEV=AMD: /dev/kfd does not exist on this machine (no amdgpu kernel driver with KFD, or no AMD GPU). "
+                       "Run with EMU=1 DEV=AMD to use the emulated gfx1100, or use DEV=CPU.")
+      kernel = kernel_mod.interface("AMD")
+    self.kernel, self.timeout = kernel, timeout
+    self.kfd_fd = kernel.open("/dev/kfd")
+    ver = self._ioctl("GET_VERSION")
+    self.version = (ver.major_version, ver.minor_version)
+    nodes = gpu_nodes(kernel)
+    if not nodes: raise AMDError("AMD: KFD topology lists no GPU node (/sys/devices/virtual/kfd/kfd/topology/nodes/*/gpu_id)")
+    self.node: GPUNode = nodes[0]
+    self.gpu_id = self.node.gpu_id
+    self.arch = self.node.target
+    self.drm_fd = kernel.open(self.node.render_node)
+    self._ioctl("ACQUIRE_VM", drm_fd=self.drm_fd, gpu_id=self.gpu_id)
+    if self.version >= KFD_MIN_RUNTIME_ENABLE:
+      self._ioctl("RUNTIME_ENABLE", r_debug=0, mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
+    self.memory: dict[int, Memory] = {}
+    self.fault: str | None = None
+    self._stalled = False
+    # events: one signal event for queue interrupts, and the exception events faults arrive on
+    self.queue_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1).event_id
+    self.memory_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_MEMORY, auto_reset=0,
+                                    node_id=self.node.index).event_id
+    self.hw_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_HW_EXCEPTION, auto_reset=0,
+                                node_id=self.node.index).event_id
+    self.doorbells = None
+    self.compute = self._create_queue("compute", kfd.QUEUE_TYPE_COMPUTE, 1 << 18)
+    self.copy = self._create_queue("copy", kfd.QUEUE_TYPE_SDMA, 1 << 18)
+    self.programs: dict[int, LoadedProgram] = {}
+
+  # ---- ioctls ----
+  def _ioctl(self, name: str, **fields):
+    args = kfd.new_args(name, **fields)
+    self.kernel.ioctl(self.kfd_fd, kfd.REQUEST[name], args, name=f"AMDKFD_IOC_{name}",
+                      fields=lambda: kfd.fields(args))
+    return args
+
+  # ---- memory ----
+  def alloc(self, nbytes: int, domain: str = "vram", executable: bool = False) -> Memory:
+    size = max(PAGE, (nbytes + PAGE - 1) // PAGE * PAGE)
+    k = self.kernel
+    va = k.mmap(0, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)     # reserve the GPU VA
+    flags = kfd.ALLOC_WRITABLE | kfd.ALLOC_NO_SUBSTITUTE | (kfd.ALLOC_EXECUTABLE if executable else 0)
+    flags |= kfd.ALLOC_VRAM | kfd.ALLOC_PUBLIC if domain == "vram" else kfd.ALLOC_GTT | kfd.ALLOC_COHERENT | kfd.ALLOC_UNCACHED
+    try:
+      args = self._ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=size, gpu_id=self.gpu_id, flags=flags)
+    except OSError as e:
+      k.munmap(va, size)
+      if e.errno == 12: raise MemoryError(f"AMD: out of {domain.upper()} allocating {size} bytes") from None
+      raise
+    off = args.mmap_offset
+    k.mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self.drm_fd, off - (1 << 64) if off >> 63 else off)
+    ids = kfd_ffi.new("uint32_t[1]", [self.gpu_id])
+    self._ioctl("MAP_MEMORY_TO_GPU", handle=args.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
+    mem = Memory(va, nbytes, size, args.handle, domain)
+    self.memory[va] = mem
+    return mem
+
+  def alloc_userptr(self, addr: int, nbytes: int) -> Memory:
+    """Map existing page-aligned host memory for the GPU at its own address."""
+    if addr % PAGE or nbytes % PAGE: raise ValueError(f"userptr {addr:#x}+{nbytes:#x} must be page aligned")
+    args = self._ioctl("ALLOC_MEMORY_OF_GPU", va_addr=addr, size=nbytes, mmap_offset=addr, gpu_id=self.gpu_id,
+                       flags=kfd.ALLOC_USERPTR | kfd.ALLOC_WRITABLE | kfd.ALLOC_COHERENT)
+    ids = kfd_ffi.new("uint32_t[1]", [self.gpu_id])
+    self._ioctl("MAP_MEMORY_TO_GPU", handle=args.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
+    mem = Memory(addr, nbytes, nbytes, args.handle, "userptr")
+    self.memory[addr] = mem
+    return mem
+
+  def free(self, mem: Memory):
+    if self.memory.pop(mem.addr, None) is None: return
+    ids = kfd_ffi.new("uint32_t[1]", [self.gpu_id])
+    self._ioctl("UNMAP_MEMORY_FROM_GPU", handle=mem.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
+    self._ioctl("FREE_MEMORY_OF_GPU", handle=mem.handle)
+    if mem.domain != "userptr": self.kernel.munmap(mem.addr, mem.size)
+
+  def view(self, addr: int, nbytes: int):
+    return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
+
+  # ---- host <-> device copies through the SDMA queue (a GTT staging buffer, chunk by chunk) ----
+  STAGING = 4 << 20
+
+  def _staging(self):
+    if getattr(self, "_stage", None) is None:
+      self._stage = (self.alloc(self.STAGING, "gtt"), self.alloc(PAGE, "gtt"))
+      self._stage_value = 0
+    return self._stage
+
+  def _sdma_copy_sync(self, dst: int, src: int, nbytes: int):
+    stage, sig = self._staging()
+    self._stage_value += 1
+    self.submit("copy", [COPY, dst, src, nbytes, SIGNAL, sig.addr, self._stage_value])
+    if not self.wait_value(sig.addr, self._stage_value, self.timeout):
+      self.check_faults(self.name)
+      raise QueueTimeout(f"{self.name}: SDMA copy of {nbytes} bytes {src:#x} -> {dst:#x} did not finish in {self.timeout} s")
+
+  def copyin(self, dst_addr: int, data) -> None:
+    """Host bytes -> device memory: staged in GTT, moved by SDMA COPY_LINEAR."""
+    mv = memoryview(data).cast("B")
+    stage, _ = self._staging()
+    for off in range(0, mv.nbytes, self.STAGING):
+      n = min(self.STAGING, mv.nbytes - off)
+      self.view(stage.addr, n)[:] = mv[off:off + n]
+      self._sdma_copy_sync(dst_addr + off, stage.addr, n)
+
+  def copyout(self, out, src_addr: int) -> None:
+    """Device memory -> host bytes, through the SDMA queue and the GTT staging buffer."""
+    mv = memoryview(out).cast("B")
+    stage, _ = self._staging()
+    for off in range(0, mv.nbytes, self.STAGING):
+      n = min(self.STAGING, mv.nbytes - off)
+      self._sdma_copy_sync(stage.addr, src_addr + off, n)
+      mv[off:off + n] = self.view(stage.addr, n)
+
+  # ---- queues ----
+  def _create_queue(self, kind: str, queue_type: int, ring_size: int) -> Ring:
+    ring = self.alloc(ring_size, "gtt")
+    rw = self.alloc(PAGE, "gtt")                           # rptr at +0, wptr at +8 (one page BO, as KFD checks)
+    extra = {}
+    if queue_type == kfd.QUEUE_TYPE_COMPUTE:
+      eop = self.alloc(self.node.eop_buffer_size, "vram")
+      cwsr = self.alloc(self.node.cwsr_total, "vram")
+      extra = dict(eop_buffer_address=eop.addr, eop_buffer_size=eop.size, ctx_save_restore_address=cwsr.addr,
+                   ctx_save_restore_size=self.node.cwsr_size, ctl_stack_size=self.node.ctl_stack_size)
+    args = self._ioctl("CREATE_QUEUE", ring_base_address=ring.addr, ring_size=ring_size, gpu_id=self.gpu_id,
+                       queue_type=queue_type, queue_percentage=kfd.MAX_QUEUE_PERCENTAGE, queue_priority=7,
+                       read_pointer_address=rw.addr, write_pointer_address=rw.addr + 8, **extra)
+    if self.doorbells is None:
+      base = args.doorbell_offset & ~(DOORBELL_PAGE - 1)
+      # mmap offsets with the top bits set (KFD's mmap type) go to libc's signed off_t as negative numbers
+      signed = base - (1 << 64) if base >> 63 else base
+      self.doorbells = (self.kernel.mmap(0, DOORBELL_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, self.kfd_fd, signed), base)
+    db_addr, db_base = self.doorbells
+    doorbell = db_addr + (args.doorbell_offset & (DOORBELL_PAGE - 1))
+    unit, nop = (4, pm4.nop) if queue_type == kfd.QUEUE_TYPE_COMPUTE else (1, sdma.nop)
+    r = Ring(f"{kind} queue {args.queue_id}", ring.addr, self.view(ring.addr, ring_size), ring_size, self.view(rw.addr, 16),
+             self.view(doorbell, 8), unit, nop, self.timeout)
+    r.queue_id, r.kind = args.queue_id, kind
+    return r
+
+  def ring_of(self, kind: str) -> Ring: return self.copy if kind == "copy" else self.compute
+
+  # ---- programs ----
+  def compile(self, src: str) -> bytes:
+    # the assembler lives in the compiler layer (drivers never import it): compiler/codegen uses the renderer's
+    # compile() for AMD, so nothing should reach this
+    raise NotImplementedError("AMD programs are assembled by compiler.render_amd.AMDRenderer.compile")
+
+  def load_program(self, binary: bytes, name: str):
+    from .codeobj import read_code_object, RSRC1, RSRC2, RSRC3
+    code, kd, entry, kname = read_code_object(binary)
+    if entry % 256: raise AMDError(f"AMD: kernel {kname!r} entry at .text+{entry:#x} is not 256-byte aligned (COMPUTE_PGM_LO)")
+    unsupported = [f for f in ("enable_sgpr_private_segment_buffer", "enable_sgpr_dispatch_ptr", "enable_sgpr_queue_ptr",
+                               "enable_sgpr_dispatch_id", "enable_sgpr_flat_scratch_init", "enable_private_segment")
+                   if getattr(kd, f)]
+    if unsupported: raise AMDError(f"AMD: kernel {kname!r} asks for {', '.join(unsupported)}: this driver launches through PM4 "
+                                   f"with only the kernarg pointer in user SGPRs (no AQL packet, no scratch)")
+    mem = self.alloc(len(code), "vram", executable=True)
+    self.view(mem.addr, len(code))[:] = code
+    lds = kd.group_segment_fixed_size
+    granules = -(-lds // LDS_GRANULE)
+    if granules >= 1 << RSRC2_LDS_BITS: raise AMDError(f"AMD: kernel {kname!r} needs {lds} bytes of LDS")
+    rsrc2 = kd.register(RSRC2) | granules << RSRC2_LDS_SHIFT
+    user = 2 if kd.enable_sgpr_kernarg_segment_ptr else 0
+    if kd.user_sgpr_count != user:
+      raise AMDError(f"AMD: kernel {kname!r} has USER_SGPR_COUNT {kd.user_sgpr_count}, expected {user} (kernarg pointer only)")
+    prog = LoadedProgram(kname, mem, mem.addr + entry, kd.register(RSRC1), rsrc2, kd.register(RSRC3), user, lds,
+                         bool(kd.enable_wavefront_size32))
+    self.programs[prog.pgm_addr] = prog
+    return prog.pgm_addr, prog
+
+  # ---- hcq commands -> neutral words ----
+  def encode(self, cmds: list[tuple]) -> list:
+    words: list = []
+    for cmd in cmds:
+      kind = cmd[0]
+      if kind == "exec":
+        prog: LoadedProgram = cmd[1].handle
+        gsz, lsz = cmd[3], cmd[4]
+        if tuple(lsz) == (1, 1, 1): lsz = tuple(cmd[1].meta.get("local_size", (1, 1, 1)))
+        lsz = tuple(lsz) + (1,) * (3 - len(lsz)); gsz = tuple(gsz) + (1,) * (3 - len(gsz))
+        words += [EXEC, prog.pgm_addr, prog.rsrc1, prog.rsrc2, prog.rsrc3, prog.user_sgprs | int(prog.wave32) << 8,
+                  cmd[2], *gsz, *lsz]
+      elif kind == "copy": words += [COPY, cmd[1], cmd[2], cmd[3]]
+      elif kind == "signal": words += [SIGNAL, cmd[1].addr, cmd[2]]
+      elif kind == "wait": words += [WAIT, cmd[1].addr, cmd[2]]
+      elif kind == "timestamp": words += [TIMESTAMP, cmd[1].timestamp_addr]
+      elif kind == "barrier": words += [BARRIER]
+      else: raise ValueError(f"AMD queue: unknown command {kind!r}")
+    return words
+
+  # ---- neutral words -> packets ----
+  def _packets(self, kind: str, words: list) -> tuple[list[list], dict]:
+    """(packets, patch map) for `words` on the queue of `kind`; the patch map says, for every operand that may be
+    symbolic, which packet dwords hold it: neutral index -> [(packet dword index, shift, add)]."""
+    packets, pmap, pos, i = [], {}, 0, 0
+
+    def emit(p: list, refs=()):
+      nonlocal pos
+      for wi, off, shift, add in refs: pmap.setdefault(wi, []).append((pos + off, shift, add))
+      packets.append(p); pos += len(p)
+
+    sdma_queue = kind == "copy"
+    while i < len(words):
+      op = words[i]
+      if op not in OP_LEN: raise AMDError(f"AMD {kind} queue: bad command word {op!r} at {i}")
+      a = words[i + 1:i + OP_LEN[op]]
+      if op == EXEC:
+        if sdma_queue: raise AMDError("AMD: exec on the copy (SDMA) queue; kernels run on the compute queue")
+        pgm, rsrc1, rsrc2, rsrc3, user, args_addr, gx, gy, gz, lx, ly, lz = a
+        emit(pm4.set_sh_reg("COMPUTE_PGM_LO", (pgm >> 8) & 0xFFFFFFFF, pgm >> 40))
+        emit(pm4.set_sh_reg("COMPUTE_PGM_RSRC1", rsrc1, rsrc2))
+        emit(pm4.set_sh_reg("COMPUTE_PGM_RSRC3", rsrc3))
+        emit(pm4.set_sh_reg("COMPUTE_TMPRING_SIZE", 0))
+        if user & 0xFF:
+          emit(pm4.set_sh_reg("COMPUTE_USER_DATA_0", args_addr & 0xFFFFFFFF, (args_addr >> 32) & 0xFFFFFFFF),
+               [(i + 6, 2, 0, 0), (i + 6, 3, 32, 0)])
+        emit(pm4.set_sh_reg("COMPUTE_START_X", 0, 0, 0))
+        emit(pm4.set_sh_reg("COMPUTE_NUM_THREAD_X", lx, ly, lz))
+        emit(pm4.set_sh_reg("COMPUTE_RESOURCE_LIMITS", 0))
+        emit(pm4.packet("DISPATCH_DIRECT", dim_x=gx, dim_y=gy, dim_z=gz, compute_shader_en=1, force_start_at_000=1,
+                        cs_w32_en=user >> 8 & 1))
+        for p in self._pm4_barrier(): emit(p)     # dispatches in one queue run in order, as hcq expects
+      elif op == COPY:
+        dst, src, n = a
+        if sdma_queue:
+          for off in range(0, n, sdma.COPY_MAX_BYTES):
+            c = min(sdma.COPY_MAX_BYTES, n - off)
+            emit(sdma.packet("COPY_LINEAR", count=c - 1, src_addr_lo=(src + off) & 0xFFFFFFFF, src_addr_hi=(src + off) >> 32,
+                             dst_addr_lo=(dst + off) & 0xFFFFFFFF, dst_addr_hi=(dst + off) >> 32),
+                 [(i + 2, 3, 0, off), (i + 2, 4, 32, off), (i + 1, 5, 0, off), (i + 1, 6, 32, off)])
+        else:
+          for off in range(0, n, pm4.DMA_DATA_MAX_BYTES):
+            c = min(pm4.DMA_DATA_MAX_BYTES, n - off)
+            emit(pm4.packet("DMA_DATA", src_addr_lo=(src + off) & 0xFFFFFFFF, src_addr_hi=(src + off) >> 32,
+                            dst_addr_lo=(dst + off) & 0xFFFFFFFF, dst_addr_hi=(dst + off) >> 32, byte_count=c,
+                            cp_sync=int(off + c >= n), raw_wait=1),
+                 [(i + 2, 2, 0, off), (i + 2, 3, 32, off), (i + 1, 4, 0, off), (i + 1, 5, 32, off)])
+      elif op == SIGNAL:
+        addr, value = a
+        if sdma_queue:
+          emit(sdma.packet("FENCE", addr_lo=(addr + 4) & 0xFFFFFFFF, addr_hi=(addr + 4) >> 32, data=(value >> 32) & 0xFFFFFFFF),
+               [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0)])
+          emit(sdma.packet("FENCE", addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32, data=value & 0xFFFFFFFF),
+               [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0), (i + 2, 3, 0, 0)])
+          emit(sdma.packet("TRAP", int_context=self.queue_event))
+        else:
+          emit(pm4.packet("RELEASE_MEM", event_type=pm4.CACHE_FLUSH_AND_INV_TS_EVENT, event_index=5, gcr_glm_wb=1,
+                          gcr_glm_inv=1, gcr_gl2_wb=1, gcr_seq=1, cache_policy=3, data_sel=pm4.DATA_SEL_64,
+                          int_sel=pm4.INT_SEL_AFTER_WRITE, addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32,
+                          data_lo=value & 0xFFFFFFFF, data_hi=(value >> 32) & 0xFFFFFFFF, int_ctxid=self.queue_event),
+               [(i + 1, 3, 0, 0), (i + 1, 4, 32, 0), (i + 2, 5, 0, 0), (i + 2, 6, 32, 0)])
+      elif op == WAIT:
+        addr, value = a
+        if sdma_queue:
+          emit(sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32,
+                           value=value & 0xFFFFFFFF, mask=0xFFFFFFFF, interval=10, retry_count=0xFFF),
+               [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0), (i + 2, 3, 0, 0)])
+        else:
+          emit(pm4.packet("WAIT_REG_MEM", function=pm4.FUNC[">="], mem_space=1, addr_lo=addr & 0xFFFFFFFF,
+                          addr_hi=addr >> 32, reference=value & 0xFFFFFFFF, mask=0xFFFFFFFF, poll_interval=4),
+               [(i + 1, 2, 0, 0), (i + 1, 3, 32, 0), (i + 2, 4, 0, 0)])
+      elif op == TIMESTAMP:
+        (addr,) = a
+        if sdma_queue:
+          emit(sdma.packet("TIMESTAMP", addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32), [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0)])
+        else:
+          emit(pm4.packet("RELEASE_MEM", event_type=pm4.BOTTOM_OF_PIPE_TS, event_index=5, data_sel=pm4.DATA_SEL_GPU_CLOCK,
+                          addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32), [(i + 1, 3, 0, 0), (i + 1, 4, 32, 0)])
+      elif op == BARRIER:
+        if not sdma_queue:
+          for p in self._pm4_barrier(): emit(p)
+      i += OP_LEN[op]
+    return packets, pmap
+
+  @staticmethod
+  def _pm4_barrier() -> list[list[int]]:
+    """Wait for earlier dispatches (CS_PARTIAL_FLUSH), then write back + invalidate the caches (ACQUIRE_MEM)."""
+    return [pm4.packet("EVENT_WRITE", event_type=pm4.CS_PARTIAL_FLUSH, event_index=4),
+            pm4.packet("ACQUIRE_MEM", coher_size=0xFFFFFFFF, coher_size_hi=0xFFFFFF, poll_interval=10, gli_inv=1,
+                       glm_inv=1, glm_wb=1, glk_inv=1, glv_inv=1, gl1_inv=1, gl2_inv=1, gl2_wb=1)]
+
+  def submit(self, kind: str, words: list[int]):
+    if self.fault: raise GPUFault(self.fault)
+    packets, _ = self._packets(kind, words)
+    self.ring_of(kind).write(packets)
+
+  # ---- bound queues (JIT replay) ----
+  def bind(self, kind: str, words: list[int]) -> BoundQueue:
+    packets, pmap = self._packets(kind, words)
+    flat = [w for p in packets for w in p]
+    mem = self.alloc(4 * max(len(flat), 1), "gtt")
+    view = np.frombuffer(self.view(mem.addr, 4 * max(len(flat), 1)), dtype=np.uint32)
+    view[:len(flat)] = np.array(flat, dtype=np.uint64).astype(np.uint32)
+    return BoundQueue(kind, mem, view, len(flat), pmap)
+
+  def submit_bound(self, kind: str, bound: BoundQueue, nwords: int, patch: list[tuple[int, int]]):
+    if self.fault: raise GPUFault(self.fault)
+    for i, v in patch:
+      refs = bound.patch_map.get(i)
+      if refs is None: raise AMDError(f"AMD: bound {kind} queue: command word {i} cannot be patched (only addresses and values)")
+      for d, shift, add in refs: bound.words[d] = ((v + add) >> shift) & 0xFFFFFFFF
+    addr = bound.memory.addr
+    if kind == "copy":
+      p = sdma.packet("INDIRECT", ib_base_lo=addr & 0xFFFFFFFF, ib_base_hi=addr >> 32, ib_size=bound.ndwords)
+    else:
+      p = pm4.packet("INDIRECT_BUFFER", ib_base_lo=addr & 0xFFFFFFFC, ib_base_hi=(addr >> 32) & 0xFFFF,
+                     ib_size=bound.ndwords, valid=1)
+    self.ring_of(kind).write([p])
+
+  # ---- waiting ----
+  def wait_value(self, addr: int, value: int, timeout: float) -> bool:
+    """Poll the 64-bit value with back-off, then sleep on the queues' interrupt event (KFD WAIT_EVENTS)."""
+    view = np.frombuffer(self.view(addr, 8), dtype=np.uint64)
+    start, delay = time.monotonic(), 2e-6
+    while time.monotonic() - start < 2e-3:              # short spin: most waits end here
+      if int(view[0]) >= value: return True
+      time.sleep(delay); delay = min(delay * 2, 2e-4)
+    events = kfd_ffi.new("struct kfd_event_data[1]")
+    while True:
+      if int(view[0]) >= value: return True
+      if self.fault or (self._poll_exceptions() and self.fault): return False
+      left = timeout - (time.monotonic() - start)
+      if left <= 0:
+        self._stalled = (addr, value, int(view[0]), timeout)
+        return False
+      events[0].event_id = self.queue_event
+      self._ioctl("WAIT_EVENTS", events_ptr=int(kfd_ffi.cast("uintptr_t", events)), num_events=1, wait_for_all=1,
+                  timeout=max(1, min(int(left * 1000), 50)))
+
+  def _poll_exceptions(self) -> bool:
+    """Non-blocking look at the memory-fault and hardware-exception events; records a fault message."""
+    events = kfd_ffi.new("struct kfd_event_data[2]")
+    events[0].event_id, events[1].event_id = self.memory_event, self.hw_event
+    args = self._ioctl("WAIT_EVENTS", events_ptr=int(kfd_ffi.cast("uintptr_t", events)), num_events=2, wait_for_all=0,
+                       timeout=0)
+    if args.wait_result != kfd.WAIT_COMPLETE: return False
+    mem = events[0].memory_exception_data
+    if mem.va or mem.failure.NotPresent or mem.failure.ReadOnly:
+      what = ("page not present" if mem.failure.NotPresent else "write to read-only page" if mem.failure.ReadOnly
+              else "no-execute" if mem.failure.NoExecute else "fault")
+      self.fault = f"GPU memory fault at address {mem.va:#x} ({what}, gpu_id {mem.gpu_id}){self._queue_report()}"
+    else:
+      self.fault = f"GPU hardware exception (queue reset){self._queue_report()}"
+    return True
+
+  def _queue_report(self, verb: str = "stopped at") -> str:
+    """Where each busy queue's read pointer stands, decoded from the ring the driver wrote."""
+    parts = []
+    for ring in (self.compute, self.copy):
+      if ring.idle(): continue
+      pos, words = ring.packet_at_rptr()
+      try:
+        if ring.kind == "copy":
+          name, fields, _ = sdma.decode(words, pos)
+          text = sdma.describe(name, fields)
+          if name == "POLL_REGMEM": text += self._memory_now(fields["addr_hi"] << 32 | fields["addr_lo"], fields["mask"])
+        else:
+          name, fields, _ = pm4.decode(words, pos)
+          text = pm4.describe(name, fields)
+          if name == "WAIT_REG_MEM": text += self._memory_now(fields["addr_hi"] << 32 | fields["addr_lo"], fields["mask"])
+          if name == "INDIRECT_BUFFER": text += " (a bound queue)"
+      except ValueError as e:
+        text = f"undecodable packet ({e})"
+      parts.append(f"; {ring.kind} queue {ring.queue_id} {verb} ring dword {pos:#x}: {text}")
+    return "".join(parts)
+
+  def _memory_now(self, addr: int, mask: int) -> str:
+    if not any(m.addr <= addr < m.addr + m.size for m in self.memory.values()): return ""
+    value = int(np.frombuffer(self.view(addr, 4), dtype=np.uint32)[0])
+    return f", memory holds {value & mask:#x}"
+
+  def check_faults(self, device_name: str):
+    if self.fault is None: self._poll_exceptions()
+    if self.fault is not None: raise GPUFault(f"{device_name}: {self.fault}")
+    if self._stalled:
+      (addr, value, seen, timeout), self._stalled = self._stalled, False
+      report = self._queue_report(verb="is at")
+      if report: raise QueueTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}, it is {seen}{report}")
+
+  # ---- teardown ----
+  def close(self):
+    for ring in (getattr(self, "compute", None), getattr(self, "copy", None)):
+      if ring is not None:
+        try: self._ioctl("DESTROY_QUEUE", queue_id=ring.queue_id)
+        except OSError: pass
+    try:
+      self.kernel.close(self.drm_fd); self.kernel.close(self.kfd_fd)
+    except OSError: pass
+
+  @classmethod
+  def probe(cls) -> dict:
+    if not kernel_mod.emulated() and not os.path.exists("/dev/kfd"):
+      return {"available": False, "reason": "/dev/kfd does not exist (set EMU=1 for the emulated gfx1100)"}
+    return {"available": True, "emulated": kernel_mod.emulated()}

@@ -1,0 +1,68 @@
+"""A user-mode hardware queue: ring buffer, read/write pointers, 64-bit doorbell.
+
+The ring is a power-of-two number of bytes of GPU memory. Pointers are 64-bit and only grow (the position in
+the ring is `pointer mod size`); the PM4 compute queue counts them in dwords, the SDMA queue in bytes (KFD's
+convention for gfx9+ user queues with 64-bit doorbells). The engine writes the read pointer back to memory; the
+driver writes the write pointer to memory and then to the doorbell. A packet never straddles the end of the
+ring: the space before the wrap is filled with NOP dwords first.
+"""
+from __future__ import annotations
+import time
+import numpy as np
+
+
+class RingFull(TimeoutError):
+  pass
+
+
+class Ring:
+  def __init__(self, name: str, base: int, ring_view, size: int, rw_view, doorbell_view, unit: int, nop, timeout: float = 30.0):
+    """ring_view/rw_view/doorbell_view: writable buffers over the ring, the read/write pointer page (rptr at byte 0,
+    wptr at byte 8) and this queue's 8-byte doorbell. unit: bytes per pointer step (4 = dwords, 1 = bytes).
+    nop(n): n dwords of NOP for this engine."""
+    self.name, self.base, self.size, self.unit, self.nop, self.timeout = name, base, size, unit, nop, timeout
+    self.ring = np.frombuffer(ring_view, dtype=np.uint32)
+    self.ptrs = np.frombuffer(rw_view, dtype=np.uint64, count=2)
+    self.doorbell = np.frombuffer(doorbell_view, dtype=np.uint64, count=1)
+    self.dwords = size // 4
+    self.wptr = 0                 # in dwords
+    self.last_packet_at = 0       # dword index (monotonic) of the last packet written
+
+  @property
+  def rptr(self) -> int: return int(self.ptrs[0]) * self.unit // 4
+
+  def _reserve(self, n: int):
+    if n > self.dwords: raise ValueError(f"{self.name}: a packet of {n} dwords does not fit in a ring of {self.dwords}")
+    start, delay = time.monotonic(), 1e-5
+    while self.wptr + n - self.rptr > self.dwords:
+      if time.monotonic() - start > self.timeout:
+        raise RingFull(f"{self.name}: ring full for {self.timeout:.0f} s (read pointer {self.rptr}, write pointer {self.wptr} "
+                       f"dwords): the engine is not consuming commands")
+      time.sleep(delay); delay = min(delay * 2, 1e-3)
+
+  def write(self, packets: list[list[int]]) -> None:
+    """Append packets (lists of dwords) and ring the doorbell once."""
+    for p in packets:
+      pos = self.wptr % self.dwords
+      if pos + len(p) > self.dwords:           # no packet straddles the wrap
+        pad = self.dwords - pos
+        self._reserve(pad)
+        self.ring[pos:] = self.nop(pad)
+        self.wptr += pad
+        pos = 0
+      self._reserve(len(p))
+      self.ring[pos:pos + len(p)] = p
+      self.last_packet_at = self.wptr
+      self.wptr += len(p)
+    self.commit()
+
+  def commit(self) -> None:
+    value = self.wptr * 4 // self.unit
+    self.ptrs[1] = value          # the write pointer the engine polls ...
+    self.doorbell[0] = value      # ... and the doorbell that wakes it
+
+  def idle(self) -> bool: return self.rptr >= self.wptr
+
+  def packet_at_rptr(self) -> tuple[int, np.ndarray]:
+    """(ring dword index, the ring's dwords) of where the engine's read pointer stands."""
+    return self.rptr % self.dwords, self.ring

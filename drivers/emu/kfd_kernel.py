@@ -1,0 +1,452 @@
+"""Emulated amdkfd + amdgpu render node + one gfx1100 GPU, behind the kernel interface (EMU=1 DEV=AMD).
+
+`EmulatedKFD` has the methods of drivers/kernel.py's KernelInterface (exists/read_text/open/close/ioctl/mmap/
+munmap). It serves:
+  * sysfs: the KFD topology (a CPU node 0 and a Navi31 / gfx1100 node 1 with the properties amdkfd prints);
+  * /dev/kfd ioctls, argument handling as amdkfd's kfd_ioctl() does it (request number -> the kernel's own size,
+    user bytes copied in and zero-extended, copied back out) and per-ioctl checks with amdkfd's errnos;
+  * mmap of /dev/kfd (doorbell page, events page) and of the render node (BO CPU mappings at MAP_FIXED addresses).
+Buffer objects are memfd-backed: the CPU mapping (mmap of the render node) and the GPU's view (a mapping in the
+emulator's `Memory` at the BO's GPU virtual address) share pages. Queues run in kfd_engines.py, one thread each.
+Anything a real kernel would print to dmesg goes to `self.kmsg` (and to stderr with EMU_LOG=1).
+"""
+from __future__ import annotations
+import errno, mmap as _mmap, os, sys, threading, time
+import cffi
+import numpy as np
+
+from baregrad.drivers import kernel as kernel_mod
+from baregrad.drivers.amd import kfd
+from baregrad.drivers.amd.topology import TOPOLOGY, PAGE
+from .memory import Memory
+
+_ffi = cffi.FFI()
+_ffi.cdef("void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset); int munmap(void *addr, size_t length);")
+_libc = _ffi.dlopen(None)
+MAP_FAILED = 2**64 - 1
+
+MMAP_TYPE_SHIFT, MMAP_TYPE_DOORBELL, MMAP_TYPE_EVENTS = 62, 3, 2     # amdkfd/kfd_priv.h (KFD_MMAP_TYPE_*)
+MMAP_GPU_ID_SHIFT = 46
+DOORBELL_PAGE = 8192
+UNSIGNALED_SLOT = 2**64 - 1
+
+GPU_ID = 0xE1A5
+RENDER_MINOR = 128
+VRAM_BYTES = 24 << 30
+# A Radeon RX 7900 XTX (Navi31, gfx1100) as amdkfd describes it (kfd_topology.c node_show order)
+GPU_PROPERTIES = [
+  ("cpu_cores_count", 0), ("simd_count", 192), ("mem_banks_count", 1), ("caches_count", 206), ("io_links_count", 1),
+  ("p2p_links_count", 0), ("cpu_core_id_base", 0), ("simd_id_base", 2147487744), ("max_waves_per_simd", 16),
+  ("lds_size_in_kb", 64), ("gds_size_in_kb", 0), ("num_gws", 64), ("wave_front_size", 32), ("array_count", 12),
+  ("simd_arrays_per_engine", 2), ("cu_per_simd_array", 8), ("simd_per_cu", 2), ("max_slots_scratch_cu", 32),
+  ("gfx_target_version", 110000), ("vendor_id", 4098), ("device_id", 29772), ("location_id", 768), ("domain", 0),
+  ("drm_render_minor", RENDER_MINOR), ("hive_id", 0), ("num_sdma_engines", 2), ("num_sdma_xgmi_engines", 0),
+  ("num_sdma_queues_per_engine", 6), ("num_cp_queues", 8), ("max_engine_clk_fcompute", 2482), ("local_mem_size", 0),
+  ("fw_version", 2080), ("capability", 671588992), ("debug_prop", 1495), ("sdma_fw_version", 20),
+  ("unique_id", 0x3F1A2B3C4D5E6F70), ("num_xcc", 1), ("max_engine_clk_ccompute", 2200),
+]
+CPU_PROPERTIES = [("cpu_cores_count", 16), ("simd_count", 0), ("mem_banks_count", 1), ("caches_count", 0),
+                  ("io_links_count", 1), ("cpu_core_id_base", 0), ("gfx_target_version", 0), ("vendor_id", 0),
+                  ("device_id", 0), ("drm_render_minor", 0)]
+
+
+class BO:
+  """A buffer object: memfd backing, GPU VA, CPU mmap offset."""
+  def __init__(self, handle, va, size, flags, memfd=None, kernel_map=None, host=None):
+    self.handle, self.va, self.size, self.flags = handle, va, size, flags
+    self.memfd, self.kernel_map, self.host = memfd, kernel_map, host     # host: userptr address
+    self.mmap_offset = 0
+    self.mapped = False
+
+  def array(self) -> np.ndarray:
+    if self.host is not None: return np.frombuffer(_ffi.buffer(_ffi.cast("uint8_t *", self.host), self.size), np.uint8)
+    return np.frombuffer(self.kernel_map, np.uint8)
+
+
+class Event:
+  def __init__(self, event_id, event_type, auto_reset, slot):
+    self.id, self.type, self.auto_reset, self.slot = event_id, event_type, auto_reset, slot
+    self.signaled = False
+    self.memory_exception = None       # (va, not_present, read_only)
+
+
+class EmulatedKFD:
+  """The kernel interface, served by an emulated amdkfd and gfx1100."""
+  emulated = True
+
+  def __init__(self):
+    self.paths: dict[int, str] = {}
+    self.files = self._sysfs()
+    self.lock = threading.RLock()              # guards `memory` (GPU mappings) against the engine threads
+    self.cond = threading.Condition()          # events
+    self.memory = Memory()
+    self.bos: dict[int, BO] = {}
+    self.by_offset: dict[int, BO] = {}
+    self.next_handle, self.next_offset = 1, 1 << 32
+    self.vram_used = 0
+    self.drm_fd = None
+    self.runtime_enabled = False
+    self.events: dict[int, Event] = {}
+    self.event_page = None
+    self.doorbell_page = None
+    self.queues: dict = {}
+    self.kmsg: list[str] = []
+    self.t0 = time.perf_counter_ns()
+
+  # ---- files ----
+  def _sysfs(self) -> dict[str, str]:
+    base = f"{TOPOLOGY}/nodes"
+    props = lambda items: "".join(f"{k} {v}\n" for k, v in items)
+    return {f"{TOPOLOGY}/generation_id": "1\n", f"{TOPOLOGY}/system_properties": "platform_oem 0\nplatform_id 0\nplatform_rev 0\n",
+            f"{base}/0/gpu_id": "0\n", f"{base}/0/name": "\n", f"{base}/0/properties": props(CPU_PROPERTIES),
+            f"{base}/1/gpu_id": f"{GPU_ID}\n", f"{base}/1/name": "gfx1100\n", f"{base}/1/properties": props(GPU_PROPERTIES),
+            f"{base}/1/mem_banks/0/properties": f"heap_type 1\nsize_in_bytes {VRAM_BYTES}\nflags 0\nwidth 384\nmem_clk_max 1250\n"}
+
+  def exists(self, path: str) -> bool:
+    path = path.rstrip("/")
+    return path in ("/dev/kfd", f"/dev/dri/renderD{RENDER_MINOR}") or path in self.files or \
+      any(p.startswith(path + "/") for p in self.files)
+
+  def read_text(self, path: str) -> str:
+    if path in self.files: return self.files[path]
+    raise FileNotFoundError(errno.ENOENT, f"emulated KFD: no such file {path!r}")
+
+  def open(self, path: str, flags: int = 0) -> int:
+    if path not in ("/dev/kfd", f"/dev/dri/renderD{RENDER_MINOR}"):
+      self._fail(errno.ENOENT, f"open({path!r})")
+    fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)      # a real descriptor number, unique in the process
+    self.paths[fd] = path
+    kernel_mod.log("open", path=path, flags=flags, result=fd)
+    return fd
+
+  def close(self, fd: int) -> None:
+    path = self.paths.pop(fd, None)
+    if path is None: self._fail(errno.EBADF, f"close({fd})")
+    os.close(fd)
+    if path == "/dev/kfd": self.shutdown()
+    kernel_mod.log("close", fd=fd, result=0)
+
+  def shutdown(self):
+    for q in list(self.queues.values()): q.stop()
+    self.queues.clear()
+
+  def __del__(self):
+    try: self.shutdown()
+    except Exception: pass
+
+  def _fail(self, code: int, what: str):
+    raise kernel_mod.KernelCallError(code, f"{what} failed: errno {code} ({errno.errorcode.get(code, '?')}: "
+                                           f"{os.strerror(code)}) [emulated KFD]")
+
+  def log(self, message: str):
+    line = f"[{(time.perf_counter_ns() - self.t0) / 1e9:12.6f}] amdgpu 0000:03:00.0: {message}"
+    self.kmsg.append(line)
+    if os.environ.get("EMU_LOG"): print(line, file=sys.stderr)
+
+  # ---- ioctl: amdkfd's kfd_ioctl() argument handling ----
+  def ioctl(self, fd: int, request: int, arg, name: str | None = None, fields=None) -> int:
+    path = self.paths.get(fd)
+    if path is None: self._fail(errno.EBADF, f"ioctl {name or hex(request)} on fd {fd}")
+    if path != "/dev/kfd": self._fail(errno.ENOTTY, f"ioctl {name or hex(request)} on {path}")
+    nr = request & 0xFF
+    kname = kfd.NAME_OF_NR.get(nr)
+    if kname is None:
+      kernel_mod.log("ioctl", fd=fd, request=request, name=name, fields=None, result=-1, path=path)
+      self._fail(errno.EINVAL, f"ioctl {name or hex(request)} on fd {fd} (/dev/kfd): unknown KFD command {nr:#x}")
+    direction, _, struct = kfd.IOCTLS[kname]
+    usize = (request >> 16) & 0x3FFF
+    asize = max(usize, kfd.ffi.sizeof(f"struct {struct}"))
+    kdata = kfd.ffi.new("char[]", asize)
+    uaddr = int(_ffi.cast("uintptr_t", arg))
+    if direction & kfd.IOC_WRITE: _ffi.memmove(_ffi.cast("void *", int(kfd.ffi.cast("uintptr_t", kdata))), _ffi.cast("void *", uaddr), usize)
+    args = kfd.ffi.cast(f"struct {struct} *", kdata)
+    try:
+      err = getattr(self, f"_ioctl_{kname.lower()}")(args)
+    except Exception as e:     # a bug in the emulator must not look like a kernel errno
+      raise RuntimeError(f"emulated KFD: {kname} handler failed: {type(e).__name__}: {e}") from e
+    if direction & kfd.IOC_READ and not err:
+      _ffi.memmove(_ffi.cast("void *", uaddr), _ffi.cast("void *", int(kfd.ffi.cast("uintptr_t", kdata))), usize)
+    kernel_mod.log("ioctl", fd=fd, request=request, name=name or f"AMDKFD_IOC_{kname}",
+                   fields=fields() if callable(fields) else fields, result=-1 if err else 0, path=path)
+    if err: self._fail(err, f"ioctl {name or 'AMDKFD_IOC_' + kname} on fd {fd} (/dev/kfd)")
+    return 0
+
+  def _gpu(self, gpu_id: int) -> bool: return gpu_id == GPU_ID
+
+  def _ioctl_get_version(self, a):
+    a.major_version, a.minor_version = 1, 14
+    return 0
+
+  def _ioctl_acquire_vm(self, a):
+    if not self._gpu(a.gpu_id): return errno.EINVAL
+    if self.paths.get(a.drm_fd) != f"/dev/dri/renderD{RENDER_MINOR}": return errno.EINVAL
+    if self.drm_fd is not None: return 0 if self.drm_fd == a.drm_fd else errno.EBUSY
+    self.drm_fd = a.drm_fd
+    return 0
+
+  def _ioctl_runtime_enable(self, a):
+    if a.mode_mask & kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK:
+      if self.runtime_enabled: return errno.EBUSY
+      if self.queues: return errno.EEXIST
+      self.runtime_enabled = True
+    else:
+      self.runtime_enabled = False
+    return 0
+
+  # ---- memory ----
+  def _ioctl_alloc_memory_of_gpu(self, a):
+    if a.size == 0: return errno.EINVAL
+    if not self._gpu(a.gpu_id): return errno.EINVAL
+    if self.drm_fd is None: return errno.ENODEV                 # kfd_bind_process_to_device: no ACQUIRE_VM yet
+    kinds = a.flags & kfd.ALLOC_KINDS
+    if kinds not in (kfd.ALLOC_VRAM, kfd.ALLOC_GTT, kfd.ALLOC_USERPTR):
+      self.log(f"kfd: alloc flags {a.flags:#x}: need exactly one of VRAM, GTT, USERPTR (doorbell/MMIO BOs are not emulated)")
+      return errno.EINVAL
+    size = (a.size + PAGE - 1) // PAGE * PAGE
+    if a.va_addr % PAGE: return errno.EINVAL
+    with self.lock:
+      for bo in self.bos.values():
+        if bo.va < a.va_addr + size and a.va_addr < bo.va + bo.size: return errno.EINVAL     # VA already used
+      if kinds == kfd.ALLOC_USERPTR:
+        if a.mmap_offset % PAGE or a.mmap_offset != a.va_addr: return errno.EINVAL
+        bo = BO(self.next_handle, a.va_addr, size, a.flags, host=a.mmap_offset)
+      else:
+        if kinds == kfd.ALLOC_VRAM and self.vram_used + size > VRAM_BYTES: return errno.ENOMEM
+        memfd = os.memfd_create(f"amdgpu-bo-{self.next_handle}", os.MFD_CLOEXEC)
+        os.ftruncate(memfd, size)
+        bo = BO(self.next_handle, a.va_addr, size, a.flags, memfd, _mmap.mmap(memfd, size))
+        bo.mmap_offset = self.next_offset
+        self.by_offset[bo.mmap_offset] = bo
+        self.next_offset += size + PAGE
+        if kinds == kfd.ALLOC_VRAM: self.vram_used += size
+      a.handle = (GPU_ID << 32) | self.next_handle
+      self.bos[a.handle] = bo
+      self.next_handle += 1
+      if kinds != kfd.ALLOC_USERPTR: a.mmap_offset = bo.mmap_offset
+    return 0
+
+  def _ioctl_free_memory_of_gpu(self, a):
+    with self.lock:
+      bo = self.bos.get(a.handle)
+      if bo is None: return errno.EINVAL
+      if bo.mapped:
+        self.log(f"kfd: BO VA {bo.va:#x} size {bo.size:#x} is still mapped")
+        return errno.EBUSY
+      del self.bos[a.handle]
+      if bo.memfd is not None:
+        self.by_offset.pop(bo.mmap_offset, None)
+        os.close(bo.memfd)           # CPU mappings keep their pages until munmap
+        if bo.flags & kfd.ALLOC_VRAM: self.vram_used -= bo.size
+    return 0
+
+  def _map_args(self, a):
+    if a.n_devices == 0 or a.n_success > a.n_devices: return None, errno.EINVAL
+    bo = self.bos.get(a.handle)
+    if bo is None: return None, errno.EINVAL
+    ids = _ffi.cast("uint32_t *", a.device_ids_array_ptr)
+    for i in range(a.n_success, a.n_devices):
+      if not self._gpu(ids[i]): return None, errno.EINVAL
+    return bo, 0
+
+  def _ioctl_map_memory_to_gpu(self, a):
+    with self.lock:
+      bo, err = self._map_args(a)
+      if err: return err
+      if not bo.mapped:
+        self.memory.map_array(bo.va, bo.array())
+        bo.mapped = True
+      a.n_success = a.n_devices
+    return 0
+
+  def _ioctl_unmap_memory_from_gpu(self, a):
+    with self.lock:
+      bo, err = self._map_args(a)
+      if err: return err
+      if not bo.mapped: return errno.EINVAL
+      self.memory.unmap(bo.va)
+      bo.mapped = False
+      a.n_success = a.n_devices
+    return 0
+
+  def mapping_of(self, addr: int):
+    """The GPU-mapped BO containing addr (None if unmapped)."""
+    with self.lock:
+      for bo in self.bos.values():
+        if bo.mapped and bo.va <= addr < bo.va + bo.size: return bo
+    return None
+
+  # ---- events ----
+  def _ioctl_create_event(self, a):
+    with self.cond:
+      if a.event_type == kfd.EVENT_SIGNAL:
+        slots = [e.slot for e in self.events.values() if e.slot is not None]
+        if len(slots) >= kfd.SIGNAL_EVENT_LIMIT: return errno.ENOSPC
+        slot = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT) if i not in slots)
+        event_id = slot
+        if self.event_page is None:
+          self.event_page = np.full(kfd.SIGNAL_EVENT_LIMIT, UNSIGNALED_SLOT, np.uint64)
+        a.event_page_offset = MMAP_TYPE_EVENTS << MMAP_TYPE_SHIFT
+        a.event_slot_index, a.event_trigger_data = slot, event_id
+      else:
+        slot = None
+        event_id = kfd.SIGNAL_EVENT_LIMIT + len([e for e in self.events.values() if e.slot is None])
+      self.events[event_id] = Event(event_id, a.event_type, bool(a.auto_reset), slot)
+      a.event_id = event_id
+    return 0
+
+  def _ioctl_destroy_event(self, a):
+    with self.cond:
+      if self.events.pop(a.event_id, None) is None: return errno.EINVAL
+    return 0
+
+  def _ioctl_set_event(self, a):
+    with self.cond:
+      e = self.events.get(a.event_id)
+      if e is None or e.type != kfd.EVENT_SIGNAL: return errno.EINVAL
+      e.signaled = True
+      self.cond.notify_all()
+    return 0
+
+  def _ioctl_wait_events(self, a):
+    if a.num_events == 0: return errno.EINVAL
+    data = _ffi.cast("uint8_t *", a.events_ptr)
+    size = kfd.ffi.sizeof("struct kfd_event_data")
+    items = [kfd.ffi.cast("struct kfd_event_data *", int(_ffi.cast("uintptr_t", data)) + i * size) for i in range(a.num_events)]
+    deadline = time.monotonic() + (a.timeout / 1000 if a.timeout != 0xFFFFFFFF else 1e9)
+    with self.cond:
+      events = [self.events.get(it.event_id) for it in items]
+      if any(e is None for e in events): return errno.EINVAL
+      while True:
+        ready = [e.signaled for e in events]
+        if (all(ready) if a.wait_for_all else any(ready)):
+          for e, it in zip(events, items):
+            if e.memory_exception is not None:
+              va, not_present, read_only = e.memory_exception
+              m = it.memory_exception_data
+              m.va, m.gpu_id, m.failure.NotPresent, m.failure.ReadOnly = va, GPU_ID, not_present, read_only
+            if e.signaled and e.auto_reset: e.signaled = False
+          a.wait_result = kfd.WAIT_COMPLETE
+          return 0
+        left = deadline - time.monotonic()
+        if left <= 0:
+          a.wait_result = kfd.WAIT_TIMEOUT
+          return 0
+        self.cond.wait(left)
+
+  def signal_interrupt(self, context_id: int):
+    """An end-of-pipe / SDMA trap interrupt carrying `context_id` (the event id the packet named)."""
+    with self.cond:
+      e = self.events.get(context_id)
+      if e is not None and e.type == kfd.EVENT_SIGNAL:
+        e.signaled = True
+        if self.event_page is not None: self.event_page[e.slot] = 1
+      self.cond.notify_all()
+
+  def raise_exception(self, message: str, va: int | None = None):
+    """A queue hit a VM fault (va given) or a fatal error: log it, signal the exception events."""
+    self.log(message)
+    with self.cond:
+      for e in self.events.values():
+        if va is not None and e.type == kfd.EVENT_MEMORY:
+          e.signaled, e.memory_exception = True, (va, 1, 0)
+        if va is None and e.type == kfd.EVENT_HW_EXCEPTION: e.signaled = True
+      self.cond.notify_all()
+
+  def clock(self) -> int:
+    """The GPU clock counter: 100 MHz."""
+    return (time.perf_counter_ns() - self.t0) // 10
+
+  # ---- queues ----
+  def _ioctl_create_queue(self, a):
+    from . import kfd_engines
+    if (a.queue_percentage & 0xFF) > kfd.MAX_QUEUE_PERCENTAGE: return errno.EINVAL
+    if a.queue_priority > kfd.MAX_QUEUE_PRIORITY: return errno.EINVAL
+    if a.ring_size and (a.ring_size & (a.ring_size - 1)): return errno.EINVAL
+    if a.ring_base_address == 0 and a.ring_size: return errno.EINVAL
+    if a.queue_type not in (kfd.QUEUE_TYPE_COMPUTE, kfd.QUEUE_TYPE_SDMA, kfd.QUEUE_TYPE_COMPUTE_AQL, kfd.QUEUE_TYPE_SDMA_XGMI):
+      return errno.EINVAL
+    if not self._gpu(a.gpu_id): return errno.EINVAL
+    if self.drm_fd is None: return errno.ENODEV
+    if a.queue_type == kfd.QUEUE_TYPE_COMPUTE_AQL:
+      self.log("kfd: the emulated CP runs PM4 queues only (no AQL packet processor)")
+      return errno.EINVAL
+    # kfd_queue_acquire_buffers: each buffer must be exactly one mapped BO of the expected size
+    def exact(addr, size, what):
+      bo = self.mapping_of(addr)
+      if bo is None or addr // PAGE != bo.va // PAGE or (size and bo.size != size):
+        self.log(f"kfd: queue {what} at {addr:#x} is not a mapped BO of {size:#x} bytes")
+        return False
+      return True
+    from baregrad.drivers.amd.topology import GPUNode
+    node = GPUNode(1, GPU_ID, dict(GPU_PROPERTIES))
+    if not (exact(a.write_pointer_address, PAGE, "write pointer") and exact(a.read_pointer_address, PAGE, "read pointer")
+            and exact(a.ring_base_address, a.ring_size, "ring")): return errno.EINVAL
+    if a.queue_type == kfd.QUEUE_TYPE_COMPUTE:
+      if a.eop_buffer_address:
+        if a.eop_buffer_size != node.eop_buffer_size or not exact(a.eop_buffer_address, a.eop_buffer_size, "EOP buffer"):
+          return errno.EINVAL
+      if a.ctl_stack_size != node.ctl_stack_size or a.ctx_save_restore_size < node.cwsr_size: return errno.EINVAL
+      total = (a.ctx_save_restore_size + node.debug_memory_size + PAGE - 1) // PAGE * PAGE
+      if not exact(a.ctx_save_restore_address, total, "context save area"): return errno.EINVAL
+    if self.doorbell_page is None:
+      fd = os.memfd_create("kfd-doorbells", os.MFD_CLOEXEC)
+      os.ftruncate(fd, DOORBELL_PAGE)
+      self.doorbell_page = (fd, _mmap.mmap(fd, DOORBELL_PAGE))
+    queue_id = next(i for i in range(1024) if i not in self.queues)
+    doorbell = np.frombuffer(self.doorbell_page[1], np.uint64)[queue_id:queue_id + 1]
+    doorbell[0] = 0
+    cls = kfd_engines.ComputeQueue if a.queue_type == kfd.QUEUE_TYPE_COMPUTE else kfd_engines.SDMAQueue
+    q = cls(self, queue_id, a.ring_base_address, a.ring_size, a.read_pointer_address, a.write_pointer_address, doorbell)
+    self.queues[queue_id] = q
+    q.start()
+    a.queue_id = queue_id
+    a.doorbell_offset = (MMAP_TYPE_DOORBELL << MMAP_TYPE_SHIFT) | (GPU_ID << MMAP_GPU_ID_SHIFT) | (queue_id * 8)
+    return 0
+
+  def _ioctl_destroy_queue(self, a):
+    q = self.queues.pop(a.queue_id, None)
+    if q is None: return errno.EINVAL
+    q.stop()
+    return 0
+
+  # ---- mmap ----
+  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+    offset &= 2**64 - 1
+    path = self.paths.get(fd)
+    if fd == -1: target_fd, target_off = -1, 0
+    elif path == "/dev/kfd":
+      kind = offset >> MMAP_TYPE_SHIFT
+      if kind == MMAP_TYPE_DOORBELL and self.doorbell_page is not None and length <= DOORBELL_PAGE \
+         and (offset >> MMAP_GPU_ID_SHIFT) & 0xFFFF == GPU_ID:
+        target_fd, target_off = self.doorbell_page[0], 0
+      elif kind == MMAP_TYPE_EVENTS and self.event_page is not None and length <= self.event_page.nbytes:
+        return self._event_mapping(length)
+      else:
+        self._log_mmap(addr, length, prot, flags, fd, offset, MAP_FAILED)
+        self._fail(errno.EINVAL, f"mmap(length={length:#x}, fd={fd} /dev/kfd, offset={offset:#x})")
+    elif path is not None and path.startswith("/dev/dri/renderD"):
+      bo = self.by_offset.get(offset)
+      if bo is None or length > bo.size or bo.memfd is None:
+        self._log_mmap(addr, length, prot, flags, fd, offset, MAP_FAILED)
+        self._fail(errno.EINVAL, f"mmap(length={length:#x}, fd={fd} {path}, offset={offset:#x}): no such BO")
+      target_fd, target_off = bo.memfd, 0
+    else:
+      self._fail(errno.EBADF, f"mmap(fd={fd})")
+    p = _libc.mmap(_ffi.cast("void *", addr), length, prot, flags, target_fd, target_off)
+    res = int(_ffi.cast("uintptr_t", p))
+    self._log_mmap(addr, length, prot, flags, fd, offset, res)
+    if res == MAP_FAILED: self._fail(_ffi.errno, f"mmap(length={length:#x}, fd={fd})")
+    return res
+
+  def _event_mapping(self, length: int) -> int:
+    # the events page is kernel memory the process maps read-only; a copy-free view of our array
+    return int(self.event_page.ctypes.data)
+
+  def _log_mmap(self, addr, length, prot, flags, fd, offset, result):
+    kernel_mod.log("mmap", addr=addr, length=length, prot=prot, flags=flags, fd=fd, offset=offset, result=result)
+
+  def munmap(self, addr: int, length: int) -> None:
+    if self.event_page is not None and addr == self.event_page.ctypes.data: return
+    r = _libc.munmap(_ffi.cast("void *", addr), length)
+    kernel_mod.log("munmap", addr=addr, length=length, result=r)
+    if r < 0: self._fail(_ffi.errno, f"munmap({addr:#x}, {length:#x})")
