@@ -32,7 +32,7 @@ from __future__ import annotations
 import math, re, struct
 from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
-from .amd.regalloc import Reg, Sub, Imm, Neg, Inst, allocate, finish, is_inline, base_reg, INLINE_F32_BITS
+from .amd.regalloc import Reg, Sub, Imm, Neg, Abs, Inst, allocate, finish, is_inline, base_reg, INLINE_F32_BITS
 
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 LOCAL_SIZE = 256
@@ -86,7 +86,7 @@ def _operand_literal(a) -> bool:
 
 
 def _sgpr(a):
-  if isinstance(a, Neg): a = a.x
+  if isinstance(a, (Neg, Abs)): a = a.x
   if isinstance(a, Reg) and a.file == "s": return a
   if isinstance(a, Sub) and a.reg.file == "s": return a.reg
   if isinstance(a, str) and (a.startswith("s") or a.startswith("vcc")): return a
@@ -686,6 +686,16 @@ class _Renderer(_Kernel):
   def fdiv32(self, a, b) -> Reg:
     """a / b (a None: 1 / b), correctly rounded for finite nonzero quotients in range: r = rcp(b),
     q0 = a*r, e = fma(-b, q0, a), q = fma(e, r, q0); where q0 is 0, inf or NaN it is already the answer."""
+    # a divisor below 2^-100 (1/b would overflow when subnormal) is scaled by 2^64, and so is the quotient
+    b = self.vgpr(b) if isinstance(b, Imm) else b
+    self.e("v_cmp_class_f32", "vcc_lo", b, Imm(0x090))            # +-subnormal
+    tiny = self.cmp_to_bool()
+    b = self.sel(b, self.o("v_mul_f32", Imm(0x5F800000), b))       # * 2^64
+    q = self._fdiv32(a, b)
+    self.e("v_cmp_ne_u32", "vcc_lo", Imm(0), tiny)
+    return self.sel(q, self.o("v_mul_f32", Imm(0x5F800000), q))
+
+  def _fdiv32(self, a, b) -> Reg:
     r = self.o("v_rcp_f32", b)
     if a is None:
       e = self.o("v_fma_f32", self.neg(b), r, Imm(0x3F800000))
@@ -693,7 +703,9 @@ class _Renderer(_Kernel):
       q0 = r
     else:
       e1 = self.o("v_fma_f32", self.neg(b), r, Imm(0x3F800000))
-      r = self.o("v_fma_f32", e1, r, r)
+      r1 = self.o("v_fma_f32", e1, r, r)
+      self.e("v_cmp_class_f32", "vcc_lo", r, Imm(CLASS_FINITE_NONZERO))   # 1/0, 1/inf: keep the estimate
+      r = self.sel(r, r1)
       q0 = self.o("v_mul_f32", a, r)
       e = self.o("v_fma_f32", self.neg(b), q0, a)
       q = self.o("v_fma_f32", e, r, q0)
@@ -708,10 +720,12 @@ class _Renderer(_Kernel):
   def fdiv64(self, a, b) -> Reg:
     """As fdiv32 with two Newton steps on the reciprocal (a None: 1 / b)."""
     one = self.mov64(Imm(0), Imm(0x3FF00000))
-    r = self.o("v_rcp_f64", b, size=2)
+    r0 = r = self.o("v_rcp_f64", b, size=2)
     for _ in range(2):
       e = self.o("v_fma_f64", Neg(b), r, one, size=2)
       r = self.o("v_fma_f64", e, r, r, size=2)
+    self.e("v_cmp_class_f64", "vcc_lo", r0, Imm(CLASS_FINITE_NONZERO))   # 1/0, 1/inf: keep the estimate
+    r = self.mov64(self.sel(r0[0], r[0]), self.sel(r0[1], r[1]))
     if a is None:
       e = self.o("v_fma_f64", Neg(b), r, one, size=2)
       q = self.o("v_fma_f64", e, r, r, size=2)
@@ -779,9 +793,14 @@ class _Renderer(_Kernel):
     x = self.mov64(self.sel(a[0], Imm(0)), xhi) if f64 else xhi
     y = self.mov64(b[0], self.o("v_and_b32", Imm(0x7FFFFFFF), bhi)) if f64 else self.o("v_and_b32", Imm(0x7FFFFFFF), b)
     top, end = self.label("fmod"), self.label("fmodend")
+    steps = self.s()   # each step lowers x's exponent: at most (exponent range + mantissa bits) steps
+    self.e("s_mov_b32", steps, Imm(2200 if f64 else 300))
     self.put_label(top)
     self.e(f"v_cmp_ge_{sfx}", "vcc_lo", x, y)
     self.e("s_cbranch_vccz", target=end)
+    self.e("s_sub_i32", steps, steps, Imm(1))
+    self.e("s_cmp_lt_i32", steps, Imm(0))
+    self.e("s_cbranch_scc1", target=end)
     k = self.o("v_sub_nc_u32", self.o(f"v_frexp_exp_i32_{sfx}", x), self.o(f"v_frexp_exp_i32_{sfx}", y))
     ys = self.o(f"v_ldexp_{sfx}", y, k, size=size)
     ys1 = self.o(f"v_ldexp_{sfx}", y, self.o("v_add_nc_u32", Imm(-1), k), size=size)
@@ -942,11 +961,14 @@ class _Renderer(_Kernel):
         return r[0] if u is not None and is_narrow(u) else r
       cvt_i, cvt_u = ("v_cvt_i32_f64", "v_cvt_u32_f64") if src == F64 else ("v_cvt_i32_f32", "v_cvt_u32_f32")
       if dst == dtypes.uint32:   # gcc: through a 64-bit signed int, then wrapped: negative values wrap
-        i, p = self.o(cvt_i, f), self.o(cvt_u, f)
-        if src == F64: self.e("v_cmp_gt_f64", "vcc_lo", Imm(0), f)
-        else: self.e("v_cmp_gt_f32", "vcc_lo", Imm(0), f)
-        return self.sel(p, i)
-      return self.narrow(self.o(cvt_i, f), dst)
+        return self.f_to_i64(f, src == F64, True)[0]
+      # x86's cvttss2si gives 0x80000000 for NaN and out-of-range values (C leaves them undefined; the CPU
+      # device does this); v_cvt_i32 saturates, so those lanes are patched
+      i = self.o(cvt_i, f)
+      lim = self.mov64(Imm(0), Imm(0x41E00000)) if src == F64 else Imm(0x4F000000)     # 2^31
+      self.e("v_cmp_gt_f64" if src == F64 else "v_cmp_gt_f32", "vcc_lo", lim, Abs(f))
+      i = self.sel(imm32(0x80000000), i)
+      return self.narrow(i, dst)
     if dst.is_float:   # int -> float: round to nearest even
       if wide_src:
         if dst == F64: return self.i64_to_f64(self.pair(x), signed(src))
@@ -988,6 +1010,9 @@ class _Renderer(_Kernel):
       n = self.sub64(Imm(0), Imm(0), r[0], r[1])
       self.e("v_cmp_ne_u32", "vcc_lo", Imm(0), neg)
       r = self.mov64(self.sel(r[0], n[0]), self.sel(r[1], n[1]))
+      # NaN and |x| >= 2^63: x86's cvttsd2si "integer indefinite" 0x8000000000000000, as the CPU device gives
+      self.e("v_cmp_gt_f64", "vcc_lo", self.mov64(Imm(0), Imm(0x43E00000)), t)
+      r = self.mov64(self.sel(Imm(0), r[0]), self.sel(imm32(0x80000000), r[1]))
     return r
 
   def i64_to_f64(self, x, sg: bool) -> Reg:

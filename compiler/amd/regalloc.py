@@ -82,9 +82,17 @@ class Neg:
   def text(self) -> str: return "-" + self.x.text()
 
 
+@dataclass(frozen=True)
+class Abs:
+  """A VALU source with the VOP3 absolute-value modifier (`|v1|`)."""
+  x: object
+
+  def text(self) -> str: return "|" + self.x.text() + "|"
+
+
 def base_reg(a):
   """The virtual register an operand mentions, if any."""
-  if isinstance(a, Neg): a = a.x
+  if isinstance(a, (Neg, Abs)): a = a.x
   if isinstance(a, Reg): return a
   if isinstance(a, Sub): return a.reg
   return None
@@ -165,7 +173,7 @@ def _fmt(a) -> str:
 def _phys(inst: Inst) -> set:
   out = set()
   for a in inst.args:
-    if isinstance(a, Neg): a = a.x
+    if isinstance(a, (Neg, Abs)): a = a.x
     if isinstance(a, Reg): out.update((a.file, a.phys + k) for k in range(a.size))
     elif isinstance(a, Sub): out.add((a.reg.file, a.reg.phys + a.index))
   return out

@@ -1,0 +1,453 @@
+"""AMD renderer (compiler/render_amd.py) against independent references, no GPU needed.
+
+Kernels: every kernel the op test suite compiles (recorded by running the suite in a subprocess with
+`compiler.schedule.get_program` wrapped; the suite itself runs on the CPU device as usual), plus a matrix of
+every ALU op, cast and bitcast on every dtype, plus hand-made edge-case kernels. Each goes through the same
+lowering as `codegen.get_program` for a threaded renderer (to_threads -> optimize_ast -> linearize -> render).
+
+- the assembly text assembles with baregrad's assembler, and llvm-mc-19 (gfx1100) turns the same text into the
+  same bytes (all kernels in one llvm-mc call);
+- `AMDRenderer.compile` code objects are read by llvm-objdump-19: the kernel descriptor it decodes has the
+  register counts, kernarg size, user/system SGPRs, wave32 and float modes the renderer intended, and the
+  disassembly of .text is the program;
+- the RDNA3 emulator (drivers/emu/rdna3.py) runs every kernel on the same input bytes as the CPU device runs
+  its own (C) kernel of the same AST; the outputs must agree (bit for bit, floats within 1 ulp-ish).
+  Input data avoid C undefined behaviour (shift counts out of range, negative floats cast to unsigned).
+llvm-mc-19/llvm-objdump-19 come from `apt-get install llvm-19`: without them those tests skip, except under CI,
+where they fail.
+"""
+import os, pickle, re, shutil, subprocess, sys, tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from baregrad.compiler import codegen, schedule
+from baregrad.compiler.dtype import dtypes
+from baregrad.compiler.uop import UOp, Ops, BINARY
+from baregrad.compiler.rangeify import KernelSpec
+from baregrad.compiler.render_amd import AMDRenderer, parse_meta
+from baregrad.compiler.amd.asm import assemble
+from baregrad.compiler.amd.regalloc import RegisterPressureError
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
+LLVM_MC, LLVM_OBJDUMP = "llvm-mc-19", "llvm-objdump-19"
+MC_ARGS = ["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100"]
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels: records (name, ast, [(param dtype, element count)])
+# ---------------------------------------------------------------------------------------------
+
+def _numel(p: UOp) -> int:
+  if p.op is Ops.BUFFER: return p.arg.size
+  n = 1
+  for s in p.shape: n *= s
+  return n
+
+
+def record(spec: KernelSpec) -> tuple:
+  dts = {u.arg: u.dtype for u in spec.ast.toposort() if u.op is Ops.PARAM}
+  return (spec.name, spec.ast, [(dts.get(i, dtypes.uint8), _numel(p)) for i, p in enumerate(spec.params)])
+
+
+def _capture_main(out: str, files: list[str]):
+  """Run the op suite in this process with get_program wrapped; pickle the kernel records to `out`."""
+  sys.setrecursionlimit(100000)
+  seen: dict = {}
+  original = schedule.get_program
+
+  def capture(spec):
+    if spec.ast not in seen and spec.device == "CPU": seen[spec.ast] = record(spec)
+    return original(spec)
+  schedule.get_program = capture
+  pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", *files])
+  schedule.get_program = original
+  with open(out, "wb") as f: pickle.dump(list(seen.values()), f)
+
+
+def dtype_matrix() -> list:
+  """Every binary/unary ALU op, WHERE, cast and bitcast on every dtype, reductions and a padded (gated) load."""
+  from baregrad.tensor import Tensor
+  from baregrad.compiler.rangeify import rangeify
+  from baregrad.compiler.schedule import normalize
+  outs = []
+  def make(dt):
+    vals = np.array([0, 1, 2, 3, 5, 7, 100, 127])
+    return Tensor(vals.astype(np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(vals.astype(dt.np))
+  def add(fn):
+    try: outs.append(fn())
+    except (TypeError, ValueError): pass   # combinations the Tensor API refuses
+  for dt in dtypes.all():
+    a, b, cond = make(dt), make(dt).flip(0), make(dtypes.bool)
+    for op in BINARY:
+      if dt.is_float and op in (Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV): continue
+      add(lambda: a._alu(op, b))
+    unary = [Ops.NEG, Ops.TRUNC] + ([Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN] if dt.is_float else [])
+    for op in unary: add(lambda: a._alu(op))
+    add(lambda: cond._alu(Ops.WHERE, a, b, dtype=dt))
+    for dst in dtypes.all():
+      if dst != dt: add(lambda: a.cast(dst))
+      if dst != dt and dst.itemsize == dt.itemsize: add(lambda: a.bitcast(dst))
+    add(lambda: a.sum()); add(lambda: a.max()); add(lambda: a.prod())
+    add(lambda: a.reshape(2, 4).sum(1)); add(lambda: a.pad(((2, 1),)))
+    if dt.is_float: add(lambda: a._alu(Ops.MUL, b._alu(Ops.RECIP)))   # x / y
+  # a longer, non-multiple-of-256 vector (tail lanes), a 2-D reduction with padding, a symbolic loop bound
+  x = Tensor(np.arange(1000, dtype=np.float32))
+  outs += [x * 2 + 1, (x.reshape(10, 100).pad(((1, 1), (0, 0))).sum(1)), x.reshape(40, 25).max(0)]
+  sink, _b, _v = normalize(UOp.sink(*[t.uop for t in outs]))
+  return [record(it) for it in rangeify(sink, lambda n: n.device).items if isinstance(it, KernelSpec)]
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+  out = tmp_path_factory.mktemp("amd") / "kernels.pkl"
+  env = dict(os.environ, DEV="CPU")
+  env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+  code = f"import test_render; test_render._capture_main({str(out)!r}, {[str(TESTS / f) for f in OP_SUITE]!r})"
+  proc = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, env=env, capture_output=True, text=True,
+                        timeout=900)
+  # the suite's own failures are not this test's business: it only needs the kernels
+  assert out.exists(), f"op suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+  sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
+  recs = pickle.loads(out.read_bytes())
+  n_suite = len(recs)
+  known = {r[1] for r in recs}
+  recs += [r for r in dtype_matrix() if r[1] not in known]
+  return {"records": recs, "n_op_suite": n_suite}
+
+
+def lower(ast: UOp, renderer):
+  """codegen.get_program's steps for a threaded renderer, up to rendering."""
+  ast, global_size, local_size = codegen.to_threads(ast)
+  ast = codegen.optimize_ast(ast, renderer)
+  program, alias = codegen.linearize(ast)
+  variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
+  return program, alias, variables, global_size, local_size
+
+
+def render_record(rec, renderer=None) -> dict:
+  renderer = renderer or AMDRenderer()
+  name, ast, params = rec
+  program, alias, variables, gsz, lsz = lower(ast, renderer)
+  kname = re.sub(r"[^A-Za-z0-9_]", "_", name)
+  src = renderer.render(kname, program, alias, len(params), variables)
+  return {"rec": rec, "src": src, "code": assemble(src), "variables": variables, "global_size": gsz,
+          "local_size": lsz, "uops": {f"{u.op.name}:{u.dtype.name if u.dtype else ''}" for u in program}}
+
+
+@pytest.fixture(scope="module")
+def rendered(kernels):
+  out, errors = [], []
+  renderer = AMDRenderer()
+  for rec in kernels["records"]:
+    try: out.append(render_record(rec, renderer))
+    except Exception as e:
+      errors.append(f"{rec[0]}: {type(e).__name__}: {e}")
+  return {"kernels": out, "errors": errors}
+
+
+def test_every_kernel_renders(kernels, rendered):
+  assert not rendered["errors"], f"{len(rendered['errors'])} kernels failed to render; first: {rendered['errors'][:3]}"
+  assert kernels["n_op_suite"] >= 300, f"only {kernels['n_op_suite']} kernels recorded from the op suite"
+  seen = set().union(*(k["uops"] for k in rendered["kernels"]))
+  for dt in dtypes.all():
+    assert f"LOAD:{dt.name}" in seen, f"no kernel loads {dt.name}"
+  for op in ("ADD", "MUL", "MAX", "MOD", "IDIV", "CMPLT", "CMPNE", "XOR", "OR", "AND", "SHL", "SHR", "WHERE", "NEG",
+             "RECIP", "SQRT", "TRUNC", "CAST", "BITCAST", "RANGE", "DEFINE_ACC", "ACC_UPDATE", "SPECIAL", "DEFINE_VAR"):
+    assert any(p.startswith(op + ":") for p in seen), f"no kernel has {op}"
+
+
+# ---------------------------------------------------------------------------------------------
+# llvm-mc and llvm-objdump
+# ---------------------------------------------------------------------------------------------
+
+def _need(tool: str) -> str:
+  found = shutil.which(tool)
+  if found: return found
+  msg = f"{tool} not found (apt-get install llvm-19)"
+  if os.environ.get("CI"): pytest.fail(f"{tool} is required in CI: {msg}")
+  pytest.skip(msg)
+
+
+def llvm_mc_text_bytes(mc: str, text: str) -> bytes:
+  """The .text bytes llvm-mc assembles `text` to (an object file: local branch labels are resolved)."""
+  from elftools.elf.elffile import ELFFile
+  with tempfile.TemporaryDirectory() as d:
+    Path(d, "k.s").write_text(text)
+    p = subprocess.run([mc, *MC_ARGS, "-filetype=obj", f"{d}/k.s", "-o", f"{d}/k.o"], capture_output=True, text=True)
+    assert p.returncode == 0 and not p.stderr.strip(), f"llvm-mc rejected the assembly:\n{p.stderr[:3000]}"
+    with open(f"{d}/k.o", "rb") as f: return ELFFile(f).get_section_by_name(".text").data()
+
+
+def test_llvm_mc_same_bytes(rendered):
+  mc = _need(LLVM_MC)
+  ks = rendered["kernels"]
+  # one llvm-mc run for all kernels: labels made unique per kernel, bytes compared kernel by kernel
+  text = "\n".join(re.sub(r"(\.[A-Za-z]+\d+)\b", rf"\1_k{i}", k["src"]) for i, k in enumerate(ks))
+  data = llvm_mc_text_bytes(mc, text)
+  assert len(data) == sum(len(k["code"]) for k in ks), "llvm-mc and baregrad's assembler disagree on the total size"
+  off, bad = 0, []
+  for k in ks:
+    if data[off:off + len(k["code"])] != k["code"]: bad.append(k["rec"][0])
+    off += len(k["code"])
+  assert not bad, f"{len(bad)} kernels assemble differently with llvm-mc-19, e.g. {bad[:5]}"
+
+
+def _objdump_kd(objdump: str, co: bytes) -> tuple[dict, str]:
+  with tempfile.TemporaryDirectory() as d:
+    Path(d, "k.hsaco").write_bytes(co)
+    kd = subprocess.run([objdump, "-D", "-j", ".rodata", f"{d}/k.hsaco"], capture_output=True, text=True)
+    dis = subprocess.run([objdump, "-d", f"{d}/k.hsaco"], capture_output=True, text=True)
+  assert kd.returncode == 0 and dis.returncode == 0, kd.stderr + dis.stderr
+  fields = {m[1]: int(m[2], 0) for m in re.finditer(r"^\s*(\.amdhsa_\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\s*$", kd.stdout, re.M)}
+  return fields, dis.stdout
+
+
+def test_code_object_descriptor_llvm_objdump(rendered):
+  objdump = _need(LLVM_OBJDUMP)
+  renderer = AMDRenderer()
+  ks = rendered["kernels"]
+  sample = ks[:: max(1, len(ks) // 40)] + [k for k in ks if k["variables"]][:5]
+  for k in sample:
+    meta = parse_meta(k["src"])
+    fields, dis = _objdump_kd(objdump, renderer.compile(k["src"]))
+    want = {".amdhsa_kernarg_size": meta["kernarg"], ".amdhsa_user_sgpr_kernarg_segment_ptr": 1,
+            ".amdhsa_system_sgpr_workgroup_id_x": 1,
+            ".amdhsa_system_sgpr_workgroup_id_y": 0, ".amdhsa_system_vgpr_workitem_id": 0,
+            ".amdhsa_wavefront_size32": 1, ".amdhsa_float_denorm_mode_32": 3, ".amdhsa_float_denorm_mode_16_64": 3,
+            ".amdhsa_float_round_mode_32": 0, ".amdhsa_group_segment_fixed_size": 0,
+            ".amdhsa_private_segment_fixed_size": 0}
+    got = {key: fields.get(key) for key in want}
+    assert got == want, f"{k['rec'][0]}: descriptor fields differ:\n{got}\n{want}"
+    # llvm rounds the VGPR count up to its allocation granule (8 for wave32)
+    assert meta["vgprs"] <= fields[".amdhsa_next_free_vgpr"] < meta["vgprs"] + 8, (meta, fields)
+    insts = [l for l in dis.splitlines() if re.match(r"\s+\w+.*//\s*[0-9A-F]+:", l)]
+    assert insts and not any("<unknown>" in l for l in insts), f"{k['rec'][0]}: llvm-objdump cannot decode the code"
+    assert insts[-1].split()[0] == "s_endpgm"
+
+
+# ---------------------------------------------------------------------------------------------
+# the emulator against the CPU device
+# ---------------------------------------------------------------------------------------------
+
+def make_inputs(rec, rng) -> list[bytes]:
+  """Random input bytes per parameter (parameter 0, the output, zeroed), chosen to avoid C undefined
+  behaviour: shift counts in range when a kernel shifts by a loaded value, no negative float cast to unsigned."""
+  _name, ast, params = rec
+  nodes = ast.toposort()
+  shifty = any(u.op in (Ops.SHL, Ops.SHR) and u.src[1].op is not Ops.CONST for u in nodes)
+  f2u = any(u.op is Ops.CAST and u.dtype.is_unsigned and u.src[0].dtype.is_float for u in nodes)
+  flo = 0.0 if f2u else -4.0
+  out = []
+  for i, (dt, n) in enumerate(params):
+    if i == 0: out.append(bytes(n * dt.itemsize)); continue
+    if dt.is_bool: a = rng.integers(0, 2, n).astype(np.uint8)
+    elif dt == dtypes.bfloat16: a = (rng.uniform(flo, 4, n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    elif dt.is_float: a = rng.uniform(flo, 4, n).astype(dt.np)
+    elif shifty: a = rng.integers(0, 8, n).astype(dt.np)
+    else: a = rng.integers(0, 100, n).astype(dt.np) if dt.is_unsigned else rng.integers(-50, 50, n).astype(dt.np)
+    out.append(a.tobytes())
+  return out
+
+
+def var_values(variables) -> dict:
+  return {v.arg[0]: (v.arg[1] + v.arg[2] + 1) // 2 for v in variables}
+
+
+def run_cpu(rec, inputs: list[bytes], var_vals: dict) -> bytes:
+  from baregrad.hcq.buffer import Buffer
+  from baregrad.hcq.runtime import ExecItem, run_schedule
+  name, ast, params = rec
+  stand_ins = [UOp(Ops.RESHAPE, dt, (), (n,)) for dt, n in params]   # shapes/dtypes for get_program's estimates
+  prog = codegen.get_program(KernelSpec(ast, stand_ins, name, "CPU"))
+  bufs = [Buffer("CPU", max(len(d), 1), dtypes.uint8).ensure_allocated().copyin(d or b"\0") for d in inputs]
+  run_schedule([ExecItem(prog, bufs, var_vals, dict(prog.meta, name=prog.name))], sync=True)
+  out = bytearray(max(len(inputs[0]), 1))
+  bufs[0].copyout(memoryview(out))
+  return bytes(out[:len(inputs[0])])
+
+
+def run_emulator(k: dict, inputs: list[bytes], var_vals: dict, renderer=None) -> bytes:
+  from baregrad.drivers.emu.rdna3 import dispatch, Memory
+  co = (renderer or AMDRenderer()).compile(k["src"])
+  mem = Memory()
+  addrs = []
+  for d in inputs:
+    a = mem.alloc(max(len(d), 1))
+    mem.array(a, np.uint8, len(d))[:] = np.frombuffer(d, np.uint8)
+    addrs.append(a)
+  args = addrs + [var_vals[v.arg[0]] for v in k["variables"]]
+  ka = mem.alloc(8 * max(len(args), 1))
+  mem.array(ka, np.int64, len(args))[:] = args
+  dispatch(co, k["global_size"], k["local_size"], ka, mem)
+  return mem.array(addrs[0], np.uint8, len(inputs[0])).tobytes()
+
+
+# normwise tolerance for float reductions, whose summation order differs (the CPU device splits accumulators)
+REDUCE_RTOL = {dtypes.float64: 1e-12, dtypes.float32: 1e-5, dtypes.float16: 5e-3, dtypes.bfloat16: 3e-2}
+
+
+def compare(dt, want: bytes, got: bytes, reduce: bool = False) -> str | None:
+  """None when equal: integers/bools bit for bit, floats bit for bit or within a few ulp (NaN matches NaN);
+  float reductions within |got - want| <= rtol * (|want| + max |want|)."""
+  if want == got: return None
+  npdt = np.uint16 if dt == dtypes.bfloat16 else dt.np
+  w, g = np.frombuffer(want, npdt), np.frombuffer(got, npdt)
+  if dt == dtypes.bfloat16:
+    w = (w.astype(np.uint32) << 16).view(np.float32); g = (g.astype(np.uint32) << 16).view(np.float32)
+  if dt.is_float:
+    w64, g64 = w.astype(np.float64), g.astype(np.float64)
+    eps = {dtypes.float64: 4e-16, dtypes.float32: 4e-7, dtypes.float16: 1e-3, dtypes.bfloat16: 8e-3}[dt]
+    finite = np.abs(w64[np.isfinite(w64)])
+    scale = finite.max() if finite.size else 0.0
+    # gcc contracts a*b+c into fma (-ffp-contract=fast) where the AMD code rounds twice: a few ulp of the
+    # largest value in the output, not of each element (cancellation)
+    ok = np.isclose(w64, g64, rtol=eps, atol=0, equal_nan=True) | (np.abs(w64 - g64) <= eps * 3 * scale)
+    if reduce: ok |= np.abs(w64 - g64) <= REDUCE_RTOL[dt] * (np.abs(w64) + scale)
+    if ok.all(): return None
+  else:
+    ok = w == g
+  i = int(np.argmin(ok))
+  return f"{int((~ok).sum())} of {len(w)} differ; first at [{i}]: CPU {w[i]!r}, emulator {g[i]!r}"
+
+
+def _uses_loaded_address(ast: UOp) -> bool:
+  return any(u.op is Ops.INDEX and any(n.op is Ops.LOAD for n in u.src[1].toposort()) for u in ast.toposort())
+
+
+EMULATOR_MAX_LOOP_STEPS = 2048   # the emulator runs ~20k instructions/s per wave: skip longer serial loops
+
+
+def loop_steps(ast: UOp) -> int:
+  n = 1
+  for u in ast.toposort():
+    if u.op is Ops.RANGE and u.arg[1] != "global": n *= u.src[0].vmax
+  return n
+
+
+def test_emulator_matches_cpu(rendered):
+  rng = np.random.default_rng(1234)
+  renderer, bad, ran, skipped = AMDRenderer(), [], 0, 0
+  for k in rendered["kernels"]:
+    rec = k["rec"]
+    if _uses_loaded_address(rec[1]): continue     # random data would index out of bounds
+    if loop_steps(rec[1]) > EMULATOR_MAX_LOOP_STEPS: skipped += 1; continue
+    inputs, vv = make_inputs(rec, rng), var_values(k["variables"])
+    want = run_cpu(rec, inputs, vv)
+    try: got = run_emulator(k, inputs, vv, renderer)
+    except Exception as e:
+      bad.append(f"{rec[0]}: {type(e).__name__}: {str(e)[:200]}"); continue
+    ran += 1
+    reduce = any(u.op is Ops.REDUCE for u in rec[1].toposort())
+    if (msg := compare(rec[2][0][0], want, got, reduce)): bad.append(f"{rec[0]} ({rec[2][0][0].name}): {msg}")
+  assert not bad, f"{len(bad)} of {len(rendered['kernels'])} kernels differ from the CPU device:\n" + "\n".join(bad[:15])
+  assert ran >= 0.95 * len(rendered["kernels"]), f"only {ran} kernels ran ({skipped} skipped as too long)"
+
+
+# ---------------------------------------------------------------------------------------------
+# edge cases with crafted data
+# ---------------------------------------------------------------------------------------------
+
+def _binary_kernel(dt, fn):
+  from baregrad.tensor import Tensor
+  from baregrad.compiler.rangeify import rangeify
+  from baregrad.compiler.schedule import normalize
+  x = Tensor(np.zeros(300, np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(np.zeros(300, dt.np))
+  y = Tensor(np.ones(300, np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(np.ones(300, dt.np))
+  sink, _b, _v = normalize(UOp.sink(fn(x, y).uop))
+  specs = [it for it in rangeify(sink, lambda n: n.device).items if isinstance(it, KernelSpec)]
+  assert len(specs) == 1
+  return record(specs[0])
+
+
+INT_EDGES = {
+  dtypes.int32: [0, 1, -1, 2, -2, 7, -7, 2**31 - 1, -2**31, 12345, -12345, 3, 100, -100, 65536, 46341],
+  dtypes.uint32: [0, 1, 2, 3, 7, 2**32 - 1, 2**31, 2**31 - 1, 12345, 100, 65536, 4000000000],
+  dtypes.int64: [0, 1, -1, 2, -2, 7, -7, 2**63 - 1, -2**63, 2**32, -2**32, 2**31, 10**15, -10**15, 3, 12345],
+  dtypes.uint64: [0, 1, 2, 3, 7, 2**64 - 1, 2**63, 2**32, 2**32 - 1, 10**19, 12345],
+  dtypes.int8: [0, 1, -1, 2, -128, 127, 7, -7], dtypes.uint8: [0, 1, 2, 255, 128, 7], dtypes.int16: [0, 1, -1, -32768, 32767, 7],
+}
+FLOAT_EDGES = [0.0, -0.0, 1.0, -1.0, 3.0, 0.1, -2.5, 1e-3, 7.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 1e-40, 5e-39,
+               2.0**-126, 65504.0, 65520.0, 6e-8, 3.4e38, 1.0 + 2**-23, 0.33333334, 1e-20]
+
+
+def _pairs(values, dt) -> tuple[bytes, bytes]:
+  v = np.array(values, dtype=object)
+  a = np.repeat(v, len(v))[:300]; b = np.tile(v, len(v))[:300]
+  a = np.resize(a, 300); b = np.resize(b, 300)
+  if dt == dtypes.bfloat16:
+    conv = lambda x: (np.array(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return conv(a.astype(np.float32)).tobytes(), conv(b.astype(np.float32)).tobytes()
+  if dt.is_float: return a.astype(np.float64).astype(dt.np).tobytes(), b.astype(np.float64).astype(dt.np).tobytes()
+  bits = dt.itemsize * 8
+  wrap = lambda x: np.array([int(i) & ((1 << bits) - 1) for i in x], dtype=np.uint64).astype(f"u{dt.itemsize}").view(dt.np)
+  return wrap(a).tobytes(), wrap(b).tobytes()
+
+
+EDGE_CASES = [(dt, name) for dt in INT_EDGES for name in ("idiv", "mod", "mul", "add", "max", "lt")] + \
+  [(dt, name) for dt in (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16)
+   for name in ("div", "mod", "max", "sqrt", "recip", "lt", "ne", "to_int32", "to_int64", "mul", "to_f16", "to_f32",
+                "to_bf16", "bits") if name != f"to_{ {'float16': 'f16', 'float32': 'f32', 'bfloat16': 'bf16'}.get(dt.name)}"]
+
+
+@pytest.mark.parametrize("dt,name", EDGE_CASES, ids=[f"{d.name}-{n}" for d, n in EDGE_CASES])
+def test_edge_cases_match_cpu(dt, name):
+  from baregrad.compiler.dtype import dtypes as D
+  fns = {"idiv": lambda x, y: x._alu(Ops.IDIV, y), "mod": lambda x, y: x._alu(Ops.MOD, y), "mul": lambda x, y: x * y,
+         "add": lambda x, y: x + y, "max": lambda x, y: x._alu(Ops.MAX, y), "lt": lambda x, y: x < y,
+         "ne": lambda x, y: x._alu(Ops.CMPNE, y), "div": lambda x, y: x._alu(Ops.MUL, y._alu(Ops.RECIP)),
+         "sqrt": lambda x, y: x._alu(Ops.SQRT) + y, "recip": lambda x, y: x._alu(Ops.RECIP) + y * 0,
+         "to_int32": lambda x, y: (x * 0.5).cast(D.int32) + y.cast(D.int32), "to_int64": lambda x, y: (x * y).cast(D.int64),
+         "to_f16": lambda x, y: (x * y).cast(D.float16), "to_f32": lambda x, y: (x + y).cast(D.float32),
+         "to_bf16": lambda x, y: (x * y).cast(D.bfloat16),
+         "bits": lambda x, y: (x * y).bitcast({2: D.int16, 4: D.int32, 8: D.int64}[dt.itemsize])}
+  rec = _binary_kernel(dt, fns[name])
+  k = render_record(rec)
+  edges = INT_EDGES[dt] if dt.is_int else FLOAT_EDGES
+  if name == "to_int32" or name == "to_int64":   # out-of-range float -> int is undefined in C
+    edges = [e for e in edges if np.isfinite(e) and abs(e) < 1e9]
+  a, b = _pairs(edges, dt)
+  params = rec[2]
+  inputs = [bytes(params[0][1] * params[0][0].itemsize)] + [a if i % 2 else b for i in range(1, len(params))]
+  want = run_cpu(rec, inputs, {})
+  got = run_emulator(k, inputs, {})
+  assert (msg := compare(params[0][0], want, got)) is None, f"{dt.name} {name}: {msg}"
+
+
+# ---------------------------------------------------------------------------------------------
+# renderer units
+# ---------------------------------------------------------------------------------------------
+
+def test_register_pressure_error_names_the_problem():
+  from baregrad.compiler.amd import regalloc
+  code = [regalloc.Inst("v_mov_b32", (regalloc.Reg("v", 1, i), regalloc.Imm(0))) for i in range(300)]
+  code.append(regalloc.Inst("v_add3_u32", tuple(c.args[0] for c in code[:3])))
+  code.append(regalloc.Inst("s_endpgm", tuple(c.args[0] for c in code)))
+  with pytest.raises(RegisterPressureError, match="out of VGPRs"):
+    regalloc.allocate(code, 1, 3)
+
+
+def test_loop_carried_values_keep_their_registers():
+  """A value defined before a loop and used inside it may not share a register with a loop temporary."""
+  from baregrad.compiler.amd import regalloc as ra
+  a, t, c = ra.Reg("v", 1, 1), ra.Reg("v", 1, 2), ra.Reg("s", 1, 3)
+  code = [ra.Inst("v_mov_b32", (a, ra.Imm(1))), ra.Inst("s_mov_b32", (c, ra.Imm(0))), ra.Inst("label", (".top",)),
+          ra.Inst("v_mov_b32", (t, ra.Imm(2))), ra.Inst("v_add_nc_u32", (t, t, t)), ra.Inst("v_add_nc_u32", (t, a, t)),
+          ra.Inst("s_cbranch_scc1", target=".top"), ra.Inst("s_endpgm")]
+  code.insert(3, ra.Inst("v_add_nc_u32", (t, a, a)))   # a's last use is early in the loop body
+  ra.allocate(code, 1, 3)
+  assert a.phys != t.phys
+
+
+def test_compile_reads_back():
+  from baregrad.drivers.amd.codeobj import read_code_object
+  rec = dtype_matrix()[0]
+  k = render_record(rec)
+  code, kd, entry, name = read_code_object(AMDRenderer().compile(k["src"]))
+  assert code[entry:entry + len(k["code"])] == k["code"]
+  assert kd.enable_wavefront_size32 == 1 and kd.enable_sgpr_kernarg_segment_ptr == 1
+  assert kd.enable_sgpr_workgroup_id_x == 1 and kd.float_denorm_mode_32 == 3
+  assert kd.kernarg_size == parse_meta(k["src"])["kernarg"]
