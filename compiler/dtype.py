@@ -8,7 +8,7 @@ _F32 = struct.Struct('<f')
 _NP_DTYPES = {n: np.dtype(n) for n in ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16', 'float32', 'float64')}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # one object per dtype: identity equality and hashing
 class DType:
   name: str
   itemsize: int

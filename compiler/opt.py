@@ -78,6 +78,17 @@ def threads_of(ast: UOp) -> int:
   return 1
 
 
+def _has_avx512() -> bool:
+  global _AVX512
+  if _AVX512 is None:
+    try: _AVX512 = " avx512f" in open("/proc/cpuinfo").read()
+    except OSError: _AVX512 = False
+  return _AVX512
+
+
+_AVX512 = None
+
+
 def cpu_threads() -> int:
   return max(1, int(os.environ.get("THREADS", os.cpu_count() or 1)))
 
@@ -115,7 +126,10 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
     amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
     if amt_j: picks[j] = amt_j
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
-    if i is not None: picks[i] = 8 if sizes[i] % 8 == 0 and amt_j and amt_j <= 16 else 4
+    if i is not None:
+      # a 16x16 register tile needs 32 vector registers (AVX-512); 16x8 fits 16 (AVX2)
+      wide = 16 if _has_avx512() and sizes[i] % 16 == 0 and amt_j == 16 else 0
+      picks[i] = wide or (8 if sizes[i] % 8 == 0 and amt_j and amt_j <= 16 else 4)
     for axis in sorted(picks, reverse=True):    # higher axes first: lower indices stay valid
       opts.append(Opt("UPCAST", axis, picks[axis]))
       sizes[axis] //= picks[axis]

@@ -88,10 +88,10 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx=None, stats: dict | None = 
   return done[root]
 
 
-def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """Replace nodes by identity (no pattern matching)."""
+def substitute(root: UOp, mapping: dict[UOp, UOp], order: list[UOp] | None = None) -> UOp:
+  """Replace nodes by identity (no pattern matching). `order`: root.toposort(), if the caller has it."""
   done: dict[UOp, UOp] = {}
-  for n in root.toposort():
+  for n in (order if order is not None else root.toposort()):
     if n in mapping: done[n] = mapping[n]; continue
     src = tuple(done[s] for s in n.src)
     done[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)

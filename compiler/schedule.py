@@ -30,7 +30,8 @@ def normalize(sink: UOp):
   """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals)."""
   buffers, var_vals, mapping = [], {}, {}
   outputs = set(sink.src)
-  for n in sink.toposort():
+  order = sink.toposort()
+  for n in order:
     if n in mapping: continue
     # an output gets a buffer of its own even when an identical graph was realized before (an assign to one
     # must not change the other); assigns that already ran are never run again
@@ -48,7 +49,7 @@ def normalize(sink: UOp):
       mapping[n] = var
   if not mapping: return sink, buffers, var_vals
   from .pattern import substitute
-  return substitute(sink, mapping), buffers, var_vals
+  return substitute(sink, mapping, order), buffers, var_vals
 
 
 def normalize_leaf(view: UOp, buffers: list, mapping: dict) -> UOp:

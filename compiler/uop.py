@@ -100,7 +100,8 @@ class UOp:
   def __new__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None):
     # floats are keyed by their bits so that 0.0 and -0.0 stay apart and nan finds itself
     karg = ("f", arg.hex()) if isinstance(arg, float) else arg
-    key = (op, dtype, tuple(id(s) for s in src), karg)
+    # ops and dtypes are singletons: their ids hash faster than Enum/dataclass hashing
+    key = (id(op), id(dtype), tuple(id(s) for s in src), karg)
     try:
       hit = UOp._cache.get(key)
     except TypeError:

@@ -200,6 +200,7 @@ class Tensor(ComposedOps):
     return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), order))
 
   def expand(self, *shape) -> Tensor:
+    if shape == self.shape or (len(shape) == 1 and shape[0] == self.shape): return self
     shape = _shape_args(shape, "expand")
     if len(shape) < self.ndim:
       raise ValueError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)} (fewer dims)")

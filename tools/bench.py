@@ -71,6 +71,42 @@ def bench_jit(results: dict):
   results[f"{name}.jit_submit_100.us"] = float(np.median(submit)) * 1e6
 
 
+MATMUL_CHILD = r"""
+import sys, time, numpy as np
+from baregrad.tensor import Tensor
+from baregrad.hcq.device import Device
+n, runs = int(sys.argv[1]), int(sys.argv[2])
+a, b = (Tensor(np.random.default_rng(i).random((n, n), dtype=np.float32)) for i in range(2))
+dev = Device.get(a.device)
+c = (a @ b).realize(); dev.synchronize()           # compile (and search, with BEAM) outside the timing
+ts = []
+for _ in range(runs):
+  t = time.perf_counter(); (a @ b).realize(); dev.synchronize(); ts.append(time.perf_counter() - t)
+assert np.allclose(c.numpy(), a.numpy() @ b.numpy(), rtol=1e-3, atol=1e-3), "matmul result differs from numpy"
+print(min(ts))
+"""
+
+
+def _child_matmul(n: int, runs: int, env: dict) -> float:
+  out = subprocess.run([sys.executable, "-c", MATMUL_CHILD, str(n), str(runs)], env=dict(os.environ, **env),
+                       capture_output=True, text=True, timeout=1800)
+  if out.returncode != 0: raise RuntimeError(f"matmul child ({env}) failed:\n{out.stderr}")
+  return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench_matmul_opts(results: dict):
+  """The same 1024 matmul kernel without optimizations and with BEAM=2 (each in a fresh process)."""
+  n = 1024
+  results["cpu.matmul_1024_f32_noopt.gflops"] = 2 * n ** 3 / _child_matmul(n, 1, {"OPT": "0", "DEV": "CPU"}) / 1e9
+  results["cpu.matmul_1024_f32_beam.gflops"] = 2 * n ** 3 / _child_matmul(n, 3, {"BEAM": "2", "DEV": "CPU"}) / 1e9
+
+
+def bench_emulated(results: dict):
+  """One emulated 256x256x256 float32 matmul kernel, rendered by baregrad, on each emulated GPU (seconds)."""
+  for kind in ("AMD", "NV"):
+    results[f"{kind.lower()}_emu.matmul_256_f32.s"] = _child_matmul(256, 1, {"EMU": "1", "DEV": kind})
+
+
 MLP_CHILD = r"""
 import time, numpy as np
 rng = np.random.default_rng(0)
@@ -97,7 +133,8 @@ def bench_mlp_first_run(results: dict):
   results[f"{Device.default().lower()}.mlp_first_run.s"] = float(out.stdout.strip().splitlines()[-1])
 
 
-BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit}
+BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
+           "opts": bench_matmul_opts, "emu": bench_emulated}
 
 
 def main(argv=None):
