@@ -12,6 +12,8 @@ from baregrad.hcq.runtime import run_schedule
 from .composite import ComposedOps
 
 Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
+SPLIT_REDUCE = int(os.environ.get("SPLIT_REDUCE", 32768))   # reductions this long into <= 64 outputs split in two
+SPLIT_GROUPS = 256
 
 
 def _prod(xs) -> int:
@@ -465,7 +467,11 @@ class Tensor(ComposedOps):
   def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
     axes = self._reduce_axes(axis, op.name.lower())
     if not axes: return self
-    out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+    reduced = _prod(self.shape[a] for a in axes)
+    if reduced >= SPLIT_REDUCE and self.numel() // max(reduced, 1) <= 64:
+      out = self._split_reduce(op, axes, reduced)
+    else:
+      out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
   def _accumulate(self, op: Ops, axis, keepdim, dtype):
@@ -473,6 +479,23 @@ class Tensor(ComposedOps):
     if x.dtype in (dtypes.float16, dtypes.bfloat16):   # 16-bit floats accumulate in float32
       return x.cast(dtypes.float32)._reduce(op, axis, keepdim).cast(x.dtype)
     return x._reduce(op, axis, keepdim)
+  def _split_reduce(self, op: Ops, axes: tuple, reduced: int) -> Tensor:
+    """A long reduction into few outputs runs as two kernels: SPLIT_GROUPS partial results in parallel (GPU
+    threads, CPU cores), then their reduction; the tail is padded with the op's identity."""
+    from baregrad.compiler.uop import identity_for
+    keep = tuple(i for i in range(self.ndim) if i not in axes)
+    out_shape = tuple(self.shape[i] for i in keep)
+    x = self.permute(*keep, *axes).reshape(*out_shape, reduced)
+    groups = SPLIT_GROUPS
+    per = -(-reduced // groups)
+    if per * groups != reduced:
+      x = x.pad(((0, 0),) * len(out_shape) + ((0, per * groups - reduced),), value=identity_for(op, self.dtype))
+    x = x.reshape(*out_shape, groups, per)
+    n = len(out_shape)
+    part = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (x.uop,), (op, (n + 1,)))).contiguous()
+    total = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (part.uop,), (op, (n,))))
+    return total.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
+
   def sum(self, axis=None, keepdim=False, dtype=None): return self._accumulate(Ops.ADD, axis, keepdim, dtype)
   def prod(self, axis=None, keepdim=False, dtype=None): return self._accumulate(Ops.MUL, axis, keepdim, dtype)
   def max(self, axis=None, keepdim=False):
