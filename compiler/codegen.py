@@ -27,7 +27,7 @@ def _ptx_renderer():   # NV: PTX for the opened device's sm (the driver reads it
 RENDERERS["NV"] = _ptx_renderer
 
 
-def _amd_renderer():   # AMD (added by the KFD driver work): RDNA3 assembly -> code object, no external tools
+def _amd_renderer():   # AMD: RDNA3 assembly -> code object, no external tools
   from .render_amd import AMDRenderer
   return AMDRenderer()
 

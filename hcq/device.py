@@ -99,7 +99,7 @@ class KernargArena:
     return addr
 
 
-# ---- probe: what `baregrad info` shows about a device kind, without opening it (added for tools/info.py) ----
+# ---- probe: what `baregrad info` shows about a device kind, without opening it ----
 def probe(name: str) -> dict:
   """{"name", "available": bool, "reason" (when not), "driver", properties...}; never raises. A driver class may
   define a `probe()` classmethod returning {"available": ..., "reason": ..., properties...}."""
