@@ -1,0 +1,83 @@
+"""Reliability: the timeline signal across 2^32, and no leaks of threads, file descriptors or mappings."""
+import gc, os, threading
+import numpy as np
+import pytest
+from baregrad.tensor import Tensor
+from baregrad.tensor.jit import jit
+from baregrad.hcq.device import Device
+
+
+def _emulated(name: str) -> Device:
+  """The emulated GPU's device without changing the environment (what EMU=1 DEV=name selects)."""
+  from baregrad.drivers import kernel
+  dev = Device._open.get(name)
+  if dev is None or not getattr(dev.driver.k, "emulated", False):
+    if name == "NV":
+      from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel
+      from baregrad.drivers.nv.driver import NVDriver
+      dev = Device(name, NVDriver(kernel=EmulatedNVKernel()))
+    else:
+      from baregrad.drivers.amd.driver import AMDDriver
+      from baregrad.drivers.emu.kfd_kernel import EmulatedKFD
+      dev = Device(name, AMDDriver(kernel=EmulatedKFD()))
+    Device._open[name] = dev
+  return dev
+
+
+@pytest.mark.parametrize("name", ["CPU", "NV", "AMD"])
+def test_timeline_crosses_2_pow_32(name):
+  dev = Device.get("CPU") if name == "CPU" else _emulated(name)
+  dev.synchronize()
+  dev.timeline.value = dev.timeline_value = 2**32 - 3
+  x = Tensor(np.arange(8, dtype=np.float32), device=name)
+  for _ in range(6): x = (x + 1).realize()
+  np.testing.assert_array_equal(x.numpy(), np.arange(8, dtype=np.float32) + 6)
+  assert dev.timeline.value == dev.timeline_value > 2**32
+
+
+def test_jit_replays_across_2_pow_32():
+  dev = Device.get("CPU")
+  f = jit(lambda a: (a * 2 + 1).contiguous() - 1)
+  for _ in range(2): f(Tensor(np.ones(4, np.float32)))
+  dev.synchronize()
+  dev.timeline.value = dev.timeline_value = 2**32 - 2
+  for k in range(5):
+    np.testing.assert_array_equal(f(Tensor(np.full(4, k, np.float32))).numpy(), np.full(4, 2.0 * k))
+  assert dev.timeline.value > 2**32
+
+
+def _resources():
+  gc.collect()
+  fds = len(os.listdir("/proc/self/fd"))
+  maps = sum(1 for _ in open("/proc/self/maps"))
+  return threading.active_count(), fds, maps
+
+
+def test_no_leaks_over_many_tensors():
+  """Creating, computing and dropping tensors returns threads, file descriptors and mappings (buffers go back to
+  the allocator's cache and are reused)."""
+  x = Tensor(np.ones(1000, np.float32))
+  def work():
+    y = Tensor(np.random.rand(1000).astype(np.float32))
+    return ((y * x + 3).sum() + (y - x).max()).numpy()
+  for _ in range(5): work()
+  before = _resources()
+  for _ in range(300): work()
+  after = _resources()
+  assert after == before, f"threads, fds, mappings: {before} -> {after}"
+
+
+def test_eager_launches_keep_memory_stable():
+  """A few thousand eager launches: RSS settles (the allocator recycles, nothing accumulates per launch)."""
+  def rss() -> int:
+    for line in open("/proc/self/status"):
+      if line.startswith("VmRSS:"): return int(line.split()[1])
+    return 0
+  x, y = Tensor(np.random.rand(256).astype(np.float32)), Tensor(np.random.rand(256).astype(np.float32))
+  dev = Device.get(x.device)
+  for _ in range(500): (x * y + 1.0).realize()
+  dev.synchronize(); gc.collect()
+  base = rss()
+  for _ in range(3000): (x * y + 1.0).realize()
+  dev.synchronize(); gc.collect()
+  assert rss() <= base * 1.1 + 2048, f"RSS grew from {base} kB to {rss()} kB over 3000 launches"
