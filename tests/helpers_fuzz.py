@@ -25,12 +25,12 @@ def _random_factorization(n, r):
   return tuple(out)
 
 
-def random_program(seed, steps=6):
+def random_program(seed, steps=6, device=None):
   """returns (baregrad tensor, numpy float64 reference)"""
   r = np.random.default_rng(seed)
   shape = tuple(int(s) for s in r.integers(1, 5, size=int(r.integers(1, 4))))
   base = r.uniform(-2, 2, size=shape).astype(np.float32)
-  t, a = Tensor(base), base.astype(np.float64)
+  t, a = Tensor(base, device=device), base.astype(np.float64)
   for _ in range(steps):
     op = r.choice(["reshape", "permute", "pad", "shrink", "flip", "expand", "binary_view", "unary", "reduce", "slice"])
     nd = a.ndim

@@ -11,7 +11,8 @@ def _emulated(name: str) -> Device:
   """The emulated GPU's device without changing the environment (what EMU=1 DEV=name selects)."""
   from baregrad.drivers import kernel
   dev = Device._open.get(name)
-  if dev is None or not getattr(dev.driver.k, "emulated", False):
+  iface = getattr(dev.driver, "k", None) or getattr(dev.driver, "kernel", None) if dev is not None else None
+  if dev is None or not getattr(iface, "emulated", False):
     if name == "NV":
       from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel
       from baregrad.drivers.nv.driver import NVDriver
@@ -81,3 +82,20 @@ def test_eager_launches_keep_memory_stable():
   for _ in range(3000): (x * y + 1.0).realize()
   dev.synchronize(); gc.collect()
   assert rss() <= base * 1.1 + 2048, f"RSS grew from {base} kB to {rss()} kB over 3000 launches"
+
+
+FUZZ = int(os.environ.get("FUZZ_LONG", "12"))   # FUZZ_LONG=2000 for a long run
+
+
+@pytest.mark.parametrize("name", ["CPU", "NV", "AMD"])
+def test_fuzz_random_programs_on_every_device(name):
+  """Random chains of views, elementwise ops and reductions, compared with numpy on each device."""
+  import sys
+  sys.path.insert(0, os.path.dirname(__file__))
+  from helpers_fuzz import random_program
+  if name != "CPU": _emulated(name)
+  for seed in range(5000, 5000 + FUZZ):
+    t, a = random_program(seed, steps=7, device=name)
+    got = t.numpy()
+    assert got.shape == a.shape, f"seed {seed}: shape {got.shape} != {a.shape}"
+    np.testing.assert_allclose(got, a.astype(np.float32), rtol=1e-4, atol=1e-4, err_msg=f"seed {seed} on {name}")
