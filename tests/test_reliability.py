@@ -99,3 +99,53 @@ def test_fuzz_random_programs_on_every_device(name):
     got = t.numpy()
     assert got.shape == a.shape, f"seed {seed}: shape {got.shape} != {a.shape}"
     np.testing.assert_allclose(got, a.astype(np.float32), rtol=1e-4, atol=1e-4, err_msg=f"seed {seed} on {name}")
+
+
+def _fresh(name: str) -> Device:
+  """A private emulated device (not registered), so a fault injected here leaves the shared one usable."""
+  if name == "NV":
+    from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel
+    from baregrad.drivers.nv.driver import NVDriver
+    return Device(name, NVDriver(kernel=EmulatedNVKernel()))
+  from baregrad.drivers.amd.driver import AMDDriver
+  from baregrad.drivers.emu.kfd_kernel import EmulatedKFD
+  return Device(name, AMDDriver(kernel=EmulatedKFD()))
+
+
+@pytest.mark.parametrize("name", ["NV", "AMD"])
+def test_injected_memory_fault_names_address_and_device_stays_reported(name):
+  dev = _fresh(name)
+  src = dev.driver.alloc(4096)
+  q = dev.compute_queue().copy(0xdead0000, src.addr, 16)
+  q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+  with pytest.raises(Exception, match="0xdead0000") as first:
+    dev.synchronize(timeout=10)
+  # afterwards the device reports itself unusable, with the same reason, instead of hanging
+  with pytest.raises(Exception, match="0xdead0000"):
+    dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout=10)
+  assert name in str(first.value) or "GPU" in str(first.value)
+
+
+@pytest.mark.parametrize("name", ["NV", "AMD"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_corrupted_command_stream_errors_without_hanging(name, seed):
+  import random, time
+  dev = _fresh(name)
+  rng = random.Random(seed)
+  start = time.monotonic()
+  with pytest.raises(Exception):
+    dev.driver.submit("compute", [rng.getrandbits(32) for _ in range(64)])
+    dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout=5)
+  assert time.monotonic() - start < 30
+
+
+def test_cpu_queue_rejects_malformed_packets():
+  import random
+  from baregrad.drivers.cpu.processor import ProcessorFault
+  dev = Device.get("CPU")
+  rng = random.Random(7)
+  with pytest.raises((ValueError, ProcessorFault)):
+    dev.driver.submit("compute", [rng.getrandbits(64) for _ in range(64)])
+    dev.synchronize(timeout=5)
