@@ -1,4 +1,4 @@
-"""Render a linearized kernel to PTX for the NV device (then `compiler.cubin` turns it into a cubin).
+"""Render a linearized kernel to PTX for the NV device (then `drivers.nv.cubin` turns it into a cubin).
 
 Calling convention: `.visible .entry name(.param .u64 data0, ..., .param .s64 var0, ...)`: the buffer
 addresses in PARAM order, then the DEFINE_VAR values sorted by name (as the C renderer's `args[]`).

@@ -1,105 +1,212 @@
-"""PTX -> cubin with `ptxas`, and what a launch needs from a cubin (the driver layer's own small reader).
+"""PTX -> cubin with NVIDIA's `ptxas`, and a reader for what a launch needs from a cubin (used by the NV driver
+to load programs and by the compiler's tests; it lives in the driver layer so both can import it).
 
-The driver may not import the compiler layer, so this is the driver's copy of the two facts it needs:
-- ptxas (on PATH, $PTXAS, or the `nvidia-cuda-nvcc` wheel's nvidia/cu13/bin/ptxas), run as
-  `ptxas -arch=sm_XX -O3 in.ptx -o out.cubin`, cubins cached on disk by a hash of the inputs;
-- `.nv.info*` attributes as ptxas 13.0 writes them: entries `u8 format, u8 attribute, u16 value-or-size`,
-  format 4 followed by `size` bytes. EIATTR_KPARAM_INFO 0x17 (u32 index, u16 ordinal, u16 offset, u32 flags with
-  the size in bits 18..31), EIATTR_PARAM_CBANK 0x0a (u32 symbol, u16 offset of the parameters in constant bank 0,
-  u16 size), EIATTR_CBANK_PARAM_SIZE 0x19, EIATTR_NUM_BARRIERS 0x4c; module-wide EIATTR_REGCOUNT 0x2f,
-  EIATTR_FRAME_SIZE 0x11 (u32 symbol, u32 value).
+`compile_ptx` runs ptxas (the one on PATH, $PTXAS, or the one in the `nvidia-cuda-nvcc` wheel) and caches
+the cubin on disk by a hash of the ptxas build, the flags and the source (the CPU compiler's cache folder).
+`load_cubin` reads the cubin's ELF with pyelftools: per kernel the code (`.text.<name>`), the parameter
+layout in constant bank 0, registers, shared and stack sizes, from the `.nv.info` attributes.
+
+Facts used here, observed in ptxas 13.0 output and decoded by `cuobjdump -elf` (which names the attributes):
+- a `.nv.info*` section is a list of entries `u8 format, u8 attribute, u16 value-or-size`; format 4
+  (EIFMT_SVAL) is followed by `size` bytes of data; formats 1/2/3 (NVAL/BVAL/HVAL) carry no data.
+- EIATTR_KPARAM_INFO (0x17): u32 index, u16 ordinal, u16 offset, u32 flags with the size in bits 18..31.
+- EIATTR_PARAM_CBANK (0x0a): u32 symbol of `.nv.constant0.<name>`, u16 offset of the first parameter in
+  bank 0, u16 size of the parameters. ptxas puts them at 0x160 on sm_80/sm_86/sm_89 and 0x210 on sm_90.
+- EIATTR_CBANK_PARAM_SIZE (0x19, HVAL), EIATTR_MAX_THREADS (0x05: u32 x, y, z from .maxntid),
+  EIATTR_MAXREG_COUNT (0x1b, HVAL), EIATTR_NUM_BARRIERS (0x4c, BVAL), EIATTR_EXIT_INSTR_OFFSETS (0x1c).
+- in the module-wide `.nv.info`: EIATTR_REGCOUNT (0x2f), EIATTR_FRAME_SIZE (0x11) and EIATTR_MIN_STACK_SIZE
+  (0x12), each `u32 symbol, u32 value` for the function named by the symbol.
+- `.text.<name>` sh_info bits 24..31 hold the register count on sm_80 (0 on sm_90: use EIATTR_REGCOUNT).
+- `.nv.shared.<name>` (NOBITS) is the static shared memory; on sm_90 its size includes the 1 KiB that
+  ptxas reserves at its start (`.nv.shared.reserved.0`), so a 1024-byte `.shared` array gives 2048.
 """
 from __future__ import annotations
-import hashlib, io, os, shutil, struct, subprocess, tempfile
-from dataclasses import dataclass
+import functools, hashlib, io, json, os, shutil, struct, subprocess, tempfile, threading, warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+
+DEFAULT_FLAGS = ("-O3",)
+stats = {"compiles": 0, "cache_hits": 0}
+_stats_lock = threading.Lock()
+
+# .nv.info formats and attributes (numbers as ptxas 13.0 writes them; names as cuobjdump prints them)
+EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL, EIFMT_SVAL = 1, 2, 3, 4
+EIATTR_MAX_THREADS = 0x05
+EIATTR_PARAM_CBANK = 0x0A
+EIATTR_FRAME_SIZE = 0x11
+EIATTR_MIN_STACK_SIZE = 0x12
+EIATTR_KPARAM_INFO = 0x17
+EIATTR_CBANK_PARAM_SIZE = 0x19
+EIATTR_MAXREG_COUNT = 0x1B
+EIATTR_EXIT_INSTR_OFFSETS = 0x1C
+EIATTR_REGCOUNT = 0x2F
+EIATTR_NUM_BARRIERS = 0x4C
+
+
+class PtxasNotFound(RuntimeError):
+  pass
 
 
 class PtxasError(RuntimeError):
   pass
 
 
-def find_ptxas() -> str:
-  if (p := os.environ.get("PTXAS")) and (found := shutil.which(p)): return found
-  if (found := shutil.which("ptxas")): return found
+def _wheel_ptxas() -> str | None:
+  """ptxas from the `nvidia-cuda-nvcc` wheel: site-packages/nvidia/cu13/bin/ptxas (cuda_nvcc/bin for CUDA 12)."""
   try:
     import nvidia
-    for root in nvidia.__path__:
-      for sub in ("cu13", "cuda_nvcc", "cu12"):
-        cand = Path(root) / sub / "bin" / "ptxas"
-        if cand.is_file(): return str(cand)
   except ImportError:
-    pass
-  raise PtxasError("ptxas not found: the NV device assembles its PTX with NVIDIA's ptxas. pip install nvidia-cuda-nvcc "
-                   "(baregrad[nv]) or put ptxas on PATH (or set PTXAS).")
+    return None
+  for root in getattr(nvidia, "__path__", []):
+    for sub in ("cu13", "cuda_nvcc", "cu12"):
+      cand = Path(root) / sub / "bin" / "ptxas"
+      if cand.is_file() and os.access(cand, os.X_OK): return str(cand)
+  return None
 
 
-def compile_ptx(src: str, arch: str) -> bytes:
-  ptxas = find_ptxas()
-  from baregrad.drivers.cpu.cc import cache_dir
-  key = hashlib.sha256(f"{ptxas}|{os.path.getmtime(ptxas)}|{arch}|-O3|{src}".encode()).hexdigest()
-  path = cache_dir() / "nv-ptxas" / f"{key}.cubin"
-  if path.exists() and os.environ.get("CACHE", "1") != "0": return path.read_bytes()
-  with tempfile.TemporaryDirectory(prefix="baregrad-nv-") as tmp:
-    ptx, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
-    ptx.write_text(src)
-    proc = subprocess.run([ptxas, f"-arch={arch}", "-O3", str(ptx), "-o", str(out)], capture_output=True, text=True)
-    if proc.returncode != 0 or not out.exists():
-      raise PtxasError(f"ptxas -arch={arch} failed (exit {proc.returncode}):\n{(proc.stderr + proc.stdout).strip()}")
-    data = out.read_bytes()
+def find_ptxas() -> str:
+  if (p := os.environ.get("PTXAS")):
+    if (found := shutil.which(p)) is None:
+      raise PtxasNotFound(f"PTXAS={p!r} is not an executable file (or a name on PATH)")
+    return found
+  if (found := shutil.which("ptxas")) is not None: return found
+  if (found := _wheel_ptxas()) is not None: return found
+  raise PtxasNotFound("ptxas not found: the NV device turns its PTX into cubins with NVIDIA's ptxas. Install the "
+                      "optional dependency baregrad[nv] (pip install nvidia-cuda-nvcc) or put ptxas on PATH "
+                      "(or point PTXAS at it).")
+
+
+@functools.cache
+def ptxas_version(ptxas: str) -> str:
   try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmpf = path.with_suffix(f".{os.getpid()}.tmp")
-    tmpf.write_bytes(data)
-    os.replace(tmpf, path)
-  except OSError:
-    pass
+    out = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=60)
+  except OSError as e:
+    raise PtxasNotFound(f"cannot run ptxas {ptxas!r}: {e}") from e
+  if out.returncode != 0: raise PtxasNotFound(f"{ptxas!r} --version failed (exit {out.returncode}): {out.stderr.strip()}")
+  return out.stdout.strip().splitlines()[-1]
+
+
+from baregrad.drivers.cpu.cc import cache_dir, _write_atomic, _numbered   # one cache root for every compiler
+
+
+def compile_ptx(src: str, arch: str = "sm_90", flags: tuple = DEFAULT_FLAGS) -> bytes:
+  """Assemble a PTX module into a cubin for `arch` (e.g. "sm_90") and return its bytes (cached on disk)."""
+  ptxas = find_ptxas()
+  key = hashlib.sha256(json.dumps([ptxas_version(ptxas), arch, list(flags), src]).encode()).hexdigest()
+  path = cache_dir() / "ptxas" / f"{key}.cubin"
+  if os.environ.get("CACHE", "1") != "0":
+    try:
+      data = path.read_bytes()
+      with _stats_lock: stats["cache_hits"] += 1
+      return data
+    except OSError:
+      pass
+  with tempfile.TemporaryDirectory(prefix="baregrad-ptxas-") as tmp:
+    ptx, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+    ptx.write_text(src)
+    proc = subprocess.run([ptxas, f"-arch={arch}", *flags, str(ptx), "-o", str(out)], capture_output=True,
+                          text=True, timeout=600)
+    data = out.read_bytes() if proc.returncode == 0 and out.exists() else None
+  if data is None:
+    raise PtxasError(f"ptxas failed (exit {proc.returncode}) assembling PTX for {arch}\n--- ptxas output ---\n"
+                     f"{(proc.stderr + proc.stdout).strip()}\n--- source ---\n{_numbered(src)}")
+  with _stats_lock: stats["compiles"] += 1
+  try:
+    _write_atomic(path, data)
+  except OSError as e:   # a read-only or full cache must not break compiling
+    warnings.warn(f"cannot write ptxas cache {path}: {e}")
   return data
 
 
+# ---- cubin reader ----
+
 @dataclass
-class Kernel:
+class KernelParam:
+  ordinal: int     # position in the .entry parameter list
+  offset: int      # from the start of the parameter block (add CubinKernel.param_base for bank 0)
+  size: int        # bytes
+
+
+@dataclass
+class CubinKernel:
   name: str
-  text: bytes
-  params: list            # [(ordinal, offset from the parameter base, size)] by ordinal
-  param_base: int         # offset of the parameters in constant bank 0
-  cbuf0_size: int
+  text: bytes                    # the SASS of `.text.<name>`
+  text_offset: int               # its offset in the cubin file
+  params: list[KernelParam]      # sorted by ordinal
+  param_base: int                # offset of the first parameter in constant bank 0 (EIATTR_PARAM_CBANK)
+  param_size: int                # bytes of parameters (EIATTR_CBANK_PARAM_SIZE)
+  cbank0_size: int               # size of `.nv.constant0.<name>` (driver area + parameters)
   registers: int
-  shared: int
-  stack: int
-  barriers: int
+  shared_size: int = 0           # static shared memory (`.nv.shared.<name>`)
+  stack_size: int = 0            # per-thread local memory: the frame (EIATTR_FRAME_SIZE / MIN_STACK_SIZE)
+  max_threads: tuple | None = None
+  barriers: int = 0
+  attributes: dict = field(default_factory=dict)   # every raw attribute of `.nv.info.<name>`: {attr: [value]}
+
+  def build_cbuf0(self, param_values: list[int]) -> bytes:
+    """Constant bank 0 as the kernel reads it: zeros for the driver's area, then each parameter (an int:
+    an address or a 64-bit variable; little-endian, its size from EIATTR_KPARAM_INFO) at its offset."""
+    if len(param_values) != len(self.params):
+      raise ValueError(f"kernel {self.name} takes {len(self.params)} parameters, got {len(param_values)}")
+    buf = bytearray(max(self.cbank0_size, self.param_base + self.param_size))
+    for p, v in zip(self.params, param_values):
+      buf[self.param_base + p.offset:self.param_base + p.offset + p.size] = (int(v) & ((1 << (8 * p.size)) - 1)).to_bytes(p.size, "little")
+    return bytes(buf)
 
 
-def _nv_info(data: bytes):
-  i = 0
+def parse_nv_info(data: bytes) -> list[tuple[int, int, bytes | int]]:
+  """(format, attribute, value): bytes for EIFMT_SVAL, else the 16-bit value."""
+  out, i = [], 0
   while i + 4 <= len(data):
     fmt, attr, val = struct.unpack_from("<BBH", data, i); i += 4
-    if fmt == 4: yield attr, data[i:i + val]; i += val
-    else: yield attr, val
+    if fmt == EIFMT_SVAL:
+      out.append((fmt, attr, data[i:i + val])); i += val
+    elif fmt in (EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL): out.append((fmt, attr, val))
+    else: raise ValueError(f"unknown .nv.info entry format {fmt} at byte {i - 4}")
+  return out
 
 
-def read_cubin(data: bytes, name: str) -> Kernel:
+def load_cubin(data: bytes) -> dict[str, CubinKernel]:
+  """Every kernel (`.entry`) in a cubin, by name."""
   from elftools.elf.elffile import ELFFile
   elf = ELFFile(io.BytesIO(data))
+  if elf["e_machine"] not in ("EM_CUDA", 190):
+    raise ValueError(f"not a cubin: ELF machine {elf['e_machine']}")
   sections = {s.name: s for s in elf.iter_sections()}
-  if f".text.{name}" not in sections:
-    raise ValueError(f"cubin has no kernel {name!r} (kernels: {[n[6:] for n in sections if n.startswith('.text.')]})")
-  symbols = [s.name for s in sections[".symtab"].iter_symbols()]
-  per_fn: dict = {}
-  for attr, val in _nv_info(sections[".nv.info"].data()) if ".nv.info" in sections else ():
-    if isinstance(val, bytes) and len(val) == 8:
-      sym, v = struct.unpack("<II", val)
-      per_fn.setdefault(symbols[sym], {})[attr] = v
-  params, base, size, barriers = [], 0, 0, 0
-  for attr, val in _nv_info(sections[f".nv.info.{name}"].data()) if f".nv.info.{name}" in sections else ():
-    if attr == 0x17:
-      _, ordinal, offset, flags = struct.unpack("<IHHI", val)
-      params.append((ordinal, offset, (flags >> 18) & 0x3FFF))
-    elif attr == 0x0A: _, base, size = struct.unpack("<IHH", val)
-    elif attr == 0x4C: barriers = val
-  params.sort()
-  text = sections[f".text.{name}"]
-  fn = per_fn.get(name, {})
-  const0, shared = sections.get(f".nv.constant0.{name}"), sections.get(f".nv.shared.{name}")
-  return Kernel(name, text.data(), params, base, const0["sh_size"] if const0 is not None else base + size,
-                fn.get(0x2F, text["sh_info"] >> 24), shared["sh_size"] if shared is not None else 0, fn.get(0x11, 0), barriers)
+  symtab = sections[".symtab"]
+  symbols = list(symtab.iter_symbols())
+  per_symbol: dict[str, dict[int, int]] = {}   # function name -> {attr: value} from the module-wide .nv.info
+  if ".nv.info" in sections:
+    for fmt, attr, val in parse_nv_info(sections[".nv.info"].data()):
+      if fmt == EIFMT_SVAL and len(val) == 8:
+        sym, value = struct.unpack("<II", val)
+        per_symbol.setdefault(symbols[sym].name, {})[attr] = value
+  kernels = {}
+  for s in elf.iter_sections():
+    if not s.name.startswith(".text."): continue
+    name = s.name[len(".text."):]
+    attrs: dict[int, list] = {}
+    if (info := sections.get(f".nv.info.{name}")) is not None:
+      for fmt, attr, val in parse_nv_info(info.data()): attrs.setdefault(attr, []).append(val)
+    params = []
+    for raw in attrs.get(EIATTR_KPARAM_INFO, []):
+      _index, ordinal, offset, flags = struct.unpack("<IHHI", raw)
+      params.append(KernelParam(ordinal, offset, (flags >> 18) & 0x3FFF))
+    params.sort(key=lambda p: p.ordinal)
+    if EIATTR_PARAM_CBANK in attrs:
+      _sym, base, size = struct.unpack("<IHH", attrs[EIATTR_PARAM_CBANK][0])
+    else:   # a kernel without parameters
+      base, size = 0, 0
+    size = attrs.get(EIATTR_CBANK_PARAM_SIZE, [size])[0]
+    fn = per_symbol.get(name, {})
+    regs = fn.get(EIATTR_REGCOUNT, s["sh_info"] >> 24)
+    const0 = sections.get(f".nv.constant0.{name}")
+    shared = sections.get(f".nv.shared.{name}")
+    max_threads = struct.unpack("<III", attrs[EIATTR_MAX_THREADS][0]) if EIATTR_MAX_THREADS in attrs else None
+    kernels[name] = CubinKernel(
+      name=name, text=s.data(), text_offset=s["sh_offset"], params=params, param_base=base, param_size=size,
+      cbank0_size=const0["sh_size"] if const0 is not None else base + size, registers=regs,
+      shared_size=shared["sh_size"] if shared is not None else 0,
+      stack_size=max(fn.get(EIATTR_FRAME_SIZE, 0), fn.get(EIATTR_MIN_STACK_SIZE, 0)),
+      max_threads=max_threads, barriers=attrs.get(EIATTR_NUM_BARRIERS, [0])[0], attributes=attrs)
+  return kernels

@@ -24,7 +24,7 @@ import cffi
 import numpy as np
 from .. import kernel as kernel_mod
 from . import rm, qmd, pushbuf as pb
-from .cubin import compile_ptx, read_cubin
+from .cubin import compile_ptx, load_cubin
 from .rm import ffi
 
 _ffi = cffi.FFI()
@@ -308,13 +308,15 @@ class NVDriver:
     return binary
 
   def load_program(self, binary: bytes, name: str):
-    kern = read_cubin(binary, name)
+    kernels = load_cubin(binary)
+    if name not in kernels: raise NVError(f"NV: cubin has no kernel {name!r} (it has {sorted(kernels)})")
+    kern = kernels[name]
     mem = self.alloc(len(kern.text) + 256)
     self.view(mem.addr, len(kern.text))[:] = kern.text
     register = getattr(self.k, "register_program", None)    # emulated GPUs run the PTX: the side channel (drivers/emu/README.md)
     if register is not None:
       if binary not in self._ptx: raise NVError(f"NV emulator: no PTX known for kernel {name} (compile it with this driver)")
-      register(mem.addr, self._ptx[binary], name, kern.param_base, kern.params)
+      register(mem.addr, self._ptx[binary], name, kern.param_base, [(p.ordinal, p.offset, p.size) for p in kern.params])
     kern.memory = mem
     return mem.addr, kern
 
@@ -376,16 +378,16 @@ class NVDriver:
     kern = program.handle
     if not isinstance(args_addr, int): raise NVError(f"NV queue: exec of {program.name} needs a concrete kernarg address")
     block = tuple(local_size) if tuple(local_size) != (1, 1, 1) else tuple(program.meta.get("local_size", (1, 1, 1)))
-    cb_size = (max(kern.cbuf0_size, kern.param_base + 8) + 255) // 256 * 256
+    cb_size = (max(kern.cbank0_size, kern.param_base + 8) + 255) // 256 * 256
     addr, arena = self._block(qmd.QMD_BYTES + cb_size)
     cbuf0 = addr + qmd.QMD_BYTES
     fields = qmd.launch_fields(self.qmd_version, program=program.entry, cbuf0=cbuf0, cbuf0_size=cb_size, grid=global_size,
-                               block=block, registers=kern.registers, shared=kern.shared, barriers=kern.barriers,
-                               local_size=kern.stack, sass_version=self.sass_version)
+                               block=block, registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
+                               local_size=kern.stack_size, sass_version=self.sass_version)
     self.view(addr, qmd.QMD_BYTES)[:] = qmd.pack(self.qmd_table, fields)
     self.view(cbuf0, cb_size)[:] = bytes(cb_size)
     struct.pack_into("<3I", self.view(cbuf0, 12), 0, *block)   # %ntid in the driver area (c[0x0][0x0..0xb], as ptxas reads it)
-    copies = [(args_addr + 8 * ordinal, cbuf0 + kern.param_base + offset, size) for ordinal, offset, size in kern.params]
+    copies = [(args_addr + 8 * ordinal, cbuf0 + kern.param_base + offset, size) for ordinal, offset, size in ((p.ordinal, p.offset, p.size) for p in kern.params)]
     self._copy_params(copies)
     self._pending.append((arena, copies))
     p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from baregrad.compiler import cubin
-from baregrad.compiler.cubin import compile_ptx, load_cubin, find_ptxas, PtxasError, PtxasNotFound
+from baregrad.drivers.nv import cubin
+from baregrad.drivers.nv.cubin import compile_ptx, load_cubin, find_ptxas, PtxasError, PtxasNotFound
 from baregrad.compiler.render_ptx import PTXRenderer
 from baregrad.compiler.dtype import dtypes
 
@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
 ARCHS = ["sm_80", "sm_90"]
-# where ptxas puts the first kernel parameter in constant bank 0 (observed; see compiler/cubin.py)
+# where ptxas puts the first kernel parameter in constant bank 0 (observed; see drivers/nv/cubin.py)
 PARAM_BASE = {"sm_80": 0x160, "sm_86": 0x160, "sm_89": 0x160, "sm_90": 0x210}
 BUCKETS = 8      # modules per arch: parallel ptxas runs, and a changed kernel recompiles only its bucket
 
