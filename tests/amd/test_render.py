@@ -30,9 +30,11 @@ from baregrad.compiler.render_amd import AMDRenderer, parse_meta
 from baregrad.compiler.amd.asm import assemble
 from baregrad.compiler.amd.regalloc import RegisterPressureError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from helpers_capture import op_suite_records, dtype_matrix_specs, record  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
-OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
 LLVM_MC, LLVM_OBJDUMP = "llvm-mc-19", "llvm-objdump-19"
 MC_ARGS = ["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100"]
 
@@ -41,81 +43,12 @@ MC_ARGS = ["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100"]
 # kernels: records (name, ast, [(param dtype, element count)])
 # ---------------------------------------------------------------------------------------------
 
-def _numel(p: UOp) -> int:
-  if p.op is Ops.BUFFER: return p.arg.size
-  n = 1
-  for s in p.shape: n *= s
-  return n
-
-
-def record(spec: KernelSpec) -> tuple:
-  dts = {u.arg: u.dtype for u in spec.ast.toposort() if u.op is Ops.PARAM}
-  return (spec.name, spec.ast, [(dts.get(i, dtypes.uint8), _numel(p)) for i, p in enumerate(spec.params)])
-
-
-def _capture_main(out: str, files: list[str]):
-  """Run the op suite in this process with get_program wrapped; pickle the kernel records to `out`."""
-  sys.setrecursionlimit(100000)
-  seen: dict = {}
-  original = schedule.get_program
-
-  def capture(spec):
-    if spec.ast not in seen and spec.device == "CPU": seen[spec.ast] = record(spec)
-    return original(spec)
-  schedule.get_program = capture
-  pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", *files])
-  schedule.get_program = original
-  with open(out, "wb") as f: pickle.dump(list(seen.values()), f)
-
-
-def dtype_matrix() -> list:
-  """Every binary/unary ALU op, WHERE, cast and bitcast on every dtype, reductions and a padded (gated) load."""
-  from baregrad.tensor import Tensor
-  from baregrad.compiler.rangeify import rangeify
-  from baregrad.compiler.schedule import normalize
-  outs = []
-  def make(dt):
-    vals = np.array([0, 1, 2, 3, 5, 7, 100, 127])
-    return Tensor(vals.astype(np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(vals.astype(dt.np))
-  def add(fn):
-    try: outs.append(fn())
-    except (TypeError, ValueError): pass   # combinations the Tensor API refuses
-  for dt in dtypes.all():
-    a, b, cond = make(dt), make(dt).flip(0), make(dtypes.bool)
-    for op in BINARY:
-      if dt.is_float and op in (Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV): continue
-      add(lambda: a._alu(op, b))
-    unary = [Ops.NEG, Ops.TRUNC] + ([Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN] if dt.is_float else [])
-    for op in unary: add(lambda: a._alu(op))
-    add(lambda: cond._alu(Ops.WHERE, a, b, dtype=dt))
-    for dst in dtypes.all():
-      if dst != dt: add(lambda: a.cast(dst))
-      if dst != dt and dst.itemsize == dt.itemsize: add(lambda: a.bitcast(dst))
-    add(lambda: a.sum()); add(lambda: a.max()); add(lambda: a.prod())
-    add(lambda: a.reshape(2, 4).sum(1)); add(lambda: a.pad(((2, 1),)))
-    if dt.is_float: add(lambda: a._alu(Ops.MUL, b._alu(Ops.RECIP)))   # x / y
-  # a longer, non-multiple-of-256 vector (tail lanes), a 2-D reduction with padding, a symbolic loop bound
-  x = Tensor(np.arange(1000, dtype=np.float32))
-  outs += [x * 2 + 1, (x.reshape(10, 100).pad(((1, 1), (0, 0))).sum(1)), x.reshape(40, 25).max(0)]
-  sink, _b, _v = normalize(UOp.sink(*[t.uop for t in outs]))
-  return [record(it) for it in rangeify(sink, lambda n: n.device).items if isinstance(it, KernelSpec)]
-
-
 @pytest.fixture(scope="module")
-def kernels(tmp_path_factory):
-  out = tmp_path_factory.mktemp("amd") / "kernels.pkl"
-  env = dict(os.environ, DEV="CPU")
-  env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-  code = f"import test_render; test_render._capture_main({str(out)!r}, {[str(TESTS / f) for f in OP_SUITE]!r})"
-  proc = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, env=env, capture_output=True, text=True,
-                        timeout=900)
-  # the suite's own failures are not this test's business: it only needs the kernels
-  assert out.exists(), f"op suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-  sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
-  recs = pickle.loads(out.read_bytes())
+def kernels():
+  recs = op_suite_records()
   n_suite = len(recs)
   known = {r[1] for r in recs}
-  recs += [r for r in dtype_matrix() if r[1] not in known]
+  recs += [r for r in map(record, dtype_matrix_specs()) if r[1] not in known]
   return {"records": recs, "n_op_suite": n_suite}
 
 
@@ -459,7 +392,7 @@ def test_loop_carried_values_keep_their_registers():
 
 def test_compile_reads_back():
   from baregrad.drivers.amd.codeobj import read_code_object
-  rec = dtype_matrix()[0]
+  rec = record(dtype_matrix_specs()[0])
   k = render_record(rec)
   code, kd, entry, name = read_code_object(AMDRenderer().compile(k["src"]))
   assert code[entry:entry + len(k["code"])] == k["code"]

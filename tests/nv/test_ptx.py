@@ -1,8 +1,8 @@
 """PTX renderer and cubin reader against NVIDIA's own tools (no GPU needed).
 
 - Every kernel the op test suite compiles is rendered to PTX and must be accepted by ptxas for sm_80 and
-  sm_90. The kernels are recorded by running the suite in a subprocess with the `kernel_capture` plugin
-  (the suite itself runs on the CPU device as usual), plus a matrix of every op, cast and bitcast on
+  sm_90. The kernels are recorded once per test process by tests/helpers_capture.py (the suite runs on the
+  CPU device in a subprocess, shared with the AMD renderer tests), plus a matrix of every op, cast and bitcast on
   every dtype (uint16/uint64 too, which the suite does not use). They are assembled in a few multi-entry
   modules per arch, so ptxas starts a handful of times and reruns hit the cubin cache.
 - `load_cubin` (parameter layout, constant-bank offset, registers, shared and stack sizes) is checked
@@ -26,7 +26,6 @@ import kernel_capture  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
-OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
 ARCHS = ["sm_80", "sm_90"]
 # where ptxas puts the first kernel parameter in constant bank 0 (observed; see drivers/nv/cubin.py)
 PARAM_BASE = {"sm_80": 0x160, "sm_86": 0x160, "sm_89": 0x160, "sm_90": 0x210}
@@ -67,16 +66,9 @@ def cuobjdump():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory):
-  out = tmp_path_factory.mktemp("nv") / "kernels.json"
-  env = dict(os.environ, NV_CAPTURE_OUT=str(out), DEV="CPU")
-  env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-  cmd = [sys.executable, "-m", "pytest", "-q", "-p", "kernel_capture", "-p", "no:cacheprovider",
-         "--no-header", "-o", "addopts=", *[str(TESTS / f) for f in OP_SUITE]]
-  proc = subprocess.run(cmd, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=900)
-  # the suite's own failures (exit 1) are not this test's business: it only needs the kernels
-  assert proc.returncode in (0, 1) and out.exists(), f"op suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-  data = json.loads(out.read_text())
+def captured():
+  kernels, errors = kernel_capture.op_suite_kernels()
+  data = {"kernels": kernels, "errors": errors}
   data["n_op_suite"] = len(data["kernels"])
   known = {k["entry"] for k in data["kernels"]}
   data["kernels"] += [k for k in kernel_capture.dtype_matrix() if k["entry"] not in known]

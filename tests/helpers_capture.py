@@ -1,0 +1,97 @@
+"""The kernels of the op test suite, recorded once per pytest process and shared by the renderer tests
+(tests/amd/test_render.py, tests/nv/test_ptx.py), plus a matrix of every ALU op, cast and bitcast on every dtype.
+
+A record is `(name, kernel AST, [(param dtype, element count)])`. The op suite is recorded by running it in a
+subprocess on the CPU device with `compiler.schedule.get_program` wrapped; its own failures do not matter here."""
+import os, pickle, subprocess, sys, tempfile
+from pathlib import Path
+import numpy as np
+
+from baregrad.compiler import schedule
+from baregrad.compiler.dtype import dtypes
+from baregrad.compiler.uop import UOp, Ops, BINARY
+from baregrad.compiler.rangeify import KernelSpec, rangeify
+
+TESTS = Path(__file__).resolve().parent
+OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
+_op_suite: list | None = None
+
+
+def _numel(p: UOp) -> int:
+  if p.op is Ops.BUFFER: return p.arg.size
+  n = 1
+  for s in p.shape: n *= s
+  return n
+
+
+def record(spec: KernelSpec) -> tuple:
+  dts = {u.arg: u.dtype for u in spec.ast.toposort() if u.op is Ops.PARAM}
+  return (spec.name, spec.ast, [(dts.get(i, dtypes.uint8), _numel(p)) for i, p in enumerate(spec.params)])
+
+
+def _capture_main(out: str, files: list[str]):
+  """Run the op suite in this process with get_program wrapped; pickle the kernel records to `out`."""
+  import pytest
+  sys.setrecursionlimit(100000)
+  seen: dict = {}
+  original = schedule.get_program
+
+  def capture(spec):
+    if spec.ast not in seen and spec.device == "CPU": seen[spec.ast] = record(spec)
+    return original(spec)
+  schedule.get_program = capture
+  pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", *files])
+  schedule.get_program = original
+  with open(out, "wb") as f: pickle.dump(list(seen.values()), f)
+
+
+def op_suite_records() -> list:
+  """Every distinct kernel the op suite compiles (recorded once per process; a copy each call)."""
+  global _op_suite
+  if _op_suite is None:
+    with tempfile.TemporaryDirectory(prefix="baregrad-kernels-") as d:
+      out = Path(d) / "kernels.pkl"
+      env = dict(os.environ, DEV="CPU")
+      env.pop("EMU", None)
+      env["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+      code = f"import helpers_capture; helpers_capture._capture_main({str(out)!r}, {[str(TESTS / f) for f in OP_SUITE]!r})"
+      proc = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, env=env, capture_output=True, text=True,
+                            timeout=900)
+      if not out.exists():
+        raise RuntimeError(f"op suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+      sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
+      _op_suite = pickle.loads(out.read_bytes())
+  return list(_op_suite)
+
+
+def dtype_matrix_specs() -> list[KernelSpec]:
+  """Kernels the op suite may lack: every binary/unary ALU op, WHERE, cast and bitcast on every dtype (uint16 and
+  uint64 included), reductions, a padded (gated) load, float division, and tail lanes past a multiple of 256;
+  scheduled with rangeify, never run."""
+  from baregrad.tensor import Tensor
+  from baregrad.compiler.schedule import normalize
+  outs = []
+  def make(dt):
+    vals = np.array([0, 1, 2, 3, 5, 7, 100, 127])
+    return Tensor(vals.astype(np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(vals.astype(dt.np))
+  def add(fn):
+    try: outs.append(fn())
+    except (TypeError, ValueError): pass   # combinations the Tensor API refuses
+  for dt in dtypes.all():
+    a, b, cond = make(dt), make(dt).flip(0), make(dtypes.bool)
+    for op in BINARY:
+      if dt.is_float and op in (Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV): continue
+      add(lambda: a._alu(op, b))
+    unary = [Ops.NEG, Ops.TRUNC] + ([Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN] if dt.is_float else [])
+    for op in unary: add(lambda: a._alu(op))
+    add(lambda: cond._alu(Ops.WHERE, a, b, dtype=dt))
+    for dst in dtypes.all():
+      if dst != dt: add(lambda: a.cast(dst))
+      if dst != dt and dst.itemsize == dt.itemsize: add(lambda: a.bitcast(dst))
+    add(lambda: a.sum()); add(lambda: a.max()); add(lambda: a.prod())
+    add(lambda: a.reshape(2, 4).sum(1)); add(lambda: a.pad(((2, 1),)))
+    if dt.is_float: add(lambda: a._alu(Ops.MUL, b._alu(Ops.RECIP)))   # x / y
+  x = Tensor(np.arange(1000, dtype=np.float32))
+  outs += [x * 2 + 1, (x.reshape(10, 100).pad(((1, 1), (0, 0))).sum(1)), x.reshape(40, 25).max(0)]
+  sink, _b, _v = normalize(UOp.sink(*[t.uop for t in outs]))
+  return [it for it in rangeify(sink, lambda n: n.device).items if isinstance(it, KernelSpec)]
