@@ -98,9 +98,10 @@ def header(opcode: int, body_dwords: int) -> int:
   return (PACKET_TYPE3 << 30) | ((body_dwords - 1) & 0x3FFF) << 16 | (opcode & 0xFF) << 8 | SHADER_TYPE_COMPUTE
 
 
-def _field_words(layout, fields: dict, name: str) -> list:
-  """Pack fields into dwords. A dword that is one full-width field may hold a symbolic value (an object with
-  `resolve`); symbolic values elsewhere are an error."""
+def pack_fields(layout, fields: dict, name: str) -> list:
+  """Pack fields into dwords by a layout of dwords [(field, low bit, width), ...] (PM4 and SDMA both use this).
+  A dword that is one full-width field may hold a symbolic value (an object with `resolve`); symbolic values
+  elsewhere are an error."""
   words, seen = [], set()
   for dword in layout:
     if len(dword) == 1 and dword[0][2] == 32 and dword[0][0] in fields and not isinstance(fields[dword[0][0]], int):
@@ -120,7 +121,7 @@ def _field_words(layout, fields: dict, name: str) -> list:
 
 def packet(name: str, **fields) -> list:
   """Header + body of a fixed-layout packet (see PACKETS)."""
-  body = _field_words(PACKETS[name], fields, name)
+  body = pack_fields(PACKETS[name], fields, name)
   return [header(OPCODES[name], len(body))] + body
 
 

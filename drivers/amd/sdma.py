@@ -5,6 +5,7 @@ SDMA_PKT_<packet>_<word>_<field>_{offset,mask,shift} definitions). The copy chun
 amdgpu/sdma_v6_0.c (`copy_max_bytes = 0x400000`), well inside the 30-bit COUNT field (count = bytes - 1).
 """
 from __future__ import annotations
+from .pm4 import pack_fields, PacketError   # one field packer for both packet families
 
 OP = {"NOP": 0, "COPY": 1, "WRITE": 2, "INDIRECT": 4, "FENCE": 5, "TRAP": 6, "POLL_REGMEM": 8, "ATOMIC": 10,
       "CONST_FILL": 11, "TIMESTAMP": 13}
@@ -38,29 +39,10 @@ PACKETS: dict[str, tuple[int, int, list[list[tuple[str, int, int]]]]] = {
 BY_OPCODE = {(op, sub): name for name, (op, sub, _) in PACKETS.items()}
 
 
-class PacketError(ValueError):
-  pass
-
-
 def packet(name: str, **fields) -> list:
   """All dwords of one packet; a dword that is one full-width field may hold a symbolic value."""
   op, sub_op, layout = PACKETS[name]
-  fields = {"op": op, "sub_op": sub_op, **fields}
-  words, seen = [], set()
-  for dword in layout:
-    if len(dword) == 1 and dword[0][2] == 32 and dword[0][0] in fields and not isinstance(fields[dword[0][0]], int):
-      words.append(fields[dword[0][0]]); seen.add(dword[0][0]); continue
-    value = 0
-    for field, lo, width in dword:
-      if field not in fields: continue
-      v = fields[field]; seen.add(field)
-      if not isinstance(v, int): raise PacketError(f"SDMA {name}.{field}: a symbolic value must fill a whole dword")
-      if not 0 <= v < (1 << width): raise PacketError(f"SDMA {name}.{field}={v:#x} does not fit in {width} bits")
-      value |= v << lo
-    words.append(value)
-  unknown = set(fields) - seen
-  if unknown: raise PacketError(f"SDMA {name}: unknown field(s) {sorted(unknown)}")
-  return words
+  return pack_fields(layout, {"op": op, "sub_op": sub_op, **fields}, f"SDMA {name}")
 
 
 def copy_linear(dst: int, src: int, nbytes: int) -> list[int]:
