@@ -40,6 +40,22 @@ def _dwords_to_bytes(dwords: list[np.ndarray], nbytes: int) -> np.ndarray:
 
 # ---- SMEM ----
 
+def put_dwords(w, sel, first, dwords, lanes, full):
+  """Write (m, n) dwords of the active lanes into V[first..first+n-1]."""
+  k = lanes.shape[0]
+  for j in range(dwords.shape[1]):
+    if full: w.write_v(first + j, sel, dwords[:, j].reshape(k, 32), None)
+    else:
+      plane = np.zeros((k, 32), U32)
+      plane[lanes] = dwords[:, j]
+      w.write_v(first + j, sel, plane, lanes)
+
+
+def get_dwords(w, sel, first, count, lanes, full):
+  """V[first..first+count-1] of the active lanes."""
+  return [w.V[first + j][sel].reshape(-1) if full else w.V[first + j][sel][lanes] for j in range(count)]
+
+
 def compile_smem(inst, get):
   name = inst.name
   if name in ("s_dcache_inv", "s_gl1_inv"): return lambda w, sel: None
@@ -117,19 +133,6 @@ def compile_vmem(inst, get, n_vgprs):
     addr = _address(w, sel, inst, get)
     flat = addr.reshape(-1) if full else addr[lanes]
     return lanes, full, (lambda: w.memory.gather(flat, nbytes)), (lambda values: w.memory.scatter(flat, values, nbytes))
-
-  def put_dwords(w, sel, first, dwords, lanes, full):
-    """Write (m, n) dwords of the active lanes into V[first..first+n-1]."""
-    k = lanes.shape[0]
-    for j in range(dwords.shape[1]):
-      if full: w.write_v(first + j, sel, dwords[:, j].reshape(k, 32), None)
-      else:
-        plane = np.zeros((k, 32), U32)
-        plane[lanes] = dwords[:, j]
-        w.write_v(first + j, sel, plane, lanes)
-
-  def get_dwords(w, sel, first, count, lanes, full):
-    return [w.V[first + j][sel].reshape(-1) if full else w.V[first + j][sel][lanes] for j in range(count)]
 
   if kind.startswith("load_d16"):
     hi = "_hi_" in kind
@@ -281,18 +284,6 @@ def compile_ds(inst, get, n_vgprs):
       raise MemoryFault(int(a[bad][0]), nbytes, detail=f"LDS address out of the {w.lds_bytes}-byte workgroup allocation")
     return grp * w.lds_bytes + a, lanes, full
 
-  def put(w, sel, first, dwords, lanes, full):
-    k = lanes.shape[0]
-    for j in range(dwords.shape[1]):
-      if full: w.write_v(first + j, sel, dwords[:, j].reshape(k, 32), None)
-      else:
-        plane = np.zeros((k, 32), U32)
-        plane[lanes] = dwords[:, j]
-        w.write_v(first + j, sel, plane, lanes)
-
-  def get_dw(w, sel, first, count, lanes, full):
-    return [w.V[first + j][sel].reshape(-1) if full else w.V[first + j][sel][lanes] for j in range(count)]
-
   load_kinds = {"ds_load_b32": (4, ""), "ds_load_b64": (8, ""), "ds_load_b96": (12, ""), "ds_load_b128": (16, ""),
                 "ds_load_u8": (1, "u"), "ds_load_i8": (1, "i"), "ds_load_u16": (2, "u"), "ds_load_i16": (2, "i")}
   store_kinds = {"ds_store_b32": 4, "ds_store_b64": 8, "ds_store_b96": 12, "ds_store_b128": 16, "ds_store_b8": 1,
@@ -304,7 +295,7 @@ def compile_ds(inst, get, n_vgprs):
     def run_load(w, sel):
       idx, lanes, full = lds_index(w, sel, offset, nbytes)
       if idx.size == 0: return
-      put(w, sel, vdst, _extend(Memory._take(w.lds, idx, nbytes), nbytes, how), lanes, full)
+      put_dwords(w, sel, vdst, _extend(Memory._take(w.lds, idx, nbytes), nbytes, how), lanes, full)
     return run_load
   if name in store_kinds or name in ("ds_store_b8_d16_hi", "ds_store_b16_d16_hi"):
     nbytes = store_kinds.get(name) or (1 if "b8" in name else 2)
@@ -313,7 +304,7 @@ def compile_ds(inst, get, n_vgprs):
     def run_store(w, sel):
       idx, lanes, full = lds_index(w, sel, offset, nbytes)
       if idx.size == 0: return
-      dwords = get_dw(w, sel, d0, max(1, nbytes // 4), lanes, full)
+      dwords = get_dwords(w, sel, d0, max(1, nbytes // 4), lanes, full)
       if hi: dwords = [dwords[0] >> np.uint32(16)]
       Memory._put(w.lds, idx, _dwords_to_bytes(dwords, nbytes), nbytes)
     return run_store
@@ -325,9 +316,9 @@ def compile_ds(inst, get, n_vgprs):
       idx, lanes, full = lds_index(w, sel, offset, nbytes)
       if idx.size == 0: return
       value = _extend(Memory._take(w.lds, idx, nbytes), nbytes, how)[:, 0] & np.uint32(0xFFFF)
-      old = get_dw(w, sel, vdst, 1, lanes, full)[0]
+      old = get_dwords(w, sel, vdst, 1, lanes, full)[0]
       new = (old & np.uint32(0xFFFF)) | (value << np.uint32(16)) if hi else (old & np.uint32(0xFFFF0000)) | value
-      put(w, sel, vdst, new[:, None], lanes, full)
+      put_dwords(w, sel, vdst, new[:, None], lanes, full)
     return run_d16
   if name.startswith("ds_load_2addr") or name.startswith("ds_store_2addr"):
     size = 8 if name.endswith("b64") else 4
@@ -339,10 +330,10 @@ def compile_ds(inst, get, n_vgprs):
         idx, lanes, full = lds_index(w, sel, off, size)
         if idx.size == 0: return
         if name.startswith("ds_load"):
-          put(w, sel, vdst + which * nd, _extend(Memory._take(w.lds, idx, size), size, ""), lanes, full)
+          put_dwords(w, sel, vdst + which * nd, _extend(Memory._take(w.lds, idx, size), size, ""), lanes, full)
         else:
           src = d0 if which == 0 else d1
-          Memory._put(w.lds, idx, _dwords_to_bytes(get_dw(w, sel, src, nd, lanes, full), size), size)
+          Memory._put(w.lds, idx, _dwords_to_bytes(get_dwords(w, sel, src, nd, lanes, full), size), size)
     return run_2addr
   if name in ("ds_bpermute_b32", "ds_permute_b32"):
     def run_perm(w, sel):
@@ -376,15 +367,15 @@ def compile_ds(inst, get, n_vgprs):
       if idx.size == 0: return
       dt = U64 if bits == 64 else U32
       join = lambda lo, hi: lo.astype(U64) | (hi.astype(U64) << np.uint64(32))
-      dw0 = get_dw(w, sel, d0, nd, lanes, full)
+      dw0 = get_dwords(w, sel, d0, nd, lanes, full)
       data = join(*dw0) if bits == 64 else dw0[0]
       data2 = None
       if cmp:   # ds_cmpstore: data0 = new value, data1 = compare value (RDNA3 naming)
-        dw1 = get_dw(w, sel, d1, nd, lanes, full)
+        dw1 = get_dwords(w, sel, d1, nd, lanes, full)
         data2 = join(*dw1) if bits == 64 else dw1[0]
       pre, uniq, final = apply_atomics(lambda keys: Memory._take(w.lds, keys, nbytes).copy().view(dt)[:, 0], idx, data, data2, fn)
       Memory._put(w.lds, uniq, final.view(np.uint8).reshape(-1, nbytes), nbytes)
       if returns:
-        put(w, sel, vdst, pre.view(U32).reshape(-1, nd) if bits == 64 else pre[:, None], lanes, full)
+        put_dwords(w, sel, vdst, pre.view(U32).reshape(-1, nd) if bits == 64 else pre[:, None], lanes, full)
     return run_atomic
   return None
