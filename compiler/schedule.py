@@ -15,6 +15,25 @@ from baregrad.drivers.progress import progress   # a bar on a terminal when comp
 DEBUG = int(os.environ.get("DEBUG", "0"))
 # tensor-graph node -> the BUFFER view that holds its value, once realized
 realized: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
+# buffer -> the realized nodes whose value lives in it or was computed from it (what a write makes stale)
+_depends: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def remember(node: UOp, view: UOp, inputs: list) -> None:
+  """Record that `node`'s value is now in `view`, computed from the buffers `inputs`."""
+  realized[node] = view
+  base = view
+  while base.op is not Ops.BUFFER: base = base.src[0]
+  for buf in (base.arg, *inputs): _depends.setdefault(buf, weakref.WeakSet()).add(node)
+
+
+def forget(buf) -> None:
+  """`buf` is about to be written: cached results that live in it or were computed from it are stale. Assigns that
+  already ran stay recorded: a graph that still holds one must not run it again."""
+  # `inputs` in remember() come from the graph before realized parts were replaced by their buffers, so a result
+  # computed from another cached result is indexed under that one's inputs too: one level is enough
+  for node in list(_depends.pop(buf, ())):
+    if node.op is not Ops.ASSIGN: realized.pop(node, None)
 stats = {"schedules_built": 0, "schedule_cache_hits": 0}
 
 
@@ -116,7 +135,7 @@ def _numel(shape) -> int:
 
 
 def create_schedule(outs: list[UOp]):
-  """Returns (ExecItems, one Buffer per output)."""
+  """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from)."""
   from baregrad.hcq.buffer import Buffer
   from baregrad.hcq.runtime import ExecItem
   sink, buffers, var_vals = normalize(UOp.sink(*outs))
@@ -126,4 +145,4 @@ def create_schedule(outs: list[UOp]):
   new = [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
   def get(r): return buffers[r[1]] if r[0] == "in" else new[r[1]]
   items = [ExecItem(prog, [get(r) for r in refs], var_vals, meta) for prog, refs, meta in plan.steps]
-  return items, [get(r) for r in plan.outputs]
+  return items, [get(r) for r in plan.outputs], buffers

@@ -5,7 +5,7 @@ from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
 from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promote, scalar_dtype, truncate
-from baregrad.compiler.schedule import create_schedule, realized
+from baregrad.compiler.schedule import create_schedule, realized, remember, forget
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import run_schedule
@@ -575,12 +575,12 @@ class Tensor(ComposedOps):
       _pending_assigns.clear()
     pending = [t for t in tensors if not _is_realized(t.uop)]
     if pending:
-      items, bufs = create_schedule([t.uop for t in pending])
+      items, bufs, inputs = create_schedule([t.uop for t in pending])
       run_schedule(items)
       for t, buf in zip(pending, bufs):
         view = UOp(Ops.BUFFER, buf.dtype, (), buf)
         view = UOp(Ops.RESHAPE, buf.dtype, (view,), t.shape) if t.shape != (buf.size,) else view
-        realized[t.uop] = view
+        remember(t.uop, view, inputs)
         t.uop = view
     return self
 
@@ -628,7 +628,7 @@ class Tensor(ComposedOps):
       raise ValueError(f"assign: value is on {other.device}, tensor on {self.device}")
     self.realize()
     value = other.cast(self.dtype)
-    _forget_realized(self._buffer())
+    forget(self._buffer())
     if _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
     _pending_assigns.append(weakref.ref(self))
@@ -642,17 +642,6 @@ _grad_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
-
-
-def _forget_realized(buf: Buffer) -> None:
-  """Once `buf` is written, cached results that live in it or were computed from it are stale: drop them, so a
-  graph identical to one realized before the write is computed again (and reads the new values). Assigns that
-  already ran stay recorded: a graph that still holds one must not run it again."""
-  for key, view in list(realized.items()):
-    if key.op is Ops.ASSIGN: continue
-    base = _grad_key(view)
-    if (base.op is Ops.BUFFER and base.arg is buf) or any(n.op is Ops.BUFFER and n.arg is buf for n in key.toposort()):
-      realized.pop(key, None)
 
 
 def _grad_key(u: UOp) -> UOp:

@@ -337,3 +337,12 @@ def test_assign_invalidates_cached_results():
   z = Tensor.zeros(3).contiguous().realize()
   z.assign(Tensor.ones(3)).realize()
   np.testing.assert_array_equal(Tensor.zeros(3).contiguous().numpy(), [0.0, 0.0, 0.0])
+
+
+def test_assign_invalidates_results_computed_from_cached_results():
+  """A write makes stale what was computed from the buffer, and in turn what was computed from those."""
+  b = Tensor(np.ones(3, np.float32))
+  (b * 2).contiguous().realize()
+  ((b * 2).contiguous() + 1).realize()
+  b.assign(Tensor(np.full(3, 5.0, np.float32))).realize()
+  np.testing.assert_array_equal((((b * 2).contiguous() + 1) * 3).numpy(), [33.0, 33.0, 33.0])
