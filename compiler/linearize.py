@@ -18,28 +18,26 @@ def range_deps(ast: UOp) -> dict[UOp, frozenset]:
   return deps
 
 
-_lane_order: dict[UOp, int] = {}
-
-
-def _lanes(rs) -> list[UOp]:
-  """Upcast lane loops of a set of ranges, the one with the smallest output stride innermost (vectorizable)."""
-  return sorted((r for r in rs if r.arg[1] == "upcast"), key=lambda r: (-_lane_order.get(r, 0), r.arg[0]))
-
-
-def _set_lane_order(ast: UOp):
+def lane_strides(ast: UOp) -> dict[UOp, int]:
+  """Each upcast lane range's stride in the store index (the unit-stride lane goes innermost: vectorizable)."""
   from .symbolic import linear
-  _lane_order.clear()
+  strides: dict[UOp, int] = {}
   for store in ast.src:
     if store.op is Ops.STORE:
       terms, _ = linear(store.src[0].src[1])
       for r, coef in terms.items():
-        if r.op is Ops.RANGE and r.arg[1] == "upcast": _lane_order[r] = abs(coef)
+        if r.op is Ops.RANGE and r.arg[1] == "upcast": strides[r] = abs(coef)
+  return strides
 
 
 def linearize(ast: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
   """Returns the ordered program and, for each REDUCE, the accumulator that holds its result."""
   deps = range_deps(ast)
-  _set_lane_order(ast)
+  strides = lane_strides(ast)
+
+  def _lanes(rs) -> list[UOp]:
+    """The upcast lane loops among `rs`, outermost first."""
+    return sorted((r for r in rs if r.arg[1] == "upcast"), key=lambda r: (-strides.get(r, 0), r.arg[0]))
   out: list[UOp] = []
   emitted: set[UOp] = set()
   open_ranges: list[UOp] = []
