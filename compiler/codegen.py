@@ -83,10 +83,11 @@ def estimate(ast: UOp, params) -> dict:
   """Rough flop and byte counts: ALU ops times the iterations of the loops they sit in."""
   flops = 0
   for u in ast.toposort():
-    if u.op in ALU:
+    if (u.op in ALU or u.op is Ops.REDUCE) and u.dtype != dtypes.index:   # a REDUCE: one op per iteration
       iters = 1
       for r in u.toposort():
         if r.op is Ops.RANGE and r.src[0].op is Ops.CONST: iters *= r.src[0].arg
+        if r.op is Ops.SPECIAL and r.arg[0] == "core": iters *= r.arg[1]
       flops += iters
   nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else _numel(p.shape) * p.dtype.itemsize for p in params)
   return {"flops": flops, "bytes": nbytes}

@@ -135,6 +135,87 @@ def _store_value(v: str, dt: DType) -> str:
   return v
 
 
+VEC_DTYPES = (dtypes.float32, dtypes.float64)
+VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP}
+
+
+def vector_type(dt: DType, n: int) -> str:
+  return f"bg_{'f32' if dt == dtypes.float32 else 'f64'}x{n}"
+
+
+def _body_end(program: list[UOp], i: int) -> int:
+  r = program[i]
+  return next(j for j in range(i + 1, len(program)) if program[j].op is Ops.ENDRANGE and program[j].src[0] is r)
+
+
+def vector_loops(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, UOp], dict[UOp, int]]:
+  """Innermost upcast lane loops whose body runs as one vector op per value: loads and stores walk the lane
+  with stride 1 (or not at all: a scalar broadcast), the values are float adds/muls/divides, and
+  accumulators keep this lane innermost. Returns ({position of the RANGE in program: its range},
+  {accumulator updated in such a loop: its vector lanes})."""
+  loops, reads = _vector_candidates(program, alias)
+  while True:
+    vacc = {u.src[0]: r.src[0].arg for i, r in loops.items()
+            for u in program[i + 1:_body_end(program, i)] if u.op is Ops.ACC_UPDATE}
+    # a loop reading a lane-dependent accumulator as a vector needs that accumulator in vector layout
+    keep = {i: r for i, r in loops.items() if reads[i] <= set(vacc)}
+    if keep == loops: return loops, vacc
+    loops = keep
+
+
+def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, UOp], dict[int, set]]:
+  from .symbolic import linear
+  out: dict[int, UOp] = {}
+  reads: dict[int, set] = {}
+  for i, r in enumerate(program):
+    if r.op is not Ops.RANGE or r.arg[1] != "upcast" or r.src[0].op is not Ops.CONST: continue
+    n = r.src[0].arg
+    if n < 2 or n & (n - 1): continue
+    j = _body_end(program, i)
+    body = program[i + 1:j]
+    if any(u.op in (Ops.RANGE, Ops.DEFINE_ACC) for u in body): continue
+    memo: dict[UOp, bool] = {r: True}
+
+    def dep(u: UOp) -> bool:
+      u = alias.get(u, u)
+      if u not in memo:
+        memo[u] = r in u.src if u.op is Ops.DEFINE_ACC else any(dep(s) for s in u.src)
+      return memo[u]
+
+    def contiguous(idx: UOp) -> bool:
+      if len(idx.src) != 2: return False
+      terms, _ = linear(idx.src[1])
+      return terms.get(r) == 1 and not any(t is not r and r in t.toposort() for t in terms)
+
+    users: dict[UOp, list[UOp]] = {}
+    for u in body:
+      for s in u.src: users.setdefault(s, []).append(u)
+    ok, dts = True, set()
+    for u in body:
+      if not dep(u): continue
+      if u.op is Ops.INDEX: ok = contiguous(u)
+      elif u.dtype is not None and u.dtype in (dtypes.index, dtypes.int64, dtypes.int32) and u.op in (Ops.ADD, Ops.MUL):
+        # index arithmetic: rendered for lane 0, used only to address vector loads/stores
+        ok = all(v.op in (Ops.ADD, Ops.MUL) and v.dtype == u.dtype or v.op is Ops.INDEX and v.src[1] is u
+                 for v in users.get(u, []))
+      elif u.op is Ops.LOAD: ok = u.dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.dtype; dts.add(u.dtype)
+      elif u.op in VEC_OPS: ok = u.dtype in VEC_DTYPES; dts.add(u.dtype)
+      elif u.op is Ops.ACC_UPDATE:
+        acc = u.src[0]
+        ok = u.arg in (Ops.ADD, Ops.MUL) and acc.src[-1] is r and u.dtype in VEC_DTYPES; dts.add(u.dtype)
+      elif u.op is Ops.STORE:
+        ok = dep(u.src[0]) and u.src[1].dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.src[1].dtype
+        dts.add(u.src[1].dtype)
+      else: ok = False
+      # a reduce read through its accumulator: vector only when this lane is the accumulator's innermost
+      ok = ok and all(s not in alias or not dep(s) or alias[s].src[-1] is r for s in u.src)
+      if not ok: break
+    if ok and len(dts) == 1:
+      out[i] = r
+      reads[i] = {alias[s] for u in body for s in u.src if s in alias and dep(s)}
+  return out, reads
+
+
 class CRenderer:
   device = "CPU"
   native_ops = {Ops.SQRT, Ops.TRUNC}      # exp2/log2/sin come from compiler.decomp (freestanding: no libm)
@@ -155,6 +236,20 @@ class CRenderer:
       head.append(f"  const long long {v.arg[0]} = (long long)args[{n_params + j}];")
       names[v] = v.arg[0]
     counter = [0]
+    # accumulators updated in a vector loop are arrays of vectors over their other lanes
+    vloops, vacc = vector_loops(program, alias)
+    vtypes: dict[str, str] = {}
+    vec = [None]                 # the lane range rendered as vectors right now
+    vvals: set[UOp] = set()      # values that are vectors in the current vector block
+
+    def vtype(dt: DType, n: int) -> str:
+      nm = vector_type(dt, n)
+      vtypes[nm] = f"typedef {ctype(dt)} {nm} __attribute__((vector_size({n * dt.itemsize}), aligned({dt.itemsize}), may_alias));"
+      return nm
+
+    def is_vec(u: UOp) -> bool:
+      u = alias.get(u, u)
+      return u in vvals or (u.op is Ops.DEFINE_ACC and u in vacc and vec[0] is not None and u.src[-1] is vec[0])
 
     def lane_index(lanes) -> str:
       idx, stride = [], 1
@@ -165,19 +260,41 @@ class CRenderer:
     def name_of(u: UOp) -> str:
       u = alias.get(u, u)
       if u.op is Ops.CONST: return literal(u.arg, u.dtype)
+      if u.op is Ops.DEFINE_ACC and u in vacc:
+        outer = f"{names[u]}[{lane_index(u.src[:-1]) or 0}]"
+        return outer if vec[0] is u.src[-1] else f"{outer}[{names[u.src[-1]]}]"
       if u.op is Ops.DEFINE_ACC and u.src: return f"{names[u]}[{lane_index(u.src)}]"
       return names[u]
 
     def new_var(u: UOp, expr: str, prefix="v"):
       nm = f"{prefix}{counter[0]}"; counter[0] += 1
-      lines.append("  " * indent + f"const {ctype(u.dtype)} {nm} = {expr};")
+      vector = vec[0] is not None and u.dtype in VEC_DTYPES and any(is_vec(s) for s in u.src)
+      if vector: vvals.add(u)
+      t = vtype(u.dtype, vec[0].src[0].arg) if vector else ctype(u.dtype)
+      lines.append("  " * indent + f"const {t} {nm} = {expr};")
       names[u] = nm
 
-    for u in program:
+    def idx_vec(idx: UOp) -> bool:    # this INDEX walks the vector lane (its address is lane 0's)
+      return vec[0] in idx.src[1].toposort()
+
+    def vref(idx: UOp, dt: DType, const="") -> str:
+      return f"(*({const}{vtype(dt, vec[0].src[0].arg)} *)&{name_of(idx.src[0])}[{name_of(idx.src[1])}])"
+
+    for pos, u in enumerate(program):
       op = u.op
       if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.SINK): continue
       if op is Ops.PARAM: names[u] = f"data{u.arg}"; continue
-      if op is Ops.RANGE:
+      if op is Ops.RANGE and u.arg[1] == "upcast" and pos not in vloops:
+        lines.append("  " * indent + f"#pragma GCC unroll {u.src[0].arg}")
+      if op is Ops.RANGE and pos in vloops:
+        # the lane loop becomes one block of vector ops; index math inside is for lane 0
+        vec[0] = u; names[u] = "0"
+        lines.append("  " * indent + "{"); indent += 1
+      elif op is Ops.ENDRANGE and vec[0] is u.src[0]:
+        vec[0] = None; vvals.clear()
+        indent -= 1
+        lines.append("  " * indent + "}")
+      elif op is Ops.RANGE:
         nm = f"r{u.arg[0]}"
         names[u] = nm
         lines.append("  " * indent + f"for (long long {nm} = 0; {nm} < {name_of(u.src[0])}; {nm}++) {{")
@@ -189,7 +306,13 @@ class CRenderer:
         nm = f"acc{u.arg[1]}"
         names[u] = nm
         init = literal(identity_for(u.arg[0], u.dtype), u.dtype)
-        if u.src:   # one accumulator per upcast lane, kept in registers once the lane loops unroll
+        if u in vacc:   # vectors over the innermost lane, one per combination of the other lanes
+          n = 1
+          for r in u.src[:-1]: n *= r.src[0].arg
+          t = vtype(u.dtype, vacc[u])
+          lines.append("  " * indent + f"{t} {nm}[{n}];")
+          lines.append("  " * indent + f"for (int _i = 0; _i < {n}; _i++) {nm}[_i] = {init} - ({t}){{}};")
+        elif u.src:   # one accumulator per upcast lane, kept in registers once the lane loops unroll
           n = 1
           for r in u.src: n *= r.src[0].arg
           lines.append("  " * indent + f"{ctype(u.dtype)} {nm}[{n}];")
@@ -204,6 +327,13 @@ class CRenderer:
         lines.append("  " * indent + f"{acc} = {_round16(expr, u.dtype)};")
       elif op is Ops.INDEX:
         names[u] = name_of(u.src[1])      # rendered by LOAD/STORE
+      elif op is Ops.LOAD and vec[0] is not None and idx_vec(u.src[0]):
+        vvals.add(u); nm = f"v{counter[0]}"; counter[0] += 1; names[u] = nm
+        lines.append("  " * indent + f"const {vtype(u.dtype, vec[0].src[0].arg)} {nm} = {vref(u.src[0], u.dtype, 'const ')};")
+      elif op is Ops.STORE and vec[0] is not None and idx_vec(u.src[0]):
+        val, dt = u.src[1], u.src[1].dtype
+        v = name_of(val) if is_vec(val) else f"({name_of(val)} - ({vtype(dt, vec[0].src[0].arg)}){{}})"
+        lines.append("  " * indent + f"{vref(u.src[0], dt)} = {v};")
       elif op is Ops.LOAD:
         idx = u.src[0]
         v = _load(name_of(idx.src[0]), name_of(idx.src[1]), u.dtype)
@@ -226,4 +356,4 @@ class CRenderer:
         new_var(u, _round16(_unary(op, name_of(u.src[0]), u.dtype), u.dtype))
       else:
         raise NotImplementedError(f"C renderer: no rule for {op.name}")
-    return PRELUDE + "\n".join(head + lines + ["}"]) + "\n"
+    return PRELUDE + "".join(t + "\n" for t in vtypes.values()) + "\n".join(head + lines + ["}"]) + "\n"

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from baregrad.compiler.dtype import dtypes, promote, to_dtype
+from baregrad.compiler.opt import matmul_pack_width
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
@@ -638,9 +639,16 @@ class ComposedOps:
     except ValueError:
       raise ValueError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast") from None
     n, m = a2.shape[-2], b2.shape[-1]
-    x = a2.reshape(*a2.shape[:-1], 1, k)
-    y = b2.transpose(-1, -2).reshape(*b2.shape[:-2], 1, m, k)
-    out = (x * y)._acc_sum(-1)
+    w = matmul_pack_width(self.device, promote(a2.dtype, b2.dtype), n, k, m)
+    if w:
+      # the right operand in (m/w, k, w) strips (see matmul_pack_width); the product sums over k per strip
+      bp = b2.reshape(*b2.shape[:-1], m // w, w).transpose(-2, -3).contiguous()
+      x = a2.reshape(*a2.shape[:-1], 1, k, 1)
+      out = (x * bp.reshape(*b2.shape[:-2], 1, m // w, k, w))._acc_sum(-2)
+    else:
+      x = a2.reshape(*a2.shape[:-1], 1, k)
+      y = b2.transpose(-1, -2).reshape(*b2.shape[:-2], 1, m, k)
+      out = (x * y)._acc_sum(-1)
     out_shape = list(batch) + ([n] if a.ndim > 1 else []) + ([m] if b.ndim > 1 else [])
     return out.reshape(*out_shape)
 

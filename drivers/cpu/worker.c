@@ -204,7 +204,10 @@ void bg_helper_run(const struct bg_libc *libc) {
   while (!LOAD(&team.stop)) {
     uint32_t g = LOAD(&team.generation);
     if (g == seen) {
-      for (uint32_t i = 1; i < 20000 && (g = LOAD(&team.generation)) == seen && !LOAD(&team.stop); i++) CPU_RELAX();
+      /* spin (yielding: the worker and the host thread may need this core) for a while, then sleep */
+      int64_t start = now_ns(libc), t = start;
+      for (uint32_t i = 1; t - start < IDLE_SPIN_NS && (g = LOAD(&team.generation)) == seen && !LOAD(&team.stop); i++)
+        t = spin_step(i, t, libc);
       if (g == seen) { futex_wait(&team.generation, seen, FUTEX_SLICE_NS, libc); continue; }
     }
     seen = g;

@@ -1,0 +1,139 @@
+"""Kernel optimizations on the CPU device, checked against numpy: every single opt BEAM may try and a set of
+opt sequences give the same numbers as no opts; the C renderer's vector lanes and the packed matmul layout
+compute what numpy computes; the matmul kernel really is vectorized (its source uses the vector types)."""
+import dataclasses, itertools, random
+import numpy as np
+import pytest
+from baregrad.tensor import Tensor
+from baregrad.compiler.dtype import dtypes
+from baregrad.compiler.schedule import normalize
+from baregrad.compiler.rangeify import rangeify, KernelSpec
+from baregrad.compiler.opt import Opt, OptError, apply_opts, hand_coded_opts, matmul_pack_width
+from baregrad.compiler.search import actions
+from baregrad.compiler.codegen import get_program
+from baregrad.hcq.buffer import Buffer
+from baregrad.hcq.runtime import ExecItem, run_schedule
+
+pytestmark = pytest.mark.skipif(Tensor(1.0).device != "CPU", reason="CPU kernel opts")
+
+
+def last_kernel(t: Tensor) -> tuple[KernelSpec, list]:
+  """The last kernel of t's schedule and the numpy arrays of its inputs (earlier kernels realized)."""
+  items = t.schedule()
+  run_schedule(items[:-1], sync=True)
+  sink, _, _ = normalize(t.uop.sink())
+  spec = [i for i in rangeify(sink, lambda x: x.device).items if isinstance(i, KernelSpec)][-1]
+  return spec, items[-1].bufs
+
+
+def run_with(spec: KernelSpec, bufs: list, opts) -> np.ndarray:
+  prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
+  out = Buffer(bufs[0].device, bufs[0].size, bufs[0].dtype)
+  run_schedule([ExecItem(prog, [out, *bufs[1:]], {}, prog.meta)], sync=True)
+  return read(out)
+
+
+def read(buf: Buffer) -> np.ndarray:
+  out = np.empty(buf.size, buf.dtype.np)
+  buf.copyout(memoryview(out).cast("B"))
+  return out
+
+
+def rng(seed=0): return np.random.default_rng(seed)
+
+
+CASES = {
+  "matmul_packed": lambda r: Tensor(r.standard_normal((64, 48), dtype=np.float32)) @ Tensor(r.standard_normal((48, 64), dtype=np.float32)),
+  "matmul_plain": lambda r: Tensor(r.standard_normal((12, 20), dtype=np.float32)) @ Tensor(r.standard_normal((20, 24), dtype=np.float32)),
+  "sum_rows": lambda r: Tensor(r.standard_normal((32, 48), dtype=np.float32)).sum(1),
+  "max_cols": lambda r: Tensor(r.standard_normal((32, 48), dtype=np.float32)).max(0),
+  "relu_affine": lambda r: (Tensor(r.standard_normal((16, 32), dtype=np.float32)) * 3 + 1).relu(),
+  "where_broadcast": lambda r: (Tensor(r.standard_normal((16, 1), dtype=np.float32)) > 0).where(
+      Tensor(r.standard_normal((1, 32), dtype=np.float32)), 2.0),
+  "f64_mean": lambda r: Tensor(r.standard_normal((8, 64))).mean(1, keepdim=True) * Tensor(r.standard_normal((8, 64))),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_single_opt_matches_unoptimized(name):
+  """Each opt BEAM may try (UPCAST of every axis by every amount, THREAD, SWAP) gives the unoptimized result."""
+  spec, bufs = last_kernel(CASES[name](rng(1)))
+  want = run_with(spec, bufs, [])
+  acts = actions(spec.ast, 2)
+  assert acts
+  for a in acts:
+    got = run_with(spec, bufs, [a])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} with {a}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_opt_sequences_match_unoptimized(name):
+  """Random sequences of up to four opts (what BEAM builds) and the heuristic's choice give the same result."""
+  spec, bufs = last_kernel(CASES[name](rng(2)))
+  want = run_with(spec, bufs, [])
+  seqs, r = [hand_coded_opts(spec.ast, 2)], random.Random(name)
+  while len(seqs) < 12:
+    seq, ast = [], spec.ast
+    for _ in range(r.randint(2, 4)):
+      acts = actions(ast, 2)
+      if not acts: break
+      seq.append(r.choice(acts))
+      try: ast = apply_opts(spec.ast, seq)
+      except OptError: seq.pop(); break
+    seqs.append(seq)
+  for seq in seqs:
+    np.testing.assert_allclose(run_with(spec, bufs, seq), want, rtol=1e-5, atol=1e-5, err_msg=f"{name} with {seq}")
+
+
+@pytest.mark.parametrize("shape", [((256, 128), (128, 96)), ((3, 64, 80), (80, 64)), ((2, 1, 40, 96), (3, 96, 128)),
+                                   ((100, 70), (70, 128)), ((7, 33), (33, 64)), ((128, 64), (64, 32))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_shapes_match_numpy(shape, dtype):
+  r = rng(3)
+  a, b = (r.standard_normal(s).astype(dtype) for s in shape)
+  got = (Tensor(a) @ Tensor(b)).numpy()
+  want = a.astype(np.float64) @ b.astype(np.float64)
+  tol = 1e-4 if dtype == np.float32 else 1e-10
+  np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_large_matmul_is_packed_and_vectorized():
+  """The 1024 matmul packs its right operand into (m/w, k, w) strips and runs on vector types."""
+  w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
+  assert w in (8, 16)
+  r = rng(4)
+  a, b = r.random((256, 256), dtype=np.float32), r.random((256, 256), dtype=np.float32)
+  items = (Tensor(a) @ Tensor(b)).schedule()
+  assert len(items) == 2, [i.program.name for i in items]                 # the packing copy, then the product
+  src = items[-1].program.source
+  assert f"bg_f32x{w}" in src and "acc0[" in src, src
+  run_schedule(items, sync=True)
+  np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)
+
+
+def test_packed_matmul_gradients_match_numpy():
+  r = rng(5)
+  a, b, g = r.standard_normal((64, 96)), r.standard_normal((96, 128)), r.standard_normal((64, 128))
+  A, B = Tensor(a.astype(np.float32), requires_grad=True), Tensor(b.astype(np.float32), requires_grad=True)
+  ((A @ B) * Tensor(g.astype(np.float32))).sum().backward()
+  np.testing.assert_allclose(A.grad.numpy(), g @ b.T, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(B.grad.numpy(), a.T @ g, rtol=1e-4, atol=1e-4)
+
+
+def test_no_packing_without_opts(monkeypatch):
+  monkeypatch.setenv("OPT", "0")
+  assert matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024) == 0
+  assert matmul_pack_width("NV", dtypes.float32, 1024, 1024, 1024) == 0
+  assert matmul_pack_width("CPU", dtypes.int32, 1024, 1024, 1024) == 0
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16, 32])
+def test_vector_lanes_with_offsets_and_scalars(lanes):
+  """Vector lanes over a strided, offset view mixed with a broadcast scalar column and division."""
+  r = rng(6)
+  x, y = r.standard_normal((8, 2 * lanes + 3), dtype=np.float32), r.uniform(1, 2, (8, 1)).astype(np.float32)
+  t = (Tensor(x)[:, 3:3 + lanes] * 2 - Tensor(x)[:, 1:1 + lanes]) / Tensor(y)
+  spec, bufs = last_kernel(t)
+  got = run_with(spec, bufs, [Opt("UPCAST", 1, lanes)])
+  np.testing.assert_allclose(got.reshape(8, lanes), (x[:, 3:3 + lanes] * 2 - x[:, 1:1 + lanes]) / y, rtol=1e-6)
+  assert f"bg_f32x{lanes}" in get_program(dataclasses.replace(spec, opts=(Opt("UPCAST", 1, lanes),))).source
