@@ -1,5 +1,7 @@
 """Kernel optimizations on ranges: UPCAST (a global axis gets an inner constant-size lane loop whose
-accumulators live in registers), THREAD (a global axis is split across CPU cores), SWAP (loop order).
+accumulators live in registers), UNROLL (a reduce axis gets an inner constant-size loop the compiler unrolls),
+THREAD (a global axis is split across CPU cores), SWAP (loop order), PADTO (a global axis is rounded up to a
+multiple, the extra iterations gated off, so UPCAST/THREAD can split it).
 `hand_coded_opts` picks them by default; compiler.search (BEAM=n) picks them by timing real runs."""
 from __future__ import annotations
 import os
@@ -11,9 +13,9 @@ from .pattern import substitute
 
 @dataclass(frozen=True)
 class Opt:
-  op: str          # "UPCAST" | "THREAD" | "SWAP"
-  axis: int        # index into the kernel's current global axes (outermost first)
-  amount: int = 0  # lanes / threads / the other axis for SWAP
+  op: str          # "UPCAST" | "UNROLL" | "THREAD" | "SWAP" | "PADTO"
+  axis: int        # index into the kernel's current global axes, outermost first (UNROLL: its reduce axes)
+  amount: int = 0  # lanes / unrolled iterations / threads / the other axis for SWAP / the multiple for PADTO
 
   def __repr__(self): return f"{self.op}({self.axis},{self.amount})"
 
@@ -34,7 +36,33 @@ def _size(r: UOp) -> int:
   return r.src[0].arg
 
 
+def reduce_ranges(ast: UOp) -> list[UOp]:
+  return sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "reduce"}, key=lambda r: r.arg[0])
+
+
+def _unroll(ast: UOp, opt: Opt) -> UOp:
+  """A reduce axis splits into an outer loop and an inner constant-size loop the compiler unrolls."""
+  rl = reduce_ranges(ast)
+  if not 0 <= opt.axis < len(rl): raise OptError(f"{opt}: kernel has {len(rl)} reduce axes")
+  r, amt = rl[opt.axis], opt.amount
+  size = _size(r)
+  if amt < 2 or size % amt: raise OptError(f"{opt}: reduce axis of size {size} does not split by {amt}")
+  next_id = max(u.arg[0] for u in _ranges(ast)) + 1
+  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (next_id, "unroll"))
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amt),), r.arg)
+  parts = (lane,) if size == amt else (outer, lane)
+  done: dict[UOp, UOp] = {r: lane if size == amt else outer * amt + lane}
+  for n in ast.toposort():
+    if n is r: continue
+    src = tuple(done[s] for s in n.src)
+    if n.op is Ops.REDUCE and r in n.src[1:]:   # the reduce now runs over both new loops
+      src = (src[0],) + tuple(x for s in n.src[1:] for x in (parts if s is r else (s,)))
+    done[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+  return done[ast]
+
+
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
+  if opt.op == "UNROLL": return _unroll(ast, opt)
   gl = global_ranges(ast)
   if not 0 <= opt.axis < len(gl): raise OptError(f"{opt}: kernel has {len(gl)} global axes")
   r = gl[opt.axis]
@@ -57,6 +85,21 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     # the chunk loop keeps this axis's place in the loop order
     inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // n),), r.arg)
     return substitute(ast, {r: core * (size // n) + inner})
+  if opt.op == "PADTO":
+    amt = opt.amount
+    if amt < 2 or size % amt == 0: raise OptError(f"{opt}: axis of size {size} is already a multiple of {amt}")
+    if size * 2 < amt: raise OptError(f"{opt}: padding {size} to {amt} more than doubles the work")
+    padded = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // amt) * amt),), r.arg)
+    tmp = substitute(ast, {r: padded})
+    # the padded iterations neither load nor store: every memory access they reach is gated
+    inside = padded < size
+    gates = {}
+    for u in tmp.toposort():
+      if u.op is Ops.INDEX and padded in u.src[1].toposort() + (u.src[2].toposort() if len(u.src) == 3 else []):
+        gates[u] = u.replace(src=(u.src[0], u.src[1], inside if len(u.src) == 2 else (u.src[2] & inside)))
+      elif u.op is Ops.STORE and u.src[0] not in gates and len(u.src[0].src) == 2:
+        gates[u.src[0]] = u.src[0].replace(src=(*u.src[0].src, inside))
+    return substitute(tmp, gates)
   if opt.op == "SWAP":
     if not 0 <= opt.amount < len(gl) or opt.amount == opt.axis: raise OptError(f"{opt}: bad axis to swap with")
     other = gl[opt.amount]

@@ -284,7 +284,7 @@ class CRenderer:
       op = u.op
       if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.SINK): continue
       if op is Ops.PARAM: names[u] = f"data{u.arg}"; continue
-      if op is Ops.RANGE and u.arg[1] == "upcast" and pos not in vloops:
+      if op is Ops.RANGE and u.arg[1] in ("upcast", "unroll") and pos not in vloops:
         lines.append("  " * indent + f"#pragma GCC unroll {u.src[0].arg}")
       if op is Ops.RANGE and pos in vloops:
         # the lane loop becomes one block of vector ops; index math inside is for lane 0

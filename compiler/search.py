@@ -3,7 +3,7 @@ extend them by one more opt, repeat; the winner is cached on disk per kernel (BE
 from __future__ import annotations
 import dataclasses, hashlib, json, os, sys, time
 from .uop import UOp, Ops
-from .opt import Opt, OptError, apply_opts, global_ranges, cpu_threads, _size
+from .opt import Opt, OptError, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size
 
 MAX_LANES = 256
 
@@ -35,6 +35,12 @@ def actions(ast: UOp, threads: int) -> list[Opt]:
       if s % amt == 0 and lanes * amt <= MAX_LANES: out.append(Opt("UPCAST", i, amt))
     if not threaded and threads > 1 and s % threads == 0: out.append(Opt("THREAD", i, threads))
     for k in range(i + 1, len(gl)): out.append(Opt("SWAP", i, k))
+    for amt in (4, 8, 16):
+      if s % amt and s * 2 >= amt: out.append(Opt("PADTO", i, amt))
+  for i, r in enumerate(reduce_ranges(ast)):
+    s = _size(r)
+    for amt in (2, 4, 8):
+      if s % amt == 0 and s > amt: out.append(Opt("UNROLL", i, amt))
   return out
 
 

@@ -50,17 +50,23 @@ CASES = {
   "relu_affine": lambda r: (Tensor(r.standard_normal((16, 32), dtype=np.float32)) * 3 + 1).relu(),
   "where_broadcast": lambda r: (Tensor(r.standard_normal((16, 1), dtype=np.float32)) > 0).where(
       Tensor(r.standard_normal((1, 32), dtype=np.float32)), 2.0),
+  "odd_sizes": lambda r: (Tensor(r.standard_normal((7, 13), dtype=np.float32)) * Tensor(r.standard_normal((13,), dtype=np.float32))).exp(),
+  "odd_reduce": lambda r: Tensor(r.standard_normal((30, 45), dtype=np.float32)).sum(0) / 3,
   "f64_mean": lambda r: Tensor(r.standard_normal((8, 64))).mean(1, keepdim=True) * Tensor(r.standard_normal((8, 64))),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_single_opt_matches_unoptimized(name):
-  """Each opt BEAM may try (UPCAST of every axis by every amount, THREAD, SWAP) gives the unoptimized result."""
+  """Each opt BEAM may try (UPCAST/THREAD/SWAP/PADTO of every global axis, UNROLL of every reduce axis) gives the
+  unoptimized result."""
   spec, bufs = last_kernel(CASES[name](rng(1)))
   want = run_with(spec, bufs, [])
   acts = actions(spec.ast, 2)
   assert acts
+  kinds = {a.op for a in acts}
+  if name.startswith("odd"): assert "PADTO" in kinds, acts
+  if name in ("sum_rows", "matmul_packed", "odd_reduce"): assert "UNROLL" in kinds, acts
   for a in acts:
     got = run_with(spec, bufs, [a])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} with {a}")
@@ -137,3 +143,20 @@ def test_vector_lanes_with_offsets_and_scalars(lanes):
   got = run_with(spec, bufs, [Opt("UPCAST", 1, lanes)])
   np.testing.assert_allclose(got.reshape(8, lanes), (x[:, 3:3 + lanes] * 2 - x[:, 1:1 + lanes]) / y, rtol=1e-6)
   assert f"bg_f32x{lanes}" in get_program(dataclasses.replace(spec, opts=(Opt("UPCAST", 1, lanes),))).source
+
+
+def test_unroll_and_padto_render_as_intended():
+  """UNROLL gives the reduce an inner loop the compiler unrolls; PADTO rounds an axis up and gates the extra
+  iterations (no load or store past the end: the buffers are exact-size, and the output matches)."""
+  r = rng(7)
+  x = r.standard_normal((30, 45), dtype=np.float32)
+  spec, bufs = last_kernel(Tensor(x).sum(1))
+  src = get_program(dataclasses.replace(spec, opts=(Opt("UNROLL", 0, 3),))).source
+  assert "#pragma GCC unroll 3" in src, src
+  np.testing.assert_allclose(run_with(spec, bufs, [Opt("UNROLL", 0, 3)]), x.sum(1), rtol=1e-5, atol=1e-5)
+  opts = [Opt("PADTO", 0, 32), Opt("UPCAST", 0, 8), Opt("THREAD", 0, 2)]
+  np.testing.assert_allclose(run_with(spec, bufs, opts), x.sum(1), rtol=1e-5, atol=1e-5)
+  src = get_program(dataclasses.replace(spec, opts=tuple(opts))).source
+  assert "< 30" in src.replace("LL", "") or "<30" in src.replace("LL", ""), src
+  with pytest.raises(OptError, match="already a multiple"): apply_opts(spec.ast, [Opt("PADTO", 0, 10)])
+  with pytest.raises(OptError, match="does not split"): apply_opts(spec.ast, [Opt("UNROLL", 0, 7)])
