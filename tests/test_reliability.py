@@ -149,3 +149,72 @@ def test_cpu_queue_rejects_malformed_packets():
   with pytest.raises((ValueError, ProcessorFault)):
     dev.driver.submit("compute", [rng.getrandbits(64) for _ in range(64)])
     dev.synchronize(timeout=5)
+
+
+CPU_PACKET_FUZZ = r"""
+import random, sys, time
+import numpy as np
+from baregrad.hcq.device import Device
+from baregrad.drivers.cpu.driver import CPUDriver
+from baregrad.drivers.cpu.processor import Op, PACKETS, header, ProcessorFault
+from baregrad.tensor import Tensor
+seed = int(sys.argv[1])
+rng = random.Random(seed)
+prog = (Tensor(np.ones(4, np.float32), device="CPU") + 1).realize()   # a loaded kernel entry point exists
+faults = 0
+for k in range(int(sys.argv[2])):
+  dev = Device("CPU", CPUDriver())
+  bufs = [dev.driver.alloc(rng.choice([8, 64, 4096, 10000])) for _ in range(3)]
+  def operand(name):
+    b = rng.choice(bufs)
+    kind = rng.randrange(4)
+    if name == "nbytes" or name == "nwords" or name == "nchunks": return rng.choice([0, 1, 8, 4096, 1 << 20, rng.getrandbits(64)])
+    if kind == 0: return rng.getrandbits(64)
+    if kind == 1: return b.addr + rng.randrange(0, b.mapped + 64)          # inside, or just past the end
+    if kind == 2: return b.addr - rng.randrange(1, 4096)
+    return rng.getrandbits(48)
+  words = []
+  for _ in range(rng.randint(1, 12)):
+    op = rng.choice([o for o in Op if o not in (Op.WAIT,)])
+    ops = [operand(n) for n in PACKETS[op]]
+    words += [header(op, 1 + len(ops)), *ops]
+  try:
+    dev.driver.submit("compute", words)
+    dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout=5)
+  except (ProcessorFault, RuntimeError, ValueError, TimeoutError) as e:
+    faults += 1
+    msg = str(e)
+    assert "CPU" in msg, msg
+print("ok", faults)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_cpu_random_packets_with_wild_operands_never_crash(seed):
+  """Valid opcodes and sizes with random addresses, lengths and function pointers: the CPU device's checked
+  processor faults (unmapped address / not a kernel entry point) instead of touching the memory; the process
+  survives (run in a child so a crash shows up as its exit status)."""
+  import subprocess, sys
+  out = subprocess.run([sys.executable, "-c", CPU_PACKET_FUZZ, str(seed), "40"], capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, f"child exited {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+  faults = int(out.stdout.split()[-1])
+  assert faults >= 30, out.stdout       # nearly every random stream has a bad operand
+
+
+def test_cpu_fault_names_the_unmapped_address_and_packet():
+  from baregrad.drivers.cpu.driver import CPUDriver
+  from baregrad.drivers.cpu.processor import Op, header, ProcessorFault
+  def run(words):
+    dev = Device("CPU", CPUDriver())
+    dev.driver.submit("compute", words)
+    dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout=5)
+  buf = Device("CPU", CPUDriver()).driver.alloc(64)
+  with pytest.raises(ProcessorFault, match="CPU command processor fault: COPY packet operand 0x1000 is not mapped device memory"):
+    run([header(Op.COPY, 4), buf.addr, 0x1000, 8])
+  with pytest.raises(ProcessorFault, match=f"COPY packet operand 0x{buf.addr:x} is not mapped"):
+    run([header(Op.COPY, 4), buf.addr, buf.addr, 5000])    # runs past the end of the allocation
+  with pytest.raises(ProcessorFault, match="EXEC packet function 0x1234 is not a loaded kernel entry point"):
+    run([header(Op.EXEC, 3), 0x1234, buf.addr])
+  run([header(Op.COPY, 4), buf.addr, buf.addr + 8, 56])     # inside: fine

@@ -2,11 +2,11 @@
 processor (a ring consumed by a worker thread) that both the compute and the copy queue feed."""
 from __future__ import annotations
 from dataclasses import dataclass
-import os
+import os, weakref
 import cffi
 from . import cc, elf
 import numpy as np
-from .processor import CommandProcessor, Op, header, ProcessorFault
+from .processor import CommandProcessor, Op, header, ProcessorFault, address_space
 
 _ffi = cffi.FFI()
 KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv",)    # integer overflow wraps, as on every GPU and in numpy
@@ -23,15 +23,18 @@ class CPUDriver:
   name = "CPU"
 
   def __init__(self):
-    self.processor = CommandProcessor()
+    self.processor = CommandProcessor(checked=True)   # packets touch only our allocations and loaded kernels
     self.processor._w.start_helpers(max(0, (os.cpu_count() or 1) - 1))
 
   # ---- memory ----
   def alloc(self, nbytes: int) -> Memory:
     mapped = (max(nbytes, 1) + elf.PAGE - 1) // elf.PAGE * elf.PAGE
-    return Memory(elf.map_memory(mapped), nbytes, mapped)
+    mem = Memory(elf.map_memory(mapped), nbytes, mapped)
+    address_space.map(mem.addr, mapped)
+    return mem
 
   def free(self, mem: Memory):
+    address_space.unmap(mem.addr)
     elf.unmap_memory(mem.addr, mem.mapped)
 
   def view(self, addr: int, nbytes: int):
@@ -43,7 +46,10 @@ class CPUDriver:
 
   def load_program(self, binary: bytes, name: str):
     image = elf.load_elf(binary)
-    return image.symbol(name), image
+    entry = image.symbol(name)
+    address_space.add_entry(entry)
+    weakref.finalize(image, address_space.remove_entry, entry)   # unloaded with its image
+    return entry, image
 
   # ---- queues ----
   def encode(self, cmds: list[tuple]) -> list:

@@ -23,8 +23,10 @@ struct bg_ctl {
   uint32_t sleeping, stop;
   uint64_t fault, fault_info, last_header_rptr;
   uint32_t rptr_waiters, reserved;
-  uint64_t fault_ib_offset;
+  uint64_t fault_ib_offset, fault_addr, checked, pad[6];
 };
+struct bg_range { uint64_t start, end; };
+typedef void (*bg_host_mmu_set_t)(const struct bg_range *ranges, uint64_t nranges, const uint64_t *entries, uint64_t nentries);
 struct bg_libc { void *syscall, *clock_gettime, *memcpy; };
 typedef void (*bg_helper_run_t)(const struct bg_libc *libc);
 typedef void (*bg_helpers_stop_t)(const struct bg_libc *libc);
@@ -58,7 +60,8 @@ PACKETS = {
   Op.WAIT: ("addr", "value"), Op.TIMESTAMP: ("addr",), Op.BARRIER: (), Op.INDIRECT: ("addr", "nwords"),
   Op.EXEC_MT: ("fn", "args", "nchunks"),
 }
-FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer"}
+FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer", 4: "unmapped address",
+          5: "not a loaded kernel entry point"}
 WAIT_DONE, WAIT_TIMEOUT, WAIT_ABORTED = 0, 1, 2
 HOST_SPIN_NS = 20_000  # host waits spin this long before sleeping in futex
 ETIMEDOUT = 110        # Linux <asm-generic/errno.h>
@@ -95,7 +98,7 @@ class _Worker:
     for name in ("syscall", "clock_gettime", "memcpy"):
       setattr(self.libc, name, ffi.cast("void *", elf.resolve_libc(name)))
     for name in ("bg_helper_run", "bg_helpers_stop", "bg_worker_run", "bg_host_doorbell", "bg_host_stop", "bg_host_wait_value", "bg_host_wait_rptr",
-                 "bg_host_futex_wait", "bg_host_futex_wake"):
+                 "bg_host_futex_wait", "bg_host_futex_wake", "bg_host_mmu_set"):
       setattr(self, name.removeprefix("bg_"), ffi.cast(name + "_t", self.image.symbol(name)))
 
   def start_helpers(self, n: int):
@@ -120,6 +123,46 @@ class _Worker:
 
 
 def _u64p(addr: int): return ffi.cast("uint64_t *", addr)
+
+
+class AddressSpace:
+  """What packets of a checked processor may touch: registered memory ranges and kernel entry points. One table
+  per process (the worker's); the host publishes a new sorted copy on every change."""
+
+  def __init__(self):
+    self.ranges: dict[int, int] = {}     # start -> end
+    self.entries: dict[int, int] = {}    # entry point -> how many loaded programs have it
+    self._lock = threading.Lock()
+    self._tables = None
+
+  def map(self, addr: int, nbytes: int):
+    with self._lock: self.ranges[addr] = addr + nbytes; self._publish()
+
+  def unmap(self, addr: int):
+    with self._lock:
+      if self.ranges.pop(addr, None) is not None: self._publish()
+
+  def add_entry(self, fn: int):
+    with self._lock: self.entries[fn] = self.entries.get(fn, 0) + 1; self._publish()
+
+  def remove_entry(self, fn: int):
+    with self._lock:
+      if fn in self.entries:
+        self.entries[fn] -= 1
+        if not self.entries[fn]: del self.entries[fn]
+        self._publish()
+
+  def _publish(self):
+    starts = sorted(self.ranges)
+    ranges = np.array([(a, self.ranges[a]) for a in starts] or [(0, 0)], dtype=np.uint64)
+    entries = np.array(sorted(self.entries) or [0], dtype=np.uint64)
+    w = _Worker.get()
+    w.host_mmu_set(ffi.cast("struct bg_range *", ranges.ctypes.data), len(starts),
+                   _u64p(entries.ctypes.data), len(self.entries))
+    self._tables = (ranges, entries)     # the previous tables are no longer read once mmu_set returned
+
+
+address_space = AddressSpace()
 
 
 def futex_wait(addr: int, expected_low32: int, timeout_s: float) -> bool:
@@ -159,7 +202,8 @@ _leaked: list = []
 class CommandProcessor:
   """A ring of `ring_words` uint64 words (a power of two) and the worker thread that consumes it."""
 
-  def __init__(self, ring_words: int = 1 << 16):
+  def __init__(self, ring_words: int = 1 << 16, checked: bool = False):
+    """checked: packets may only use memory and kernel entry points registered in `address_space`."""
     if ring_words < 16 or ring_words & (ring_words - 1):
       raise ValueError(f"ring_words must be a power of two >= 16, got {ring_words}")
     self.ring_words = ring_words
@@ -170,6 +214,7 @@ class CommandProcessor:
     self.ctl_address = int(ffi.cast("uintptr_t", self._ptr))
     self.ring_address = self.ctl_address + elf.PAGE
     self._ctl = ffi.cast("struct bg_ctl *", self.ctl_address)
+    self._ctl.checked = int(checked)
     self._fault_address = self.ctl_address + ffi.offsetof("struct bg_ctl", "fault")
     self._ring = np.frombuffer(self._memory, dtype=np.uint64, count=ring_words, offset=elf.PAGE)
     self._wptr = 0  # host copy: words written, published or not
@@ -199,6 +244,8 @@ class CommandProcessor:
     name = Op(opcode).name if opcode in Op._value2member_map_ else "unknown"
     what = FAULTS.get(code, f"fault code {code}")
     if code == 1: what = f"unknown opcode {opcode}"
+    elif code == 4: what = f"{name} packet operand 0x{self._ctl.fault_addr:x} is not mapped device memory"
+    elif code == 5: what = f"{name} packet function 0x{self._ctl.fault_addr:x} is not a loaded kernel entry point"
     elif code == 2: what = f"bad packet size: {name} (opcode {opcode}) packet with nwords={nwords}"
     where = f"ring position {pos} (ring word {pos & (self.ring_words - 1)})"
     if ib: where = f"word {ib - 1} of the INDIRECT buffer called at {where}"

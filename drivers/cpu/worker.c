@@ -15,7 +15,9 @@
  *   6 BARRIER()                full memory fence
  *   7 INDIRECT(addr, nwords)   run the packets of a linear buffer (no INDIRECT inside it)
  *   8 EXEC_MT(fn, args, n)     fn(args, i) for i in [0, n): chunks shared with the helper threads
- * A bad packet sets `fault` and the worker returns; the host reports it.
+ * A bad packet sets `fault` and the worker returns; the host reports it. With `checked` set (the CPU
+ * device), operands are checked like a GPU's MMU would: addresses must lie in memory the driver
+ * registered (bg_host_mmu_set), EXEC/EXEC_MT functions must be registered kernel entry points.
  *
  * Compiled freestanding by cc.py and loaded by baregrad's own ELF loader (elf.py): no libc
  * headers, the few libc functions it needs come in through struct bg_libc. Linux only (futex).
@@ -44,11 +46,14 @@ struct bg_ctl {
   uint32_t rptr_waiters;      /* 48 host threads blocked in bg_host_wait_rptr */
   uint32_t reserved;          /* 52 */
   uint64_t fault_ib_offset;   /* 56 word offset + 1 of the faulting packet in an INDIRECT buffer; 0: in the ring */
+  uint64_t fault_addr;        /* 64 BG_FAULT_ADDRESS: the address that is not mapped (or the unknown entry point) */
+  uint64_t checked;           /* 72 1: packets may only touch registered memory and EXEC registered entries */
+  uint64_t pad[6];            /* 80 */
 };
-_Static_assert(sizeof(struct bg_ctl) == 64, "the control block is 64 bytes");
+_Static_assert(sizeof(struct bg_ctl) == 128, "the control block is two 64-byte lines");
 
 enum { BG_NOP, BG_EXEC, BG_COPY, BG_SIGNAL, BG_WAIT, BG_TIMESTAMP, BG_BARRIER, BG_INDIRECT, BG_EXEC_MT, BG_NUM_OPCODES };
-enum { BG_OK, BG_FAULT_OPCODE, BG_FAULT_SIZE, BG_FAULT_NESTED_INDIRECT, BG_STOPPED = 0xff };
+enum { BG_OK, BG_FAULT_OPCODE, BG_FAULT_SIZE, BG_FAULT_NESTED_INDIRECT, BG_FAULT_ADDRESS, BG_FAULT_ENTRY, BG_STOPPED = 0xff };
 enum { BG_WAIT_DONE, BG_WAIT_TIMEOUT, BG_WAIT_ABORTED };
 
 /* smallest packet of each opcode, header included */
@@ -145,6 +150,57 @@ static uint64_t check_header(uint64_t header, uint64_t available) {
 static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t mask, uint64_t pos, int in_indirect,
                            const struct bg_libc *libc);
 
+/* ---- the address table: sorted [start, end) ranges and sorted entry points, swapped in by the host ---- */
+struct bg_range { uint64_t start, end; };
+static struct { uint32_t lock; const struct bg_range *ranges; uint64_t nranges; const uint64_t *entries; uint64_t nentries; } mmu;
+
+static void mmu_lock(void) { while (__atomic_exchange_n(&mmu.lock, 1, __ATOMIC_ACQUIRE)) CPU_RELAX(); }
+static void mmu_unlock(void) { __atomic_store_n(&mmu.lock, 0, __ATOMIC_RELEASE); }
+
+/* 1 when [addr, addr + len) lies inside one registered range */
+static int mmu_mapped(uint64_t addr, uint64_t len) {
+  if (addr + len < addr) return 0;
+  mmu_lock();
+  uint64_t lo = 0, hi = mmu.nranges;      /* first range with start > addr */
+  while (lo < hi) { uint64_t mid = (lo + hi) / 2; if (mmu.ranges[mid].start <= addr) lo = mid + 1; else hi = mid; }
+  int ok = lo > 0 && addr + len <= mmu.ranges[lo - 1].end;
+  mmu_unlock();
+  return ok;
+}
+
+static int mmu_entry(uint64_t fn) {
+  mmu_lock();
+  uint64_t lo = 0, hi = mmu.nentries;
+  while (lo < hi) { uint64_t mid = (lo + hi) / 2; if (mmu.entries[mid] < fn) lo = mid + 1; else hi = mid; }
+  int ok = lo < mmu.nentries && mmu.entries[lo] == fn;
+  mmu_unlock();
+  return ok;
+}
+
+/* The host publishes new tables (it keeps them alive until the next call returns). */
+void bg_host_mmu_set(const struct bg_range *ranges, uint64_t nranges, const uint64_t *entries, uint64_t nentries) {
+  mmu_lock();
+  mmu.ranges = ranges; mmu.nranges = nranges; mmu.entries = entries; mmu.nentries = nentries;
+  mmu_unlock();
+}
+
+/* BG_OK, or the fault of the first operand that is not mapped memory / a known entry point */
+static uint64_t check_operands(struct bg_ctl *ctl, const uint64_t *words, uint64_t mask, uint64_t pos) {
+#define ARG(k) words[(pos + (k)) & mask]
+#define NEED(a, n) do { if (!mmu_mapped((a), (n))) { ctl->fault_addr = (a); return BG_FAULT_ADDRESS; } } while (0)
+  switch (ARG(0) & 0xffff) {
+  case BG_EXEC: case BG_EXEC_MT:
+    if (!mmu_entry(ARG(1))) { ctl->fault_addr = ARG(1); return BG_FAULT_ENTRY; }
+    NEED(ARG(2), 8); break;
+  case BG_COPY: if (ARG(3)) { NEED(ARG(1), ARG(3)); NEED(ARG(2), ARG(3)); } break;
+  case BG_SIGNAL: case BG_WAIT: case BG_TIMESTAMP: NEED(ARG(1), 8); break;
+  case BG_INDIRECT: NEED(ARG(1), ARG(2) * 8); if (ARG(2) >> 60) { ctl->fault_addr = ARG(1); return BG_FAULT_ADDRESS; } break;
+  }
+  return BG_OK;
+#undef NEED
+#undef ARG
+}
+
 /* the packets of an INDIRECT buffer, one level deep */
 static uint64_t run_indirect(struct bg_ctl *ctl, const uint64_t *ib, uint64_t nwords, const struct bg_libc *libc) {
   for (uint64_t pos = 0; pos < nwords; pos += ib[pos] >> 16) {
@@ -225,6 +281,7 @@ void bg_helpers_stop(const struct bg_libc *libc) {
 static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t mask, uint64_t pos, int in_indirect,
                            const struct bg_libc *libc) {
 #define ARG(k) words[(pos + (k)) & mask]
+  if (LOAD(&ctl->checked)) { uint64_t bad = check_operands(ctl, words, mask, pos); if (bad != BG_OK) return bad; }
   switch (ARG(0) & 0xffff) {
   case BG_NOP: return BG_OK;
   case BG_EXEC: ((bg_kernel_t)ARG(1))((const uint64_t *)ARG(2), 0); return BG_OK;
