@@ -1,5 +1,5 @@
 """Reliability: the timeline signal across 2^32, and no leaks of threads, file descriptors or mappings."""
-import gc, os, threading
+import gc, os, threading, time
 import numpy as np
 import pytest
 from baregrad.tensor import Tensor
@@ -68,20 +68,52 @@ def test_no_leaks_over_many_tensors():
   assert after == before, f"threads, fds, mappings: {before} -> {after}"
 
 
+def _rss_kb() -> int:
+  for line in open("/proc/self/status"):
+    if line.startswith("VmRSS:"): return int(line.split()[1])
+  return 0
+
+
+# ENDURANCE=1: the full counts (100,000 eager launches, 10,000 JIT replays); CI runs a slice of each
+EAGER_N, REPLAY_N = (100_000, 10_000) if os.environ.get("ENDURANCE") == "1" else (3_000, 1_000)
+
+
+def _stable_rss(step, n: int, what: str):
+  """Warm up, then run `step` n times: RSS after stays within 10% (+2 MB for allocator noise) of RSS before, and
+  so do the live Python objects."""
+  for _ in range(max(500, n // 20)): step()
+  gc.collect()
+  base, objs = _rss_kb(), len(gc.get_objects())
+  t = time.perf_counter()
+  for i in range(n):
+    step()
+    if i % 10_000 == 9_999: gc.collect()
+  dt = time.perf_counter() - t
+  gc.collect()
+  end, end_objs = _rss_kb(), len(gc.get_objects())
+  print(f"{what}: {n} in {dt:.1f} s ({dt / n * 1e6:.0f} us each), RSS {base} -> {end} kB, objects {objs} -> {end_objs}")
+  assert end <= base * 1.1 + 2048, f"RSS grew from {base} kB to {end} kB over {n} {what}"
+  assert end_objs <= objs + 500, f"live Python objects grew from {objs} to {end_objs} over {n} {what}"
+
+
 def test_eager_launches_keep_memory_stable():
-  """A few thousand eager launches: RSS settles (the allocator recycles, nothing accumulates per launch)."""
-  def rss() -> int:
-    for line in open("/proc/self/status"):
-      if line.startswith("VmRSS:"): return int(line.split()[1])
-    return 0
+  """Eager launches: RSS settles (the allocator recycles, nothing accumulates per launch)."""
   x, y = Tensor(np.random.rand(256).astype(np.float32)), Tensor(np.random.rand(256).astype(np.float32))
   dev = Device.get(x.device)
-  for _ in range(500): (x * y + 1.0).realize()
-  dev.synchronize(); gc.collect()
-  base = rss()
-  for _ in range(3000): (x * y + 1.0).realize()
-  dev.synchronize(); gc.collect()
-  assert rss() <= base * 1.1 + 2048, f"RSS grew from {base} kB to {rss()} kB over 3000 launches"
+  def step(): (x * y + 1.0).realize()
+  _stable_rss(step, EAGER_N, "eager launches")
+  dev.synchronize()
+
+
+def test_jit_replays_keep_memory_stable():
+  x = Tensor(np.random.rand(256).astype(np.float32))
+  dev = Device.get(x.device)
+  f = jit(lambda a: ((a * 1.5 + 2).relu().contiguous() * a).sum())
+  want = ((x.numpy() * 1.5 + 2).clip(0) * x.numpy()).sum()
+  def step(): f(x)
+  _stable_rss(step, REPLAY_N, "JIT replays")
+  np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-5)
+  dev.synchronize()
 
 
 FUZZ = int(os.environ.get("FUZZ_LONG", "12"))   # FUZZ_LONG=2000 for a long run
