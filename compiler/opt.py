@@ -184,7 +184,15 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
     amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
     if amt_j: picks[j] = amt_j
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
-    if i is not None:
+    if (i is not None and i < j and _has_avx512() and amt_j == 16 and sizes[j] % 32 == 0 and sizes[i] % 8 == 0
+        and sizes[j] > 32 and sizes[i] > 8):
+      # AVX-512: 8 rows x 2 vectors of 16 = 16 accumulators, 10 loads per 16 FMAs; the unit-stride axis goes
+      # outer so its operand's strip stays in cache while the rows stream past
+      opts += [Opt("UPCAST", j, 16), Opt("UPCAST", j, 2), Opt("UPCAST", i, 8), Opt("SWAP", i, j)]
+      sizes[j] //= 32; sizes[i] //= 8
+      sizes[i], sizes[j] = sizes[j], sizes[i]
+      picks = {}
+    elif i is not None:
       # a 16x16 register tile needs 32 vector registers (AVX-512); 16x8 fits 16 (AVX2)
       wide = 16 if _has_avx512() and sizes[i] % 16 == 0 and amt_j == 16 else 0
       picks[i] = wide or (8 if sizes[i] % 8 == 0 and amt_j and amt_j <= 16 else 4)
