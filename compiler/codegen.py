@@ -33,7 +33,16 @@ def _amd_renderer():   # AMD: RDNA3 assembly -> code object, no external tools
 
 
 RENDERERS["AMD"] = _amd_renderer
-_programs: dict = {}
+_programs: dict = {}      # (ast, device, opts) -> Program, least recently used first
+PROGRAM_CACHE = int(os.environ.get("PROGRAM_CACHE", "4096"))   # loaded programs kept for reuse
+
+
+def clear_programs():
+  """Forget every cached program and schedule: each is unloaded once nothing else holds it and its device has
+  finished the work queued before."""
+  from .schedule import _plans
+  _programs.clear()
+  _plans.clear()
 _decomp = decompositions()
 stats = {"kernels_compiled": 0}
 
@@ -143,8 +152,10 @@ def get_program(spec: KernelSpec):
   from baregrad.hcq.device import Device
   from baregrad.hcq.program import Program
   key = (spec.ast, spec.device, spec.opts)
-  prog = _programs.get(key)
-  if prog is not None: return prog
+  prog = _programs.pop(key, None)
+  if prog is not None:
+    _programs[key] = prog      # most recently used last
+    return prog
   renderer = renderer_for(spec.device)
   low = lower(spec, renderer)
   name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
@@ -157,4 +168,5 @@ def get_program(spec: KernelSpec):
   stats["kernels_compiled"] += 1
   if _viz.VIZ: _viz.viz_event("kernel", spec=spec, renderer=renderer, launch=low.launch, ast=low.ast, program=low.program, source=src, name=name)
   _programs[key] = prog
+  while len(_programs) > PROGRAM_CACHE: _programs.pop(next(iter(_programs)))
   return prog

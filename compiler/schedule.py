@@ -88,6 +88,7 @@ def normalize_leaf(view: UOp, buffers: list, mapping: dict) -> UOp:
 
 
 _plans: dict[UOp, Plan] = {}
+PLAN_CACHE = int(os.environ.get("PLAN_CACHE", "4096"))
 
 
 def build_plan(sink: UOp) -> Plan:
@@ -139,9 +140,12 @@ def create_schedule(outs: list[UOp]):
   from baregrad.hcq.buffer import Buffer
   from baregrad.hcq.runtime import ExecItem
   sink, buffers, var_vals = normalize(UOp.sink(*outs))
-  plan = _plans.get(sink)
-  if plan is None: plan = _plans[sink] = build_plan(sink)
+  plan = _plans.pop(sink, None)
+  if plan is None:
+    plan = build_plan(sink)
+    while len(_plans) >= PLAN_CACHE: _plans.pop(next(iter(_plans)))   # least recently used first
   else: stats["schedule_cache_hits"] += 1
+  _plans[sink] = plan
   new = [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
   def get(r): return buffers[r[1]] if r[0] == "in" else new[r[1]]
   items = [ExecItem(prog, [get(r) for r in refs], var_vals, meta) for prog, refs, meta in plan.steps]

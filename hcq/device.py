@@ -46,10 +46,26 @@ class Device:
     self.name, self.driver = name, driver
     self.allocator = LRUAllocator(driver)
     self.signal_pool = SignalPool(driver)
+    self.shared_pools: dict[tuple, SignalPool] = {}    # other devices -> signals in memory they map too
     self.timeline = Signal(self, "timeline")
     self.timeline_value = 0
     self.last_command: str | None = None
     self.kernargs = KernargArena(self)
+    self._retired: list[tuple[int, object, object]] = []   # (timeline value, object, release fn) kept until done
+
+  def retire(self, obj, release=None):
+    """Keep `obj` (a program's code) alive until the work queued so far has finished, then drop it and call
+    release(obj). Programs retire themselves when their last reference goes."""
+    self._retired.append((self.timeline_value, obj, release))
+    if len(self._retired) > 64: self._reap()
+
+  def _reap(self):
+    done = self.timeline.value
+    keep, free = [], []
+    for item in self._retired: (keep if item[0] > done else free).append(item)
+    self._retired = keep
+    for _, obj, release in free:
+      if release is not None: release(obj)
 
   def compute_queue(self) -> HWQueue: return HWQueue("compute")
   def copy_queue(self) -> HWQueue: return HWQueue("copy")
@@ -62,9 +78,44 @@ class Device:
     if _trace.active: _trace.on_synchronize(self, timeout)   # CAPTURE/PROFILE hook: the same wait, timed
     else: self.timeline.wait(self.timeline_value, timeout)
     self.check_faults()
+    if self._retired: self._reap()
 
   def check_faults(self):
-    self.driver.check_faults(self.name)
+    try:
+      self.driver.check_faults(self.name)
+    except Exception as e:
+      # the driver reset its queues: the work they dropped never signals, so the timeline moves past it
+      if getattr(e, "queues_reset", False): self.timeline.value = self.timeline_value
+      raise
+
+  # ---- memory that queues of several devices address: cross-device signals and buffers ----
+  def map_host(self, addr: int, nbytes: int):
+    """Let this device's queues address host memory the process already has, at its host address: a driver's
+    `map_host` (CPU: its command processor's address table) or `alloc_userptr` (AMD: a userptr BO). Drivers with
+    neither address only what they allocated (NV), so shared memory must come from them (alloc_shared)."""
+    mapper = getattr(self.driver, "map_host", None) or getattr(self.driver, "alloc_userptr", None)
+    if mapper is None:
+      raise NotImplementedError(f"{self.name}: the driver cannot map host memory it did not allocate; allocate the "
+                                f"shared memory on {self.name} (Device.alloc_shared) and map it on the other devices")
+    page = 4096
+    start = addr // page * page
+    return mapper(start, (addr + nbytes - start + page - 1) // page * page)
+
+  def alloc_shared(self, nbytes: int, others):
+    """`nbytes` of this device's memory that the queues of `others` address too, at the same address (a signal one
+    device waits on and another writes, a buffer several copy through). This device's allocations must be host
+    memory (CPU, NV: system memory mapped for the GPU) that the others can map (map_host)."""
+    mem = self.driver.alloc(nbytes)
+    for d in dict.fromkeys(others):
+      if d is not self: d.map_host(mem.addr, nbytes)
+    return mem
+
+  def shared_signal_pool(self, others) -> SignalPool:
+    """Signal slots in memory of this device that `others` map too (Signal(..., shared_with=others))."""
+    key = tuple(d for d in dict.fromkeys(others) if d is not self)
+    if key not in self.shared_pools:
+      self.shared_pools[key] = SignalPool(self.driver, alloc=lambda n: self.alloc_shared(n, key))
+    return self.shared_pools[key]
 
   def copyin(self, buf, mv: memoryview):
     self.synchronize()

@@ -1,5 +1,6 @@
 """A program loaded on a device: its name, entry point and the source it came from."""
 from __future__ import annotations
+import weakref
 from dataclasses import dataclass, field
 
 
@@ -17,4 +18,6 @@ class Program:
 
   def load(self, dev) -> "Program":
     self.entry, self.handle = dev.driver.load_program(self.binary, self.name)
+    # unloaded once the last reference is gone and the device has finished the work queued before that
+    weakref.finalize(self, dev.retire, self.handle, getattr(dev.driver, "unload_program", None))
     return self

@@ -8,11 +8,13 @@ class SignalTimeout(TimeoutError):
 
 
 class Signal:
-  """Devices write `value` (and `timestamp`, in ns) when a queue reaches a signal command."""
+  """Devices write `value` (and `timestamp`, in ns) when a queue reaches a signal command. `shared_with`: other
+  devices whose queues signal or wait on it too (its memory is then `device`'s, mapped by them: Device.alloc_shared)."""
 
-  def __init__(self, device, name: str = "signal", value: int = 0):
+  def __init__(self, device, name: str = "signal", value: int = 0, shared_with=()):
     self.device, self.name = device, name
-    self.addr = device.signal_pool.take()
+    self.pool = device.shared_signal_pool(shared_with) if shared_with else device.signal_pool
+    self.addr = self.pool.take()
     self._view = device.driver.view(self.addr, 16)
     self.value = value
 
@@ -38,22 +40,23 @@ class Signal:
         f"to reach {value}, it is {self.value}; last command submitted: {self.device.last_command or 'none'}")
 
   def __del__(self):
-    try: self.device.signal_pool.give_back(self.addr)
+    try: self.pool.give_back(self.addr)
     except Exception: pass
 
   def __repr__(self): return f"<Signal {self.name} value={self.value}>"
 
 
 class SignalPool:
-  """16-byte signal slots carved out of one page of host-visible device memory."""
+  """16-byte signal slots carved out of pages of host-visible device memory (from `alloc`, default the driver's)."""
 
-  def __init__(self, driver, page: int = 4096):
-    self.driver, self.mem = driver, driver.alloc(page)
+  def __init__(self, driver, page: int = 4096, alloc=None):
+    self.driver, self.alloc = driver, alloc or driver.alloc
+    self.mem = self.alloc(page)
     self.free = [self.mem.addr + i for i in range(0, page, 16)][::-1]
 
   def take(self) -> int:
     if not self.free:
-      more = self.driver.alloc(4096)
+      more = self.alloc(4096)
       self.free.extend(more.addr + i for i in range(0, 4096, 16))
     addr = self.free.pop()
     self.driver.view(addr, 16)[:] = bytes(16)

@@ -250,3 +250,68 @@ def test_cpu_fault_names_the_unmapped_address_and_packet():
   with pytest.raises(ProcessorFault, match="EXEC packet function 0x1234 is not a loaded kernel entry point"):
     run([header(Op.EXEC, 3), 0x1234, buf.addr])
   run([header(Op.COPY, 4), buf.addr, buf.addr + 8, 56])     # inside: fine
+
+
+def test_programs_and_device_memory_are_released():
+  """Distinct kernels load programs (code mappings + entry points); once the caches let go of them and the
+  device is done, they are unloaded. Dropped tensors' memory returns to the driver when the allocator's cache
+  is flushed. Counted on the CPU device's address table and in /proc/self/maps."""
+  from baregrad.compiler import codegen
+  from baregrad.drivers.cpu.processor import address_space
+  dev = Device.get("CPU")
+  def counts():
+    gc.collect(); dev.synchronize(); dev.allocator.free_cache()
+    return len(address_space.entries), len(address_space.ranges), sum(1 for _ in open("/proc/self/maps"))
+  def work(k):
+    x = Tensor(np.arange(k + 1, dtype=np.float32))
+    return float((x * (k + 0.5) + k).sum().numpy())
+  work(0)
+  codegen.clear_programs()
+  before = counts()
+  outs = [work(k) for k in range(1, 60)]           # 59 shapes: distinct kernels and buffers
+  loaded = counts()
+  assert loaded[0] >= before[0] + 59, (before, loaded)
+  codegen.clear_programs()
+  del outs
+  after = counts()
+  assert after == before, f"(entries, allocations, mappings): {before} -> loaded {loaded} -> after {after}"
+
+
+def test_program_cache_is_bounded(monkeypatch):
+  from baregrad.compiler import codegen
+  from baregrad.drivers.cpu.processor import address_space
+  dev = Device.get("CPU")
+  codegen.clear_programs(); gc.collect(); dev.synchronize()
+  base = len(address_space.entries)
+  from baregrad.compiler import schedule
+  monkeypatch.setattr(codegen, "PROGRAM_CACHE", 8)
+  monkeypatch.setattr(schedule, "PLAN_CACHE", 8)     # schedules hold their programs too
+  for k in range(1, 40): Tensor(np.ones(k, np.float32)).exp2().numpy()
+  gc.collect(); dev.synchronize()
+  assert len(codegen._programs) <= 8 and len(schedule._plans) <= 8
+  assert len(address_space.entries) <= base + 16, (base, len(address_space.entries))
+
+
+@pytest.mark.parametrize("name", ["NV", "AMD"])
+def test_emulated_gpu_programs_and_memory_are_released(name):
+  """The same on the emulated GPUs, counted as live mappings of the emulated GPU's memory: kernel code,
+  buffers and all come back once programs are unloaded and the allocator's cache is flushed."""
+  from baregrad.compiler import codegen
+  dev = _emulated(name)
+  iface = getattr(dev.driver, "k", None) or getattr(dev.driver, "kernel", None)
+  mem = iface.gpu.mem if name == "NV" else iface.memory
+  def count():
+    gc.collect(); dev.synchronize(); dev.allocator.free_cache()
+    return len(mem._bases)
+  def work(k):
+    x = Tensor(np.arange(k + 1, dtype=np.float32), device=name)
+    return float((x * (k + 0.5)).sum().numpy())
+  work(0)
+  codegen.clear_programs()
+  before = count()
+  outs = [work(k) for k in range(1, 12)]
+  assert outs == [float((np.arange(k + 1, dtype=np.float32) * np.float32(k + 0.5)).sum()) for k in range(1, 12)]
+  loaded = count()
+  assert loaded >= before + 11, (before, loaded)                # the code of 11 distinct kernels
+  codegen.clear_programs()
+  assert count() == before, f"{name}: mappings {before} -> loaded {loaded} -> {count()}"

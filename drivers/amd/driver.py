@@ -48,6 +48,11 @@ class GPUFault(AMDError):
   pass
 
 
+class QueueReset(GPUFault):
+  """A queue stopped on a hardware exception; the driver recreated the queues, so the device is usable again."""
+  queues_reset = True
+
+
 class QueueTimeout(TimeoutError):
   pass
 
@@ -81,6 +86,7 @@ class BoundQueue:
   words: np.ndarray                   # the packets in GPU memory (uint32 view)
   ndwords: int
   patch_map: dict = field(default_factory=dict)   # neutral word index -> [(dword index, shift, add)]
+  label: str = "a bound queue"                     # what it runs, for fault reports
 
 
 # ---- neutral command words: op, operands (what hcq's encode produces) ----
@@ -115,6 +121,7 @@ class AMDDriver:
       self._ioctl("RUNTIME_ENABLE", r_debug=0, mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
     self.memory: dict[int, Memory] = {}
     self.fault: str | None = None
+    self.fault_fatal = False       # memory faults are; a queue error resets the queues instead
     self._stalled = False
     # events: one signal event for queue interrupts, and the exception events faults arrive on
     self.queue_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1).event_id
@@ -125,6 +132,7 @@ class AMDDriver:
     self.doorbells = None
     self.compute = self._create_queue("compute", kfd.QUEUE_TYPE_COMPUTE, 1 << 18)
     self.copy = self._create_queue("copy", kfd.QUEUE_TYPE_SDMA, 1 << 18)
+    self.queue_types = {"compute": kfd.QUEUE_TYPE_COMPUTE, "copy": kfd.QUEUE_TYPE_SDMA}
     self.programs: dict[int, LoadedProgram] = {}
 
   # ---- ioctls ----
@@ -215,10 +223,11 @@ class AMDDriver:
   def _create_queue(self, kind: str, queue_type: int, ring_size: int) -> Ring:
     ring = self.alloc(ring_size, "gtt")
     rw = self.alloc(PAGE, "gtt")                           # rptr at +0, wptr at +8 (one page BO, as KFD checks)
-    extra = {}
+    extra, memories = {}, [ring, rw]
     if queue_type == kfd.QUEUE_TYPE_COMPUTE:
       eop = self.alloc(self.node.eop_buffer_size, "vram")
       cwsr = self.alloc(self.node.cwsr_total, "vram")
+      memories += [eop, cwsr]
       extra = dict(eop_buffer_address=eop.addr, eop_buffer_size=eop.size, ctx_save_restore_address=cwsr.addr,
                    ctx_save_restore_size=self.node.cwsr_size, ctl_stack_size=self.node.ctl_stack_size)
     args = self._ioctl("CREATE_QUEUE", ring_base_address=ring.addr, ring_size=ring_size, gpu_id=self.gpu_id,
@@ -232,10 +241,23 @@ class AMDDriver:
     db_addr, db_base = self.doorbells
     doorbell = db_addr + (args.doorbell_offset & (DOORBELL_PAGE - 1))
     unit, nop = (4, pm4.nop) if queue_type == kfd.QUEUE_TYPE_COMPUTE else (1, sdma.nop)
-    r = Ring(f"{kind} queue {args.queue_id}", ring.addr, self.view(ring.addr, ring_size), ring_size, self.view(rw.addr, 16),
+    r = Ring(f"{self.name} {kind} queue {args.queue_id}", ring.addr, self.view(ring.addr, ring_size), ring_size, self.view(rw.addr, 16),
              self.view(doorbell, 8), unit, nop, self.timeout)
-    r.queue_id, r.kind = args.queue_id, kind
+    r.queue_id, r.kind, r.memories = args.queue_id, kind, memories
     return r
+
+  def _reset_queues(self):
+    """After a queue error: destroy and recreate both queues (what they still held is dropped, as a queue reset does)
+    and the hardware-exception event, which stays signaled once set (amdkfd resets only signal events)."""
+    for kind, queue_type in self.queue_types.items():
+      old = self.ring_of(kind)
+      self._ioctl("DESTROY_QUEUE", queue_id=old.queue_id)
+      for mem in old.memories: self.free(mem)
+      setattr(self, kind, self._create_queue(kind, queue_type, old.size))
+    self._ioctl("DESTROY_EVENT", event_id=self.hw_event)
+    self.hw_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_HW_EXCEPTION, auto_reset=0,
+                                node_id=self.node.index).event_id
+    self.fault, self._stalled = None, False
 
   def ring_of(self, kind: str) -> Ring: return self.copy if kind == "copy" else self.compute
 
@@ -268,6 +290,10 @@ class AMDDriver:
     self.programs[prog.pgm_addr] = prog
     return prog.pgm_addr, prog
 
+  def unload_program(self, prog: LoadedProgram):
+    """Free a program's code (hcq calls this once the device has finished the work that used it)."""
+    if self.programs.pop(prog.pgm_addr, None) is not None: self.free(prog.memory)
+
   # ---- hcq commands -> neutral words ----
   def encode(self, cmds: list[tuple]) -> list:
     words: list = []
@@ -289,14 +315,16 @@ class AMDDriver:
     return words
 
   # ---- neutral words -> packets ----
-  def _packets(self, kind: str, words: list) -> tuple[list[list], dict]:
-    """(packets, patch map) for `words` on the queue of `kind`; the patch map says, for every operand that may be
-    symbolic, which packet dwords hold it: neutral index -> [(packet dword index, shift, add)]."""
-    packets, pmap, pos, i = [], {}, 0, 0
+  def _packets(self, kind: str, words: list) -> tuple[list[list], dict, dict]:
+    """(packets, patch map, labels) for `words` on the queue of `kind`; the patch map says, for every operand that may
+    be symbolic, which packet dwords hold it: neutral index -> [(packet dword index, shift, add)]; labels name the
+    kernel of each DISPATCH_DIRECT: packet index -> text."""
+    packets, pmap, labels, pos, i = [], {}, {}, 0, 0
 
-    def emit(p: list, refs=()):
+    def emit(p: list, refs=(), label: str | None = None):
       nonlocal pos
       for wi, off, shift, add in refs: pmap.setdefault(wi, []).append((pos + off, shift, add))
+      if label: labels[len(packets)] = label
       packets.append(p); pos += len(p)
 
     sdma_queue = kind == "copy"
@@ -317,8 +345,9 @@ class AMDDriver:
         emit(pm4.set_sh_reg("COMPUTE_START_X", 0, 0, 0))
         emit(pm4.set_sh_reg("COMPUTE_NUM_THREAD_X", lx, ly, lz))
         emit(pm4.set_sh_reg("COMPUTE_RESOURCE_LIMITS", 0))
+        prog = self.programs.get(pgm)
         emit(pm4.packet("DISPATCH_DIRECT", dim_x=gx, dim_y=gy, dim_z=gz, compute_shader_en=1, force_start_at_000=1,
-                        cs_w32_en=user >> 8 & 1))
+                        cs_w32_en=user >> 8 & 1), label=f"kernel {prog.name if prog else f'at {pgm:#x}'}")
         for p in self._pm4_barrier(): emit(p)     # dispatches in one queue run in order, as hcq expects
       elif op == COPY:
         dst, src, n = a
@@ -337,11 +366,12 @@ class AMDDriver:
                  [(i + 2, 2, 0, off), (i + 2, 3, 32, off), (i + 1, 4, 0, off), (i + 1, 5, 32, off)])
       elif op == SIGNAL:
         addr, value = a
-        if sdma_queue:
-          emit(sdma.packet("FENCE", addr_lo=(addr + 4) & 0xFFFFFFFF, addr_hi=(addr + 4) >> 32, data=(value >> 32) & 0xFFFFFFFF),
-               [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0)])
+        if sdma_queue:   # two 32-bit FENCEs, low word first (as sdma_v6_0_ring_emit_fence): a 64-bit reader never
+          # sees more than the new value while the high word changes (high first would show new high : old low)
           emit(sdma.packet("FENCE", addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32, data=value & 0xFFFFFFFF),
                [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0), (i + 2, 3, 0, 0)])
+          emit(sdma.packet("FENCE", addr_lo=(addr + 4) & 0xFFFFFFFF, addr_hi=(addr + 4) >> 32, data=(value >> 32) & 0xFFFFFFFF),
+               [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0)])
           emit(sdma.packet("TRAP", int_context=self.queue_event))
         else:
           emit(pm4.packet("RELEASE_MEM", event_type=pm4.CACHE_FLUSH_AND_INV_TS_EVENT, event_index=5, gcr_glm_wb=1,
@@ -351,14 +381,25 @@ class AMDDriver:
                [(i + 1, 3, 0, 0), (i + 1, 4, 32, 0), (i + 2, 5, 0, 0), (i + 2, 6, 32, 0)])
       elif op == WAIT:
         addr, value = a
+        if addr & 7: raise AMDError(f"AMD {kind} queue: wait on a signal at {addr:#x}, which is not 8-byte aligned")
         if sdma_queue:
-          emit(sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32,
-                           value=value & 0xFFFFFFFF, mask=0xFFFFFFFF, interval=10, retry_count=0xFFF),
-               [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0), (i + 2, 3, 0, 0)])
-        else:
-          emit(pm4.packet("WAIT_REG_MEM", function=pm4.FUNC[">="], mem_space=1, addr_lo=addr & 0xFFFFFFFF,
-                          addr_hi=addr >> 32, reference=value & 0xFFFFFFFF, mask=0xFFFFFFFF, poll_interval=4),
-               [(i + 1, 2, 0, 0), (i + 1, 3, 32, 0), (i + 2, 4, 0, 0)])
+          # SDMA v6 has no 64-bit poll: high word >= the value's, then, if the high word equals it, low word >= the
+          # value's. It never passes early; it stalls only if the signal leaves the value's 2**32 epoch (jumps past
+          # its end) while the low word is polled and before the queue saw a low word >= the value's
+          lo_poll = sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=addr & 0xFFFFFFFF,
+                                addr_hi=addr >> 32, value=value & 0xFFFFFFFF, mask=0xFFFFFFFF, interval=10, retry_count=0xFFF)
+          emit(sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=(addr + 4) & 0xFFFFFFFF,
+                           addr_hi=(addr + 4) >> 32, value=(value >> 32) & 0xFFFFFFFF, mask=0xFFFFFFFF, interval=10,
+                           retry_count=0xFFF), [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0)])
+          emit(sdma.packet("COND_EXE", addr_lo=(addr + 4) & 0xFFFFFFFF, addr_hi=(addr + 4) >> 32,
+                           reference=(value >> 32) & 0xFFFFFFFF, exec_count=len(lo_poll)) + lo_poll,
+               [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0),
+                (i + 1, 6, 0, 0), (i + 1, 7, 32, 0), (i + 2, 8, 0, 0)])    # COND_EXE's 5 dwords, then the low poll
+        else:            # a 64-bit compare (WAIT_REG_MEM compares 32 bits)
+          emit(pm4.packet("WAIT_REG_MEM64", function=pm4.FUNC[">="], mem_space=1, addr_lo=addr & 0xFFFFFFFF,
+                          addr_hi=addr >> 32, reference=value & 0xFFFFFFFF, reference_hi=(value >> 32) & 0xFFFFFFFF,
+                          mask=0xFFFFFFFF, mask_hi=0xFFFFFFFF, poll_interval=4),
+               [(i + 1, 2, 0, 0), (i + 1, 3, 32, 0), (i + 2, 4, 0, 0), (i + 2, 5, 32, 0)])
       elif op == TIMESTAMP:
         (addr,) = a
         if sdma_queue:
@@ -370,7 +411,7 @@ class AMDDriver:
         if not sdma_queue:
           for p in self._pm4_barrier(): emit(p)
       i += OP_LEN[op]
-    return packets, pmap
+    return packets, pmap, labels
 
   @staticmethod
   def _pm4_barrier() -> list[list[int]]:
@@ -380,21 +421,22 @@ class AMDDriver:
                        glm_inv=1, glm_wb=1, glk_inv=1, glv_inv=1, gl1_inv=1, gl2_inv=1, gl2_wb=1)]
 
   def submit(self, kind: str, words: list[int]):
-    if self.fault: raise GPUFault(self.fault)
-    packets, _ = self._packets(kind, words)
-    self.ring_of(kind).write(packets)
+    if self.fault: self.check_faults(self.name)
+    packets, _, labels = self._packets(kind, words)
+    self.ring_of(kind).write(packets, labels)
 
   # ---- bound queues (JIT replay) ----
   def bind(self, kind: str, words: list[int]) -> BoundQueue:
-    packets, pmap = self._packets(kind, words)
+    packets, pmap, labels = self._packets(kind, words)
     flat = [w for p in packets for w in p]
     mem = self.alloc(4 * max(len(flat), 1), "gtt")
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(flat), 1)), dtype=np.uint32)
     view[:len(flat)] = np.array(flat, dtype=np.uint64).astype(np.uint32)
-    return BoundQueue(kind, mem, view, len(flat), pmap)
+    label = f"a bound queue: {', '.join(labels.values())}" if labels else "a bound queue"
+    return BoundQueue(kind, mem, view, len(flat), pmap, label)
 
   def submit_bound(self, kind: str, bound: BoundQueue, nwords: int, patch: list[tuple[int, int]]):
-    if self.fault: raise GPUFault(self.fault)
+    if self.fault: self.check_faults(self.name)
     for i, v in patch:
       refs = bound.patch_map.get(i)
       if refs is None: raise AMDError(f"AMD: bound {kind} queue: command word {i} cannot be patched (only addresses and values)")
@@ -405,7 +447,7 @@ class AMDDriver:
     else:
       p = pm4.packet("INDIRECT_BUFFER", ib_base_lo=addr & 0xFFFFFFFC, ib_base_hi=(addr >> 32) & 0xFFFF,
                      ib_size=bound.ndwords, valid=1)
-    self.ring_of(kind).write([p])
+    self.ring_of(kind).write([p], {0: bound.label})
 
   # ---- waiting ----
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
@@ -435,12 +477,15 @@ class AMDDriver:
                        timeout=0)
     if args.wait_result != kfd.WAIT_COMPLETE: return False
     mem = events[0].memory_exception_data
+    detail = getattr(self.kernel, "fault", lambda: None)()     # the emulated KFD's dmesg line (drivers/emu/README.md)
+    detail = f"; dmesg: {detail}" if detail else ""
     if mem.va or mem.failure.NotPresent or mem.failure.ReadOnly:
       what = ("page not present" if mem.failure.NotPresent else "write to read-only page" if mem.failure.ReadOnly
               else "no-execute" if mem.failure.NoExecute else "fault")
-      self.fault = f"GPU memory fault at address {mem.va:#x} ({what}, gpu_id {mem.gpu_id}){self._queue_report()}"
+      self.fault = f"GPU memory fault at address {mem.va:#x} ({what}, gpu_id {mem.gpu_id}){self._queue_report()}{detail}"
+      self.fault_fatal = True
     else:
-      self.fault = f"GPU hardware exception (queue reset){self._queue_report()}"
+      self.fault = f"GPU hardware exception (queue reset){self._queue_report()}{detail}"
     return True
 
   def _queue_report(self, verb: str = "stopped at") -> str:
@@ -458,20 +503,28 @@ class AMDDriver:
           name, fields, _ = pm4.decode(words, pos)
           text = pm4.describe(name, fields)
           if name == "WAIT_REG_MEM": text += self._memory_now(fields["addr_hi"] << 32 | fields["addr_lo"], fields["mask"])
-          if name == "INDIRECT_BUFFER": text += " (a bound queue)"
+          if name == "WAIT_REG_MEM64": text += self._memory_now(*pm4.wait64_operands(fields)[:2], nbytes=8)
       except ValueError as e:
         text = f"undecodable packet ({e})"
+      label = ring.labels.get(ring.rptr)
+      if label: text += f" ({label})"
       parts.append(f"; {ring.kind} queue {ring.queue_id} {verb} ring dword {pos:#x}: {text}")
     return "".join(parts)
 
-  def _memory_now(self, addr: int, mask: int) -> str:
+  def _memory_now(self, addr: int, mask: int, nbytes: int = 4) -> str:
     if not any(m.addr <= addr < m.addr + m.size for m in self.memory.values()): return ""
-    value = int(np.frombuffer(self.view(addr, 4), dtype=np.uint32)[0])
+    value = int(np.frombuffer(self.view(addr, nbytes), dtype=np.uint32 if nbytes == 4 else np.uint64)[0])
     return f", memory holds {value & mask:#x}"
 
   def check_faults(self, device_name: str):
+    """Raise a fault the GPU reported: a memory fault on every call from now on; a queue error once, after resetting
+    the queues (QueueReset)."""
     if self.fault is None: self._poll_exceptions()
-    if self.fault is not None: raise GPUFault(f"{device_name}: {self.fault}")
+    if self.fault is not None:
+      if self.fault_fatal: raise GPUFault(f"{device_name}: {self.fault}")
+      message = f"{device_name}: {self.fault}"
+      self._reset_queues()
+      raise QueueReset(f"{message}; the queues were recreated (work queued after the fault was dropped)")
     if self._stalled:
       (addr, value, seen, timeout), self._stalled = self._stalled, False
       report = self._queue_report(verb="is at")

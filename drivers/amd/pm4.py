@@ -11,6 +11,10 @@ Sources (Linux, drivers/gpu/drm/amd):
   * GCR_CNTL bits (ACQUIRE_MEM): the layout the SDMA_GCR_* macros of amdgpu/sdma_v6_0_0_pkt_open.h spell out.
   * VGT_EVENT_TYPE values (include/navi10_enum.h): CS_PARTIAL_FLUSH 0x07, CACHE_FLUSH_AND_INV_TS_EVENT 0x14,
     BOTTOM_OF_PIPE_TS 0x28.
+  * WAIT_REG_MEM64: opcode 0x93 from amdgpu/nvd.h (PACKET3_WAIT_REG_MEM64); the Linux headers stop there, the body is
+    PM4_MEC_WAIT_REG_MEM64 of AMD PAL's src/core/hw/gfxip/gfx9/chip/gfx9_plus_merged_f32_mec_pm4_packets.h
+    (GPUOpen-Drivers/pal at c5e8000, 2025-04): WAIT_REG_MEM's control dword, then address lo/hi, reference lo/hi, mask lo/hi,
+    poll interval; a 64-bit compare of the 8-byte-aligned memory word.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ NOP_ONE_DWORD = 0x3FFF                # PACKET3(NOP, 0x3FFF): a NOP that is its 
 OPCODES = {
   "NOP": 0x10, "DISPATCH_DIRECT": 0x15, "WRITE_DATA": 0x37, "WAIT_REG_MEM": 0x3C, "INDIRECT_BUFFER": 0x3F,
   "EVENT_WRITE": 0x46, "RELEASE_MEM": 0x49, "DMA_DATA": 0x50, "ACQUIRE_MEM": 0x58, "SET_SH_REG": 0x76,
+  "WAIT_REG_MEM64": 0x93,
 }
 NAMES = {v: k for k, v in OPCODES.items()}
 
@@ -67,6 +72,11 @@ PACKETS: dict[str, list[list[tuple[str, int, int]]]] = {
   "WAIT_REG_MEM": [[("function", 0, 3), ("mem_space", 4, 2), ("operation", 6, 2), ("engine", 8, 2)],
                    [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("reference", 0, 32)], [("mask", 0, 32)],
                    [("poll_interval", 0, 32)]],
+  # addr_lo bits 2:0 are reserved (the polled qword is 8-byte aligned)
+  "WAIT_REG_MEM64": [[("function", 0, 3), ("mem_space", 4, 2), ("operation", 6, 2), ("cache_policy", 25, 2)],
+                     [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("reference", 0, 32)], [("reference_hi", 0, 32)],
+                     [("mask", 0, 32)], [("mask_hi", 0, 32)],
+                     [("poll_interval", 0, 16), ("optimize_ace_offload_mode", 31, 1)]],
   "INDIRECT_BUFFER": [[("ib_base_lo", 0, 32)], [("ib_base_hi", 0, 16)],
                       [("ib_size", 0, 20), ("chain", 20, 1), ("pre_ena", 21, 1), ("valid", 23, 1), ("vmid", 24, 4),
                        ("cache_policy", 28, 2), ("pre_resume", 30, 1)]],
@@ -160,6 +170,12 @@ def decode(words, pos: int) -> tuple[str, dict, int]:
   return name, fields, size
 
 
+def wait64_operands(fields: dict) -> tuple[int, int, int]:
+  """(address, 64-bit mask, 64-bit reference) of a decoded WAIT_REG_MEM64."""
+  return (fields["addr_hi"] << 32 | fields["addr_lo"] & ~7, fields["mask_hi"] << 32 | fields["mask"],
+          fields["reference_hi"] << 32 | fields["reference"])
+
+
 def describe(name: str, fields: dict) -> str:
   if name == "SET_SH_REG":
     reg = fields["register"]
@@ -168,5 +184,9 @@ def describe(name: str, fields: dict) -> str:
     func = {v: k for k, v in FUNC.items()}.get(fields["function"], fields["function"])
     return (f"WAIT_REG_MEM [{fields['addr_hi'] << 32 | fields['addr_lo']:#x}] & {fields['mask']:#x} {func} "
             f"{fields['reference']:#x}")
+  if name == "WAIT_REG_MEM64":
+    func = {v: k for k, v in FUNC.items()}.get(fields["function"], fields["function"])
+    addr, mask, ref = wait64_operands(fields)
+    return f"WAIT_REG_MEM64 [{addr:#x}] & {mask:#x} {func} {ref:#x}"
   if "body" in fields: return f"{name} (unknown opcode, body {' '.join(f'{w:#x}' for w in fields['body'])})"
   return f"{name} " + " ".join(f"{k}={v:#x}" for k, v in fields.items() if v)

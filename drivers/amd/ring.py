@@ -27,22 +27,27 @@ class Ring:
     self.dwords = size // 4
     self.wptr = 0                 # in dwords
     self.last_packet_at = 0       # dword index (monotonic) of the last packet written
+    self.labels: dict[int, str] = {}   # dword index (monotonic) of a packet -> what it runs (fault reports name it)
 
   @property
   def rptr(self) -> int: return int(self.ptrs[0]) * self.unit // 4
 
   def _reserve(self, n: int):
     if n > self.dwords: raise ValueError(f"{self.name}: a packet of {n} dwords does not fit in a ring of {self.dwords}")
+    if self.wptr + n - self.rptr <= self.dwords: return
+    self.commit()                 # the engine frees space only by running what is already written
     start, delay = time.monotonic(), 1e-5
     while self.wptr + n - self.rptr > self.dwords:
       if time.monotonic() - start > self.timeout:
-        raise RingFull(f"{self.name}: ring full for {self.timeout:.0f} s (read pointer {self.rptr}, write pointer {self.wptr} "
-                       f"dwords): the engine is not consuming commands")
+        raise RingFull(f"{self.name}: ring full for {self.timeout:.3g} s: {n} more dwords do not fit in the ring of "
+                       f"{self.dwords} dwords (read pointer {self.rptr}, write pointer {self.wptr} dwords): the engine "
+                       f"is not consuming commands")
       time.sleep(delay); delay = min(delay * 2, 1e-3)
 
-  def write(self, packets: list[list[int]]) -> None:
-    """Append packets (lists of dwords) and ring the doorbell once."""
-    for p in packets:
+  def write(self, packets: list[list[int]], labels: dict | None = None) -> None:
+    """Append packets (lists of dwords) and ring the doorbell once (and before waiting for space).
+    labels: packet index -> what the packet runs, kept by ring position for fault reports."""
+    for k, p in enumerate(packets):
       pos = self.wptr % self.dwords
       if pos + len(p) > self.dwords:           # no packet straddles the wrap
         pad = self.dwords - pos
@@ -53,8 +58,14 @@ class Ring:
       self._reserve(len(p))
       self.ring[pos:pos + len(p)] = p
       self.last_packet_at = self.wptr
+      if labels and k in labels: self._label(labels[k])
       self.wptr += len(p)
     self.commit()
+
+  def _label(self, text: str):
+    if len(self.labels) >= 1024:     # keep the packets the engine has not passed yet
+      self.labels = {at: t for at, t in self.labels.items() if at >= self.rptr}
+    self.labels[self.wptr] = text
 
   def commit(self) -> None:
     value = self.wptr * 4 // self.unit

@@ -7,8 +7,8 @@ amdgpu/sdma_v6_0.c (`copy_max_bytes = 0x400000`), well inside the 30-bit COUNT f
 from __future__ import annotations
 from .pm4 import pack_fields, PacketError   # one field packer for both packet families
 
-OP = {"NOP": 0, "COPY": 1, "WRITE": 2, "INDIRECT": 4, "FENCE": 5, "TRAP": 6, "POLL_REGMEM": 8, "ATOMIC": 10,
-      "CONST_FILL": 11, "TIMESTAMP": 13}
+OP = {"NOP": 0, "COPY": 1, "WRITE": 2, "INDIRECT": 4, "FENCE": 5, "TRAP": 6, "POLL_REGMEM": 8, "COND_EXE": 9,
+      "ATOMIC": 10, "CONST_FILL": 11, "TIMESTAMP": 13}
 SUBOP_COPY_LINEAR, SUBOP_TIMESTAMP_GET_GLOBAL = 0, 2
 COPY_MAX_BYTES = 0x400000
 FUNC = {"always": 0, "<": 1, "<=": 2, "==": 3, "!=": 4, ">=": 5, ">": 6}
@@ -35,6 +35,8 @@ PACKETS: dict[str, tuple[int, int, list[list[tuple[str, int, int]]]]] = {
                          [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("value", 0, 32)], [("mask", 0, 32)],
                          [("interval", 0, 16), ("retry_count", 16, 12)]]),
   "TIMESTAMP": (13, SUBOP_TIMESTAMP_GET_GLOBAL, [HEADER, [("addr_lo", 0, 32)], [("addr_hi", 0, 32)]]),
+  # runs the next exec_count dwords if the dword at addr equals reference, else skips them
+  "COND_EXE": (9, 0, [HEADER, [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("reference", 0, 32)], [("exec_count", 0, 14)]]),
 }
 BY_OPCODE = {(op, sub): name for name, (op, sub, _) in PACKETS.items()}
 

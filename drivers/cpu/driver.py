@@ -37,6 +37,10 @@ class CPUDriver:
     address_space.unmap(mem.addr)
     elf.unmap_memory(mem.addr, mem.mapped)
 
+  def map_host(self, addr: int, nbytes: int):
+    """Let packets touch host memory another device allocated (memory shared by the queues of both)."""
+    address_space.map(addr, nbytes)
+
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 

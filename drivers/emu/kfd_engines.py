@@ -5,7 +5,7 @@ from /dev/kfd) with back-off, and on a new write pointer parses the ring the dri
 with the same tables the driver encodes with (drivers/amd/pm4.py, sdma.py). Dispatches run in the RDNA3
 emulator (drivers/emu/rdna3.py) over the GPU's virtual memory; RELEASE_MEM / FENCE write signals, RELEASE_MEM
 DATA_SEL 3 and SDMA TIMESTAMP write the 100 MHz clock, interrupts (RELEASE_MEM INT_SEL, SDMA TRAP) signal KFD
-events, WAIT_REG_MEM / POLL_REGMEM block the queue until the memory condition holds.
+events, WAIT_REG_MEM(64) / POLL_REGMEM block the queue until the memory condition holds.
 
 The read pointer is written back after each packet (an indirect buffer counts as its INDIRECT packet), so a
 queue that stops (unknown packet, memory fault) leaves it on the offending packet, and the kernel reports the
@@ -77,11 +77,11 @@ class EngineQueue(threading.Thread):
       except MemoryFault as e: raise QueueError(str(e), e.address) from None
       d[:] = s
 
-  def poll_memory(self, addr: int, mask: int, func: int, ref: int, what: str):
-    """Block until (mem[addr] & mask) func ref; returns when the queue is stopped."""
+  def poll_memory(self, addr: int, mask: int, func: int, ref: int, what: str, nbytes: int = 4):
+    """Block until (mem[addr] & mask) func ref, on a dword or (nbytes 8) a qword; returns when the queue is stopped."""
     delay = 1e-5
     while not self.stopping:
-      if _COMPARE[func](self.read_u32(addr) & mask, ref): return
+      if _COMPARE[func](int.from_bytes(self.read(addr, nbytes), "little") & mask, ref): return
       time.sleep(delay); delay = min(delay * 2, 1e-3)
     raise Stopped()
 
@@ -95,6 +95,9 @@ class EngineQueue(threading.Thread):
         continue
       delay = 1e-5
       try:
+        if wptr - self.rptr > self.ring_dwords:     # the ring cannot hold that much: what is there is not the commands
+          raise QueueError(f"queue overrun: write pointer {wptr:#x} is {wptr - self.rptr:#x} dwords ahead of the read "
+                           f"pointer {self.rptr:#x}, more than the ring's {self.ring_dwords:#x} dwords")
         while self.rptr < wptr and not self.stopping:
           pos = self.rptr % self.ring_dwords
           size = self.execute(self.ring, pos, f"ring dword {pos:#x}")
@@ -153,6 +156,12 @@ class ComputeQueue(EngineQueue):
         raise QueueError(f"{where}: WAIT_REG_MEM on a register (mem_space {f['mem_space']}, operation {f['operation']}) "
                          f"is not emulated")
       self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["function"], f["reference"], where)
+    elif name == "WAIT_REG_MEM64":     # a 64-bit compare of the qword at the 8-byte aligned address
+      if f["mem_space"] != 1 or f["operation"] != 0:
+        raise QueueError(f"{where}: WAIT_REG_MEM64 on a register (mem_space {f['mem_space']}, operation {f['operation']}) "
+                         f"is not emulated")
+      addr, mask, ref = pm4.wait64_operands(f)
+      self.poll_memory(addr, mask, f["function"], ref, where, nbytes=8)
     elif name == "INDIRECT_BUFFER":
       if nested: raise QueueError(f"{where}: INDIRECT_BUFFER inside an indirect buffer (chaining is not emulated)")
       if not f["valid"]: raise QueueError(f"{where}: INDIRECT_BUFFER without VALID")
@@ -211,14 +220,15 @@ class ComputeQueue(EngineQueue):
     with self.kfd.lock:
       try:
         rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm)
-      except MemoryFault as e:
-        raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}", e.address) from None
+      except MemoryFault as e:     # the note says where in the kernel: pc and instruction
+        notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
+        raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}{notes}", e.address) from None
       except rdna3.EmulatorError as e:
-        raise QueueError(f"{where}: DISPATCH_DIRECT of the kernel at {pgm:#x}: {e}") from None
+        raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}") from None
 
 
 class SDMAQueue(EngineQueue):
-  """SDMA queue: COPY_LINEAR, FENCE, TRAP, POLL_REGMEM, TIMESTAMP, INDIRECT, NOP."""
+  """SDMA queue: COPY_LINEAR, FENCE, TRAP, POLL_REGMEM, COND_EXE, TIMESTAMP, INDIRECT, NOP."""
   kind, unit, engine = "copy", 1, "SDMA"
 
   def execute(self, words, pos, where, nested=False) -> int:
@@ -236,6 +246,8 @@ class SDMAQueue(EngineQueue):
     elif name == "POLL_REGMEM":
       if not f["mem_poll"]: raise QueueError(f"{where}: POLL_REGMEM on a register is not emulated")
       self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["func"], f["value"], where)
+    elif name == "COND_EXE":           # the next exec_count dwords run only if the dword equals the reference
+      if self.read_u32(f["addr_hi"] << 32 | f["addr_lo"] & ~3) != f["reference"]: return size + f["exec_count"]
     elif name == "TIMESTAMP": self.write(f["addr_hi"] << 32 | f["addr_lo"] & ~7, self.kfd.clock().to_bytes(8, "little"))
     elif name == "INDIRECT":
       if nested: raise QueueError(f"{where}: SDMA INDIRECT inside an indirect buffer")

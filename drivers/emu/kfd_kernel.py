@@ -289,7 +289,7 @@ class EmulatedKFD:
         a.event_slot_index, a.event_trigger_data = slot, event_id
       else:
         slot = None
-        event_id = kfd.SIGNAL_EVENT_LIMIT + len([e for e in self.events.values() if e.slot is None])
+        event_id = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT, 2 * kfd.SIGNAL_EVENT_LIMIT) if i not in self.events)
       self.events[event_id] = Event(event_id, a.event_type, bool(a.auto_reset), slot)
       a.event_id = event_id
     return 0
@@ -351,6 +351,12 @@ class EmulatedKFD:
           e.signaled, e.memory_exception = True, (va, 1, 0)
         if va is None and e.type == kfd.EVENT_HW_EXCEPTION: e.signaled = True
       self.cond.notify_all()
+
+  def fault(self) -> str | None:
+    """What stopped the live queues, as the kernel log says it (the driver adds it to its fault message when the
+    kernel interface has this method: only the emulated one does)."""
+    dead = [f"{q.describe()}: {q.dead}" for q in list(self.queues.values()) if q.dead]
+    return "; ".join(dead) or None
 
   def clock(self) -> int:
     """The GPU clock counter: 100 MHz."""

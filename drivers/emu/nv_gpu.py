@@ -5,8 +5,10 @@ USERD page the doorbell announces), fetches GPFIFO entries, parses the pushbuffe
 executes them: host semaphore release (64-bit payload, nanosecond timestamp) / acquire (blocks until the value
 holds), SET_OBJECT, WFI; the compute class's SEND_PCAS_A + SEND_SIGNALING_PCAS2_B read the QMD and run the kernel
 in the PTX interpreter (drivers/emu/ptx.py) with constant bank 0's parameters; the copy class's LAUNCH_DMA copies.
-Anything else (an unknown method, a method on an unbound subchannel, an unmapped address) stops the channel and
-becomes a fault naming channel, method and address (returned by `fault()`, written to the error notifier).
+Anything else (an unknown method, a method on an unbound subchannel, an unmapped address, a kernel that traps or
+cannot run) stops the channel and becomes a fault naming channel, method and address (returned by `fault()`), and
+the error notifier gets the robust-channel error code (info32: 31 memory fault, 13 kernel exception, 32 pushbuffer).
+Freeing the channel (RM_FREE) ends the fault; the driver then allocates a new one.
 """
 from __future__ import annotations
 import struct, threading, time
@@ -15,9 +17,17 @@ from .memory import Memory, MemoryFault
 from baregrad.drivers.nv import pushbuf as pb, qmd, rm
 
 QMD_VERSION = (4, 0)          # HOPPER_COMPUTE_A
+MMU_FAULT = rm.ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
 
 
 class ChannelFault(RuntimeError):
+  """Stops a channel; `xid` is the robust-channel error code the error notifier gets."""
+  def __init__(self, message: str, xid: int = rm.ROBUST_CHANNEL_PBDMA_ERROR):
+    super().__init__(message)
+    self.xid = xid
+
+
+class Stopped(Exception):
   pass
 
 
@@ -39,7 +49,7 @@ class NVGpu:
   def __init__(self):
     self.mem = Memory()
     self.programs: dict[int, EmulatedProgram] = {}
-    self.faults: list[str] = []
+    self.faults: dict["ChannelProcessor", str] = {}     # what stopped each channel that is still allocated
     self.lock = threading.Lock()
     self.channels: list["ChannelProcessor"] = []
 
@@ -48,11 +58,19 @@ class NVGpu:
     buf = cffi.FFI().buffer(cffi.FFI().cast("uint8_t *", host), nbytes)
     self.mem.map_array(va, np.frombuffer(buf, np.uint8))
 
-  def fault(self, message: str, notifier: int | None = None):
-    with self.lock: self.faults.append(message)
-    if notifier:
-      try: self.mem.write(notifier, struct.pack("<QIHH", time.time_ns(), 1, 0, 0xFFFF))
+  def fault(self, channel: "ChannelProcessor", message: str, xid: int):
+    if channel.notifier:     # NvNotification: timeStamp, info32 (the error code), info16, status; written first
+      try: self.mem.write(channel.notifier, struct.pack("<QIHH", time.time_ns(), xid, 0, rm.NOTIFICATION_STATUS_ERROR))
       except MemoryFault: pass
+    with self.lock: self.faults[channel] = message
+
+  def release(self, channel: "ChannelProcessor"):
+    """The channel was freed: stop its thread and forget its fault."""
+    channel.stopped = True
+    if channel is not threading.current_thread() and channel.is_alive(): channel.join(timeout=5)
+    with self.lock:
+      self.faults.pop(channel, None)
+      if channel in self.channels: self.channels.remove(channel)
 
 
 class ChannelProcessor(threading.Thread):
@@ -82,15 +100,19 @@ class ChannelProcessor(threading.Thread):
         addr, n = pb.decode_gp_entry(w0, w1)
         words = np.frombuffer(self._read(addr, 4 * n, "pushbuffer fetch"), np.uint32)
         self.execute(words, addr)
+      except Stopped:          # freed while it waited
+        return
       except Exception as e:   # the channel stops, as a faulted channel does
         self.stopped = True
-        self.gpu.fault(f"NV emulator: {self.describe()}: {e}", self.notifier)
+        self.gpu.fault(self, f"NV emulator: {self.describe()} at GPFIFO entry {get}: {e}",
+                       getattr(e, "xid", rm.ROBUST_CHANNEL_PBDMA_ERROR))
         return
       userd[pb.USERD_GP_GET // 4] = (get + 1) % self.entries
 
   def _read(self, addr: int, n: int, what: str) -> bytes:
     try: return self.gpu.mem.read(addr, n)
-    except MemoryFault: raise ChannelFault(f"{what}: address {addr:#x} (+{n:#x} bytes) is not mapped on the GPU") from None
+    except MemoryFault:
+      raise ChannelFault(f"{what}: address {addr:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
 
   def execute(self, words: np.ndarray, base: int):
     i, n = 0, len(words)
@@ -151,13 +173,14 @@ class ChannelProcessor(threading.Thread):
       try:
         self.gpu.mem.write(addr, struct.pack(fmt, payload))
         if execute & pb.SEM_RELEASE_TIMESTAMP: self.gpu.mem.write(addr + 8, struct.pack("<Q", time.time_ns()))
-      except MemoryFault: raise ChannelFault(f"semaphore release at unmapped address {addr:#x}") from None
+      except MemoryFault: raise ChannelFault(f"semaphore release at unmapped address {addr:#x}", MMU_FAULT) from None
     elif op in (pb.SEM_OPERATION_ACQUIRE, pb.SEM_OPERATION_ACQ_STRICT_GEQ):
       sleep = 1e-5
       while not self.stopped:
         value = struct.unpack(fmt, self._read(addr, size, "semaphore acquire"))[0]
         if (value == payload) if op == pb.SEM_OPERATION_ACQUIRE else (value >= payload): return
         time.sleep(sleep); sleep = min(sleep * 2, 1e-3)
+      raise Stopped()
     else: raise ChannelFault(f"SEM_EXECUTE operation {op} is not emulated")
 
   def copy(self, regs: dict, launch: int):
@@ -168,7 +191,8 @@ class ChannelProcessor(threading.Thread):
     n = regs.get(pb.LINE_LENGTH_IN, 0)
     data = self._read(src, n, "DMA copy source")
     try: self.gpu.mem.write(dst, data)
-    except MemoryFault: raise ChannelFault(f"DMA copy destination {dst:#x} (+{n:#x} bytes) is not mapped on the GPU") from None
+    except MemoryFault:
+      raise ChannelFault(f"DMA copy destination {dst:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
 
   def launch(self, qmd_addr: int):
     raw = self._read(qmd_addr, qmd.QMD_BYTES, "QMD")
@@ -177,7 +201,7 @@ class ChannelProcessor(threading.Thread):
     prog = self.gpu.programs.get(q["program"])
     if prog is None: raise ChannelFault(f"QMD at {qmd_addr:#x}: no program was uploaded at code address {q['program']:#x}")
     if not q["cbuf0_valid"]: raise ChannelFault(f"QMD at {qmd_addr:#x}: constant buffer 0 is not valid")
-    from .ptx import launch
+    from .ptx import launch, PtxTrap, PtxUnsupported, PtxError
     entry = prog.module.entries[prog.name] if hasattr(prog.module, "entries") else None
     size = entry.param_size if entry is not None else sum(s for _, _, s in prog.params)
     if q["cbuf0_size"] < prog.param_base + size:
@@ -185,5 +209,10 @@ class ChannelProcessor(threading.Thread):
     params = self._read(q["cbuf0"] + prog.param_base, size, "constant buffer 0")
     try:
       launch(prog.module, prog.name, q["grid"], q["block"], params, self.gpu.mem)
-    except MemoryFault as e:
-      raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}") from None
+    except MemoryFault as e:     # the note says where in the kernel: PTX line and instruction
+      notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
+      raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}{notes}", MMU_FAULT) from None
+    except PtxTrap as e:         # its message names the kernel
+      raise ChannelFault(f"QMD {qmd_addr:#x}: {e}", rm.ROBUST_CHANNEL_GR_EXCEPTION) from None
+    except (PtxUnsupported, PtxError, RuntimeError) as e:     # an instruction it cannot run, a runaway: the SM stops it
+      raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}", rm.ROBUST_CHANNEL_GR_EXCEPTION) from None

@@ -128,8 +128,12 @@ class EmulatedNVKernel:
     """The driver hands over the PTX of the cubin it uploaded at `code_addr` (drivers/emu/README.md)."""
     self.gpu.programs[code_addr] = EmulatedProgram(ptx, name, param_base, params)
 
+  def unregister_program(self, code_addr: int):
+    self.gpu.programs.pop(code_addr, None)
+
   def fault(self) -> str | None:
-    return "; ".join(self.gpu.faults) if self.gpu.faults else None
+    with self.gpu.lock: faults = list(self.gpu.faults.values())
+    return "; ".join(faults) or None
 
   # ---- ioctl ----
   def ioctl(self, fd: int, request: int, arg, name: str | None = None, fields=None) -> int:
@@ -299,7 +303,7 @@ class EmulatedNVKernel:
     drop(p.hObjectOld)
 
   def _release(self, o: Obj):
-    if "proc" in o.info: o.info["proc"].stopped = True
+    if "proc" in o.info: self.gpu.release(o.info["proc"])
 
   def _alloc_memory(self, p, fd):
     a = p.params

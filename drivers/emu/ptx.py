@@ -16,7 +16,8 @@ Memory: global through `mem` (drivers/emu/memory.py `Memory`: vectorized gather/
 parameters. Generic addresses of .local/.shared (cvta) live in the windows LOCAL_WINDOW / SHARED_WINDOW.
 
 Errors: `PtxUnsupported(name, line)` for instructions or forms not implemented (raised when the entry is
-first compiled, before anything runs), `PtxRunaway` when a launch exceeds its instruction budget.
+first compiled, before anything runs), `PtxRunaway` when a launch exceeds its instruction budget, `PtxTrap` when a
+thread executes `trap` (the GPU's illegal-instruction exception).
 """
 from __future__ import annotations
 
@@ -25,18 +26,18 @@ import os, time
 import numpy as np
 
 from .memory import Memory, MemoryFault
-from .ptx_parse import PtxModule, PtxError, PtxUnsupported, parse_ptx, Entry
+from .ptx_parse import PtxModule, PtxError, PtxTrap, PtxUnsupported, parse_ptx, Entry
 from .ptx_exec import (Compiler, KIND_OP, KIND_BRA, KIND_EXIT, KIND_BAR, HANDLERS, LOCAL_WINDOW, SHARED_WINDOW,
                        WINDOW_SIZE, NP, container)
 
-__all__ = ["parse_ptx", "launch", "PtxModule", "PtxError", "PtxUnsupported", "PtxRunaway", "Memory", "MemoryFault",
+__all__ = ["parse_ptx", "launch", "PtxModule", "PtxError", "PtxTrap", "PtxUnsupported", "PtxRunaway", "Memory", "MemoryFault",
            "SUPPORTED", "BATCH_THREADS"]
 
 BATCH_THREADS = 1 << 16
 MAX_STEPS = int(os.environ.get("PTX_MAX_STEPS", 5_000_000))   # instruction dispatches per launch
 # the instructions `launch` runs (control flow here, the rest in ptx_exec.HANDLERS)
 SUPPORTED = sorted(set(HANDLERS) | {"bra", "ret", "exit", "bar", "barrier", "membar", "fence", "prefetch", "prefetchu",
-                                    "nanosleep", "pmevent"})
+                                    "nanosleep", "pmevent", "trap"})
 
 
 class PtxRunaway(RuntimeError):
@@ -264,7 +265,14 @@ def _run(ctx: _Batch, code, join, budget, entry: Entry):
     if kind == KIND_OP:
       if sub is not False:
         try: ins.fn(ctx, sub)
-        except (PtxError, PtxUnsupported, MemoryFault): raise
+        except PtxTrap:
+          n = ctx.n if sub is None else len(sub)
+          raise PtxTrap(f"kernel {entry.name}: illegal instruction `{ins.ins.text}` (line {ins.ins.line}) executed by "
+                        f"{n} thread(s)") from None
+        except MemoryFault as ex:
+          ex.add_note(f"line {ins.ins.line}: {ins.ins.text}")
+          raise
+        except (PtxError, PtxUnsupported): raise
         except Exception as ex:
           raise RuntimeError(f"{entry.name}: line {ins.ins.line}: {ins.ins.text}: {type(ex).__name__}: {ex}") from ex
       cur += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ptx_parse import Instr, Reg, SReg, Imm, Sym, Mem, Vec, PredPair, PtxError, PtxUnsupported, TYPE_SIZE, SREG_64
+from .ptx_parse import Instr, Reg, SReg, Imm, Sym, Mem, Vec, PredPair, PtxError, PtxTrap, PtxUnsupported, TYPE_SIZE, SREG_64
 from . import ptx_float as F
 
 NP = {"pred": np.dtype(bool), "b8": np.dtype(np.uint8), "u8": np.dtype(np.uint8), "s8": np.dtype(np.int8),
@@ -193,9 +193,14 @@ class Compiler:
       return Compiled(KIND_BAR, None, guard, None, ins)
     if op in ("membar", "fence", "prefetch", "prefetchu", "nanosleep", "pmevent"):
       return Compiled(KIND_OP, lambda ctx, idx: None, guard, None, ins)
+    if op == "trap": return Compiled(KIND_OP, _trap, guard, None, ins)
     handler = HANDLERS.get(op)
     if handler is None: raise self.unsupported(ins)
     return Compiled(KIND_OP, handler(self, ins), guard, None, ins)
+
+
+def _trap(ctx, idx):
+  raise PtxTrap("trap")      # launch() names the kernel and the line
 
 
 def _convert(a, src_t: str, t: str):

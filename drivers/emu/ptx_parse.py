@@ -17,6 +17,10 @@ class PtxError(Exception):
   """Malformed PTX (the text, not an unsupported feature)."""
 
 
+class PtxTrap(RuntimeError):
+  """A thread executed `trap`: on the GPU an illegal-instruction exception that ends the launch."""
+
+
 class PtxUnsupported(Exception):
   """An instruction, type or directive the interpreter does not implement."""
 

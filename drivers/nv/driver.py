@@ -41,6 +41,15 @@ class NVError(RuntimeError):
   pass
 
 
+class ChannelReset(NVError):
+  """A channel faulted (not a memory fault); the driver reallocated its channels, so the device is usable again."""
+  queues_reset = True
+
+
+class ChannelTimeout(TimeoutError):
+  pass
+
+
 class RMError(NVError):
   """An RM or UVM call returned a status other than NV_OK."""
   def __init__(self, what: str, status: int):
@@ -67,6 +76,8 @@ class Channel:
   fence_value: int = 0
   put: int = 0
   subchannels: dict = field(default_factory=dict)   # subchannel -> class
+  cls: int = 0                                      # channel class and engine type, to allocate it again
+  engine: int = 0
 
 
 class RMClient:
@@ -138,8 +149,10 @@ class NVDriver:
   name = "NV"
   copy_queue = True        # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
 
-  def __init__(self, kernel=None):
+  def __init__(self, kernel=None, timeout: float = 30.0):
     self.k = kernel if kernel is not None else kernel_mod.interface("NV")
+    self.timeout = timeout           # seconds a full GPFIFO may stay full
+    self._stalled = None             # (address, value, seen, timeout) of the last wait that timed out
     if not self.k.exists("/dev/nvidiactl"):
       raise NVError("NV device: /dev/nvidiactl does not exist: the NVIDIA kernel driver is not loaded (or this machine has "
                     "no NVIDIA GPU). Load the nvidia and nvidia-uvm modules, use EMU=1 for the emulated GPU, or DEV=CPU.")
@@ -247,7 +260,7 @@ class NVDriver:
     handle = self.rm.alloc(self.group, cls, p)
     for c in dict.fromkeys(subchannels.values()): self.rm.alloc(handle, c)
     token = self.rm.control(handle, rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN).workSubmitToken
-    return Channel(name, handle, ring, userd, token, self.alloc(PAGE), subchannels=subchannels)
+    return Channel(name, handle, ring, userd, token, self.alloc(PAGE), subchannels=subchannels, cls=cls, engine=engine)
 
   def _init_words(self, ch: Channel) -> list[int]:
     p = pb.Pushbuffer()
@@ -319,6 +332,14 @@ class NVDriver:
       register(mem.addr, self._ptx[binary], name, kern.param_base, [(p.ordinal, p.offset, p.size) for p in kern.params])
     kern.memory = mem
     return mem.addr, kern
+
+  def unload_program(self, kern):
+    """Free a program's code (hcq calls this once the device has finished the work that used it)."""
+    if getattr(kern, "memory", None) is None: return
+    unregister = getattr(self.k, "unregister_program", None)
+    if unregister is not None: unregister(kern.memory.addr)
+    self.free(kern.memory)
+    kern.memory = None
 
   # ---- launch memory: arenas of blocks, freed when the channel's fence passes ----
   def _block(self, nbytes: int) -> tuple[int, list]:
@@ -398,6 +419,7 @@ class NVDriver:
     for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
 
   def submit(self, kind: str, words: list[int]):
+    if self._faulted(): self.check_faults(self.name)
     ch = self.channels[kind]
     pending, self._pending = self._pending, []
     self._submit_words(ch, words, [a for a, _ in pending])
@@ -420,16 +442,28 @@ class NVDriver:
     np.frombuffer(self.view(faddr, 4 * len(fence.words)), np.uint32)[:] = fence.words
     ring = np.frombuffer(self.view(ch.ring.addr, GPFIFO_ENTRIES * 8), np.uint32)
     userd = np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)
+    for arena in [*arenas, farena]: self._inflight.append((ch, ch.fence_value, arena))
     for addr, n in [*entries, (faddr, len(fence.words))]:
-      deadline = time.monotonic() + 30
-      while (ch.put + 1) % GPFIFO_ENTRIES == userd[pb.USERD_GP_GET // 4]:     # ring full: wait for the GPU to fetch
-        if time.monotonic() > deadline: raise NVError(f"NV {ch.name} channel: GPFIFO ring full for 30 s (GPGet stuck at {ch.put})")
-        time.sleep(1e-4)
+      if (ch.put + 1) % GPFIFO_ENTRIES == userd[pb.USERD_GP_GET // 4]: self._wait_for_gpfifo(ch, userd)
       ring[2 * ch.put:2 * ch.put + 2] = pb.gp_entry(addr, n)
       ch.put = (ch.put + 1) % GPFIFO_ENTRIES
-    for arena in [*arenas, farena]: self._inflight.append((ch, ch.fence_value, arena))
+    self._publish(ch, userd)
+
+  def _publish(self, ch: Channel, userd):
     userd[pb.USERD_GP_PUT // 4] = ch.put
     np.frombuffer(self.view(self.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING, 4), np.uint32)[0] = ch.token
+
+  def _wait_for_gpfifo(self, ch: Channel, userd):
+    """The GPFIFO is full: publish the entries written so far (the GPU frees entries only by fetching them) and wait."""
+    self._publish(ch, userd)
+    deadline, sleep = time.monotonic() + self.timeout, 1e-5
+    while (ch.put + 1) % GPFIFO_ENTRIES == userd[pb.USERD_GP_GET // 4]:
+      if self._faulted(): self.check_faults(self.name)
+      if time.monotonic() > deadline:
+        raise NVError(f"{self.name} {ch.name} channel: its GPFIFO of {GPFIFO_ENTRIES} entries stayed full for {self.timeout:.3g} s "
+                      f"(GPGet {int(userd[pb.USERD_GP_GET // 4])}, GPPut {ch.put}): the channel is not fetching"
+                      f"{self._channel_report()}")
+      time.sleep(sleep); sleep = min(sleep * 2, 1e-3)
 
   # ---- bound queues (JIT replay): the pushbuffer stays in memory, a submit is one GPFIFO entry ----
   def bind(self, kind: str, words: list[int]):
@@ -440,6 +474,7 @@ class NVDriver:
     return (mem, view, [c for _, copies in pending for c in copies], pending)
 
   def submit_bound(self, kind: str, bound, nwords: int, patch: list[tuple[int, int]]):
+    if self._faulted(): self.check_faults(self.name)
     mem, view, copies, _ = bound
     for i, v in patch: view[i] = v
     self._copy_params(copies)
@@ -450,17 +485,87 @@ class NVDriver:
     poll = getattr(self.k, "fault", None)
     while self._u64(addr) < value:
       if poll is not None and poll() is not None: return False
-      if time.monotonic() > deadline: return False
+      if time.monotonic() > deadline:
+        self._stalled = (addr, value, self._u64(addr), timeout)
+        return False
       time.sleep(sleep)
       sleep = min(sleep * 2, 5e-4)
     return True
 
+  def _faulted(self) -> bool:
+    """Whether RM wrote the channels' error notifier (or the emulated GPU reports a fault)."""
+    status = struct.unpack_from("<H", self.view(self.error_notifier.addr + 14, 2))[0]
+    return bool(status) or getattr(self.k, "fault", lambda: None)() is not None
+
   def check_faults(self, device_name: str):
+    """Raise a channel error: a memory fault (Xid 31) on every call from now on; any other error once, after
+    reallocating the channels (ChannelReset). Raise ChannelTimeout for a wait that timed out on a blocked channel."""
+    detail = getattr(self.k, "fault", lambda: None)()     # the emulated GPU's account (drivers/emu/README.md)
     info32, info16, status = struct.unpack_from("<IHH", self.view(self.error_notifier.addr, 16), 8)
-    detail = getattr(self.k, "fault", lambda: None)()
     if status or info32 or detail:
-      raise NVError(f"{device_name}: GPU channel error (error notifier info32={info32:#x} info16={info16:#x} "
-                    f"status={status:#x}){': ' + detail if detail else ''}")
+      message = (f"{device_name}: GPU channel error {info32} ({rm.RC_ERRORS.get(info32, 'unknown error')}; error notifier "
+                 f"info16={info16:#x} status={status:#x}){': ' + detail if detail else ''}")
+      if info32 == rm.ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT: raise NVError(message)
+      self._reset_channels()
+      raise ChannelReset(f"{message}; the channels were reallocated (work queued after the fault was dropped)")
+    if self._stalled:
+      (addr, value, seen, timeout), self._stalled = self._stalled, None
+      report = self._channel_report()
+      if report: raise ChannelTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}, it is {seen}{report}")
+
+  def _reset_channels(self):
+    """Robust-channel recovery as RM expects of a client: free the faulted channels (RM stops them), clear the error
+    notifier and allocate new ones; what they still held is dropped."""
+    for kind, old in list(self.channels.items()):
+      self.rm.free(self.group, old.handle)
+      for ch, _, arena in self._inflight:
+        if ch is old: arena[2] -= 1
+      self._inflight = [entry for entry in self._inflight if entry[0] is not old]
+      for mem in (old.ring, old.userd, old.fence): self.free(mem)
+    self.view(self.error_notifier.addr, 16)[:] = bytes(16)
+    for kind, old in list(self.channels.items()):
+      self.channels[kind] = self._channel(kind, old.cls, old.engine, old.subchannels)
+    sp = ffi.new("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS *"); sp.bEnable = 1
+    self.rm.control(self.group, rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, sp)
+    for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
+    self._stalled = None
+
+  def _channel_report(self) -> str:
+    """Where each busy channel stands: its GPFIFO entry and the semaphore acquires there that do not hold yet."""
+    parts = []
+    for ch in self.channels.values():
+      get = int(np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)[pb.USERD_GP_GET // 4])
+      if get == ch.put: continue
+      w0, w1 = np.frombuffer(self.view(ch.ring.addr + 8 * get, 8), np.uint32)
+      addr, n = pb.decode_gp_entry(int(w0), int(w1))
+      waits = [f"semaphore acquire [{a:#x}] >= {v}, memory holds {self._u64(a)}" for a, v in self._acquires(addr, n)
+               if self._u64(a) < v]
+      parts.append(f"; {ch.name} channel is at GPFIFO entry {get}: "
+                   + (", ".join(waits) or f"a segment of {n} pushbuffer words at {addr:#x}"))
+    return "".join(parts)
+
+  def _acquires(self, addr: int, n: int) -> list[tuple[int, int]]:
+    """(address, payload) of the 64-bit semaphore acquires in the pushbuffer segment the driver wrote at addr."""
+    words = np.frombuffer(self.view(addr, 4 * n), np.uint32)
+    regs, found, i = {}, [], 0
+    while i < n:
+      sec_op, _, method, count = pb.decode_header(int(words[i]))
+      if sec_op != pb.SEC_OP_INC_METHOD: i += 1; continue     # the driver writes incrementing methods only
+      for k in range(min(count, n - i - 1)):
+        value = regs[method + 4 * k] = int(words[i + 1 + k])
+        if method + 4 * k == pb.SEM_EXECUTE and value & 7 in (pb.SEM_OPERATION_ACQUIRE, pb.SEM_OPERATION_ACQ_STRICT_GEQ):
+          found.append(((regs.get(pb.SEM_ADDR_HI, 0) & 0x1FFFFFF) << 32 | regs.get(pb.SEM_ADDR_LO, 0) & ~3,
+                        regs.get(pb.SEM_PAYLOAD_HI, 0) << 32 | regs.get(pb.SEM_PAYLOAD_LO, 0)))
+      i += 1 + count
+    return found
+
+  # ---- teardown ----
+  def close(self):
+    """Free the RM client (RM frees every object under it: the channels stop) and close the descriptors."""
+    try:
+      self.rm.free(self.rm.root, self.rm.root)
+      for fd in (self.fd_uvm_mm, self.fd_uvm, self.fd_dev, self.fd_ctl): self.k.close(fd)
+    except (NVError, OSError): pass
 
 
 class _Half:

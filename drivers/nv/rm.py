@@ -199,6 +199,17 @@ NV_STATUS = {
 STATUS = {name: code for code, name in NV_STATUS.items()}
 
 
+# robust-channel error codes, written to a faulted channel's error notifier (NvNotification.info32) and printed by the
+# kernel driver as "Xid N" (src/common/sdk/nvidia/inc/nverror.h; meanings from NVIDIA's Xid catalog)
+RC_ERRORS = {
+  13: "ROBUST_CHANNEL_GR_EXCEPTION: graphics engine exception",
+  31: "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT: GPU memory page fault",
+  32: "ROBUST_CHANNEL_PBDMA_ERROR: invalid or corrupted push buffer stream",
+}
+ROBUST_CHANNEL_GR_EXCEPTION, ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT, ROBUST_CHANNEL_PBDMA_ERROR = 13, 31, 32
+NOTIFICATION_STATUS_ERROR = 0xFFFF     # NvNotification.status of an error notifier that RM wrote
+
+
 def status_name(code: int) -> str: return f"{NV_STATUS.get(code, 'unknown status')} ({code:#x})"
 
 

@@ -236,7 +236,7 @@ def test_signal_round_trip_and_events(drv):
   start = time.monotonic()
   assert drv.wait_value(sig.addr, 2**40 + 5, 10)                   # sleeps in WAIT_EVENTS, woken by the interrupt
   assert 0.05 < time.monotonic() - start < 5
-  assert _engine(drv, drv.compute).history[-2:] == ["WAIT_REG_MEM", "RELEASE_MEM"]
+  assert _engine(drv, drv.compute).history[-2:] == ["WAIT_REG_MEM64", "RELEASE_MEM"]
   # timestamps: the 100 MHz GPU clock, from both engines
   drv.submit("compute", drv.encode([("timestamp", _signal(sig.addr))]))
   drv.submit("copy", drv.encode([("timestamp", _signal(sig.addr + 16)), ("signal", _signal(sig.addr + 32), 1)]))

@@ -1,0 +1,182 @@
+"""Faults injected into the emulated GPUs reach the host as exceptions within the timeout, naming the device, the
+queue, the kernel and the fault. A memory fault leaves the device reporting that same fault on every later call; any
+other fault resets the queues once (the exception says so) and the device computes again; a wait nobody satisfies
+is reported on every synchronize until the value is written."""
+import dataclasses, random, re, threading, time
+import numpy as np
+import pytest
+from baregrad.compiler import codegen, schedule
+from baregrad.drivers.amd import pm4
+from baregrad.drivers.amd.codeobj import read_code_object
+from baregrad.drivers.nv import pushbuf as pb
+from baregrad.hcq.device import Device
+from baregrad.hcq.signal import Signal
+from baregrad.tensor import Tensor
+from test_reliability import _emulated, _fresh
+
+QUEUE = {"AMD": r"compute queue \d+", "NV": r"channel 'compute'|compute channel"}   # how each names its compute queue
+
+
+@pytest.fixture(params=["NV", "AMD"])
+def dev(request):
+  d = _fresh(request.param)
+  yield d
+  d.driver.close()
+
+
+def _kernel(dev: Device, patch=None):
+  """The renderer's kernel for `a + 1` over 64 float32 (arguments: out, in), loaded on dev. patch: a function of the
+  PTX text (NV), or bytes written over the first instruction (AMD)."""
+  _emulated(dev.name)
+  (item,) = (Tensor(np.arange(64, dtype=np.float32), device=dev.name) + 1).schedule()
+  prog = item.program
+  binary, source = prog.binary, prog.source
+  if dev.name == "NV":
+    source = patch(source) if patch else source
+    binary = dev.driver.compile(source)     # the driver keeps the PTX the emulated GPU runs
+  elif patch:
+    code, _, entry, _ = read_code_object(binary)
+    at = bytes(binary).index(code) + entry
+    binary = bytes(binary[:at]) + patch + bytes(binary[at + len(patch):])
+  return dataclasses.replace(prog, binary=binary, source=source, handle=None).load(dev)
+
+
+def _launch(dev: Device, prog, src: int):
+  out = dev.driver.alloc(4 * 64)
+  args = dev.kernargs.put([out.addr, src])
+  q = dev.compute_queue().exec(prog, args, prog.meta["global_size"], prog.meta["local_size"])
+  q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+
+
+def _computes(dev: Device, monkeypatch):
+  """A small Tensor computation on dev (its kernels compiled and loaded there) gives numpy's result."""
+  with monkeypatch.context() as m:
+    m.setitem(Device._open, dev.name, dev)
+    m.setattr(codegen, "_programs", {})
+    m.setattr(schedule, "_plans", {})
+    x = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal((Tensor(x, device=dev.name) * 2 + 1).numpy(), x * 2 + 1)
+
+
+def _raises(fn, exc=RuntimeError, within: float = 10.0) -> str:
+  """fn() raises exc within `within` seconds; its message."""
+  start = time.monotonic()
+  with pytest.raises(exc) as e: fn()
+  assert time.monotonic() - start < within
+  return str(e.value)
+
+
+def _names(msg: str, dev: Device, *parts: str):
+  assert msg.startswith(f"{dev.name}: "), msg
+  for part in (QUEUE[dev.name], *parts): assert re.search(part, msg), (part, msg)
+
+
+def _was_reset(dev: Device, fn) -> str:
+  """fn() raises the one exception of a fault after which the driver reset its queues; its message."""
+  start = time.monotonic()
+  with pytest.raises(RuntimeError) as e: fn()
+  assert time.monotonic() - start < 10 and getattr(e.value, "queues_reset", False), e.value
+  return str(e.value)
+
+
+def test_kernel_reading_unmapped_memory_stays_reported(dev, monkeypatch):
+  _launch(dev, _kernel(dev), 0xDEAD0000)
+  msg = _raises(lambda: dev.synchronize(timeout=10))
+  _names(msg, dev, r"memory (page )?fault", "E_64", "0xdead0000", r"read of 4 byte", r"global_load_b32|ld\.global\.f32")
+  for _ in range(2):        # every later call: the same reason
+    assert _raises(lambda: _computes(dev, monkeypatch)) == msg
+    assert _raises(lambda: dev.synchronize(timeout=10)) == msg
+
+
+def test_illegal_instruction_resets_the_queue(dev, monkeypatch):
+  # AMD: a dword the RDNA3 decoder rejects over the first instruction; NV: PTX `trap` before the kernel returns
+  patch = b"\xff\xff\xff\xff" if dev.name == "AMD" else (lambda src: src.replace("  ret;", "  trap;\n  ret;"))
+  _launch(dev, _kernel(dev, patch), dev.driver.alloc(4 * 64).addr)
+  msg = _was_reset(dev, lambda: dev.synchronize(timeout=10))
+  want = {"AMD": r"illegal instruction at pc 0x0: dword 0xffffffff", "NV": r"illegal instruction `trap` \(line \d+\)"}
+  _names(msg, dev, "E_64", want[dev.name])
+  _computes(dev, monkeypatch)
+
+
+def _fill(dev: Device):
+  """Commands for more than the compute ring holds (AMD: NOPs in one write of the PM4 ring; NV: submissions of one
+  barrier, two GPFIFO entries each)."""
+  if dev.name == "AMD":
+    ring = dev.driver.compute
+    ring.write([pm4.nop(0x3F00)] * (ring.dwords // 0x3F00 + 2))
+  else:
+    for _ in range(600): dev.compute_queue().memory_barrier().submit(dev)
+
+
+def test_full_ring_waits_for_the_engine(dev, monkeypatch):
+  gate = Signal(dev, "gate")
+  dev.compute_queue().wait(gate, 1).submit(dev)
+  opener = threading.Timer(0.3, lambda: setattr(gate, "value", 1))
+  opener.start()
+  start = time.monotonic()
+  _fill(dev)                                              # blocks until the gate opens and the engine drains
+  assert 0.25 < time.monotonic() - start < 20
+  dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+  dev.synchronize(timeout=10)
+  _computes(dev, monkeypatch)
+
+
+def test_full_ring_times_out_naming_queue_and_sizes(dev, monkeypatch):
+  gate = Signal(dev, "gate")
+  dev.compute_queue().wait(gate, 1).submit(dev)
+  if dev.name == "AMD": dev.driver.compute.timeout = 0.5      # how long a writer waits for ring space
+  else: dev.driver.timeout = 0.5
+  msg = _raises(lambda: _fill(dev), (TimeoutError, RuntimeError), within=5)
+  if dev.name == "AMD":
+    assert re.search(r"^AMD compute queue \d+: ring full for 0.5 s: \d+ more dwords do not fit in the ring "
+                     r"of 65536 dwords \(read pointer \d+, write pointer \d+ dwords\)", msg), msg
+  else:
+    assert msg.startswith("NV compute channel: its GPFIFO of 1024 entries stayed full for 0.5 s (GPGet "), msg
+    assert f"semaphore acquire [{gate.addr:#x}] >= 1, memory holds 0" in msg
+  gate.value = 1                                          # the engine goes on: nothing was lost or corrupted
+  dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+  dev.synchronize(timeout=10)
+  _computes(dev, monkeypatch)
+
+
+def test_write_pointer_beyond_the_ring_faults_the_queue(dev, monkeypatch):
+  dev.next_timeline()                                     # a value nothing will signal
+  if dev.name == "AMD":
+    ring = dev.driver.compute
+    ring.doorbell[0] = (ring.rptr + ring.dwords + 8) * 4 // ring.unit
+    want = (r"queue overrun: write pointer 0x10008 is 0x10008 dwords ahead of the read pointer 0x0, more than the "
+            r"ring's 0x10000 dwords")
+  else:
+    ch = dev.driver.channels["compute"]
+    np.frombuffer(dev.driver.view(ch.userd.addr + pb.USERD_GP_PUT, 4), np.uint32)[0] = 5000
+    want = r"GPPut 5000 is past the end of the 1024-entry GPFIFO"
+  _names(_was_reset(dev, lambda: dev.synchronize(timeout=10)), dev, want)
+  _computes(dev, monkeypatch)
+
+
+def test_wait_never_satisfied_is_reported_until_the_value_arrives(dev, monkeypatch):
+  gate = Signal(dev, "gate")
+  dev.compute_queue().wait(gate, 5).signal(dev.timeline, dev.next_timeline()).submit(dev)
+  for _ in range(2):                                      # each synchronize reports it; the queue keeps waiting
+    msg = _raises(lambda: dev.synchronize(timeout=0.3), TimeoutError, within=5)
+    value = dev.timeline_value
+    _names(msg, dev, rf"waited 0.3 s for \[{dev.timeline.addr:#x}\] >= {value}, it is {value - 1}",
+           rf"\[{gate.addr:#x}\].* >= (0x)?5\b", r"memory holds (0x)?0\b")
+  gate.value = 5
+  dev.synchronize(timeout=10)
+  _computes(dev, monkeypatch)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_corrupted_command_stream_resets_the_queue(dev, monkeypatch, seed):
+  rng = random.Random(seed)
+  words = [rng.getrandbits(32) for _ in range(64)]
+  if dev.name == "AMD": dev.driver.compute.write([words])     # straight into the PM4 ring
+  else: dev.driver.submit("compute", words)                    # one pushbuffer segment
+  dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+  want = {"AMD": r"stopped at ring dword 0x0: .*dmesg: compute queue \d+ \(PM4, ring at 0x[0-9a-f]+\): ring dword 0x0: "
+                 r"(dword 0x[0-9a-f]+ is not a PM4 type-3 header|unknown PM4 packet OPCODE_0x[0-9a-f]+)",
+          "NV": r"ROBUST_CHANNEL_PBDMA_ERROR.*at GPFIFO entry \d+: (method 0x[0-9a-f]+ at 0x[0-9a-f]+ has \d+ data "
+                r"words|unknown pushbuffer opcode \d+ in header 0x[0-9a-f]+)"}
+  _names(_was_reset(dev, lambda: dev.synchronize(timeout=10)), dev, want[dev.name])
+  _computes(dev, monkeypatch)
