@@ -35,15 +35,32 @@ def run_schedule(items: list[ExecItem], sync: bool = False):
   if _trace.active and _trace.on_run_schedule(items, sync): return   # CAPTURE/PROFILE hook (hcq/trace.py)
   if DEBUG >= 1: return _run_timed(items)
   by_dev: dict[str, tuple] = {}
+  def flush():
+    for dev, q in by_dev.values(): q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+    by_dev.clear()
   for item in items:
     for b in item.bufs: b.ensure_allocated()
+    if item.program is None and item.bufs[0].device != item.bufs[1].device:
+      flush()
+      cross_device_copy(*item.bufs)
+      continue
     dev = Device.get(item.bufs[0].device)
     q = by_dev.get(dev.name)
     if q is None: q = by_dev[dev.name] = (dev, dev.compute_queue())
     _enqueue(q[0], q[1], item)
-  for dev, q in by_dev.values():
-    q.signal(dev.timeline, dev.next_timeline()).submit(dev)
-    if sync: dev.synchronize()
+  devs = [dev for dev, _ in by_dev.values()]
+  flush()
+  if sync:
+    for dev in devs: dev.synchronize()
+
+
+def cross_device_copy(dst, src):
+  """A copy between devices goes through the host: after the source's queued work (it may still be writing
+  src) and the destination's (it may still read dst), host memory to host memory. A device's queues address
+  only the memory its driver mapped for it, so neither queue could do the copy on its own."""
+  sdev, ddev = Device.get(src.device), Device.get(dst.device)
+  sdev.synchronize(); ddev.synchronize()
+  ddev.driver.view(dst.addr, dst.nbytes)[:] = sdev.driver.view(src.addr, src.nbytes)
 
 
 def _enqueue(dev, q, item: ExecItem):

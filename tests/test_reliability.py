@@ -315,3 +315,16 @@ def test_emulated_gpu_programs_and_memory_are_released(name):
   assert loaded >= before + 11, (before, loaded)                # the code of 11 distinct kernels
   codegen.clear_programs()
   assert count() == before, f"{name}: mappings {before} -> loaded {loaded} -> {count()}"
+
+
+@pytest.mark.parametrize("src,dst", [("NV", "CPU"), ("CPU", "AMD"), ("AMD", "NV"), ("CPU", "NV")])
+def test_cross_device_copy_waits_for_the_source(src, dst):
+  """Tensor.to between devices: the copy starts after the source's queued kernels (not synchronized here) and
+  the result continues on the destination."""
+  for n in (src, dst):
+    if n != "CPU": _emulated(n)
+  a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+  x = Tensor(a, device=src)
+  y = ((x * 2).exp2().sum(1) + 1).to(dst)              # queued on src, copied, used on dst in one realize
+  got = (y * 3).numpy()
+  np.testing.assert_allclose(got, (np.exp2(a * 2).sum(1) + 1) * 3, rtol=1e-4)
