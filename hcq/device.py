@@ -67,6 +67,17 @@ class Device:
     for _, obj, release in free:
       if release is not None: release(obj)
 
+  def close(self):
+    """Release the device: finish its work, give cached memory back, close the driver (queues, threads, file
+    descriptors). Buffers still alive keep their memory until they go; the device must not be used after."""
+    try: self.synchronize()
+    except Exception: pass                     # a faulted device still closes
+    self._retired.clear()
+    self.allocator.free_cache()
+    if Device._open.get(self.name) is self: del Device._open[self.name]
+    close = getattr(self.driver, "close", None)
+    if close is not None: close()
+
   def compute_queue(self) -> HWQueue: return HWQueue("compute")
   def copy_queue(self) -> HWQueue: return HWQueue("copy")
 

@@ -328,3 +328,25 @@ def test_cross_device_copy_waits_for_the_source(src, dst):
   y = ((x * 2).exp2().sum(1) + 1).to(dst)              # queued on src, copied, used on dst in one realize
   got = (y * 3).numpy()
   np.testing.assert_allclose(got, (np.exp2(a * 2).sum(1) + 1) * 3, rtol=1e-4)
+
+
+def test_devices_opened_and_closed_release_threads_and_descriptors():
+  """Private devices (CPU, EMU NV, EMU AMD) opened, used and closed: threads, file descriptors and mappings
+  come back to where they were (the CPU processor thread stops, the emulated channels/queues and fds close)."""
+  from baregrad.drivers.cpu.driver import CPUDriver
+  from baregrad.hcq.signal import Signal
+  def use(dev):
+    buf = dev.driver.alloc(4096)
+    s = Signal(dev, "t")
+    dev.compute_queue().signal(s, 5).submit(dev)
+    s.wait(5, timeout=10)
+    dev.driver.free(buf)
+  def cycle():
+    for make in (lambda: Device("CPU", CPUDriver()), lambda: _fresh("NV"), lambda: _fresh("AMD")):
+      dev = make(); use(dev); dev.close()
+  cycle()
+  before = _resources()
+  for _ in range(5): cycle()
+  after = _resources()
+  assert after[:2] == before[:2], f"threads, fds: {before} -> {after}"
+  assert after[2] <= before[2] + 16, f"mappings: {before[2]} -> {after[2]}"   # allocator arenas, not per-device

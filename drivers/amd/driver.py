@@ -536,6 +536,13 @@ class AMDDriver:
       if ring is not None:
         try: self._ioctl("DESTROY_QUEUE", queue_id=ring.queue_id)
         except OSError: pass
+    for mem in list(self.memory.values()):      # the queues are gone: nothing reads this memory any more
+      try: self.free(mem)
+      except OSError: pass
+    if self.doorbells is not None:
+      try: self.kernel.munmap(self.doorbells[0], DOORBELL_PAGE)
+      except OSError: pass
+      self.doorbells = None
     try:
       self.kernel.close(self.drm_fd); self.kernel.close(self.kfd_fd)
     except OSError: pass

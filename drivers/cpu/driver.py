@@ -26,6 +26,10 @@ class CPUDriver:
     self.processor = CommandProcessor(checked=True)   # packets touch only our allocations and loaded kernels
     self.processor._w.start_helpers(max(0, (os.cpu_count() or 1) - 1))
 
+  def close(self):
+    """Stop the command processor thread (its ring and control block go with it)."""
+    self.processor.stop()
+
   # ---- memory ----
   def alloc(self, nbytes: int) -> Memory:
     mapped = (max(nbytes, 1) + elf.PAGE - 1) // elf.PAGE * elf.PAGE

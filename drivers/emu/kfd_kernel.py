@@ -127,8 +127,18 @@ class EmulatedKFD:
     kernel_mod.log("close", fd=fd, result=0)
 
   def shutdown(self):
+    """Closing /dev/kfd: the queues stop and the process's buffer objects are released (as the kernel does)."""
     for q in list(self.queues.values()): q.stop()
     self.queues.clear()
+    with self.lock:
+      for bo in list(self.bos.values()):
+        if bo.mapped: self.memory.unmap(bo.va); bo.mapped = False
+        if bo.memfd is not None:
+          os.close(bo.memfd); bo.memfd = None
+          if bo.flags & kfd.ALLOC_VRAM: self.vram_used -= bo.size
+      self.bos.clear(); self.by_offset.clear()
+      if self.doorbell_page is not None and self.doorbell_page[0] is not None:   # the mapping keeps its page
+        os.close(self.doorbell_page[0]); self.doorbell_page = (None, self.doorbell_page[1])
 
   def __del__(self):
     try: self.shutdown()

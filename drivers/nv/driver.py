@@ -153,6 +153,7 @@ class NVDriver:
     self.k = kernel if kernel is not None else kernel_mod.interface("NV")
     self.timeout = timeout           # seconds a full GPFIFO may stay full
     self._stalled = None             # (address, value, seen, timeout) of the last wait that timed out
+    self._live: dict[int, NVMemory] = {}   # mapped allocations, unmapped by close()
     if not self.k.exists("/dev/nvidiactl"):
       raise NVError("NV device: /dev/nvidiactl does not exist: the NVIDIA kernel driver is not loaded (or this machine has "
                     "no NVIDIA GPU). Load the nvidia and nvidia-uvm modules, use EMU=1 for the emulated GPU, or DEV=CPU.")
@@ -297,7 +298,9 @@ class NVDriver:
     m.base, m.length, m.gpuAttributesCount, m.rmCtrlFd, m.hClient, m.hMemory = addr, size, 1, self.fd_ctl, self.rm.root, p.params.hObjectNew
     m.perGpuAttributes[0].gpuUuid[0:16] = self.uuid
     self._uvm_call(self.fd_uvm, rm.UVM_MAP_EXTERNAL_ALLOCATION, m)
-    return NVMemory(addr, nbytes, size, p.params.hObjectNew)
+    mem = NVMemory(addr, nbytes, size, p.params.hObjectNew)
+    self._live[addr] = mem
+    return mem
 
   def _take_va(self, size: int) -> int:
     addr = _va_cursor[0]
@@ -306,6 +309,7 @@ class NVDriver:
     return addr
 
   def free(self, mem: NVMemory):
+    self._live.pop(mem.addr, None)
     self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
     self.rm.free(self.device, mem.handle)
     self.k.munmap(mem.addr, mem.mapped)
@@ -564,6 +568,8 @@ class NVDriver:
     """Free the RM client (RM frees every object under it: the channels stop) and close the descriptors."""
     try:
       self.rm.free(self.rm.root, self.rm.root)
+      for mem in list(self._live.values()): self.k.munmap(mem.addr, mem.mapped)   # RM freed the memory objects
+      self._live.clear()
       for fd in (self.fd_uvm_mm, self.fd_uvm, self.fd_dev, self.fd_ctl): self.k.close(fd)
     except (NVError, OSError): pass
 
