@@ -142,13 +142,12 @@ def matmul_pack_width(device: str, dtype, n: int, k: int, m: int) -> int:
   Packed, the right operand is stored as (m/W, k, W): the kernel walks one contiguous W-wide strip per
   column block instead of rows 4*m bytes apart (which alias to a few cache sets and miss in L1 and L2).
   The copy costs O(k*m); it pays for itself once the product is big enough."""
-  if device != "CPU" or not OPT_ON() or dtype not in (dtypes.float32, dtypes.float64): return 0
+  from . import codegen
+  if device != "CPU" or not codegen.OPT or dtype not in (dtypes.float32, dtypes.float64): return 0
   w = (64 if _has_avx512() else 32) // dtype.itemsize
   if m % w or m < 2 * w or k < 16 or n < 4 or n * k * m < (1 << 20): return 0
   return w
 
-
-def OPT_ON() -> bool: return os.environ.get("OPT", "1") != "0"
 
 
 def _unit_stride_axes(ast: UOp, gl: list[UOp]) -> set[UOp]:

@@ -153,20 +153,21 @@ def vector_loops(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, U
   with stride 1 (or not at all: a scalar broadcast), the values are float adds/muls/divides, and
   accumulators keep this lane innermost. Returns ({position of the RANGE in program: its range},
   {accumulator updated in such a loop: its vector lanes})."""
-  loops, reads = _vector_candidates(program, alias)
+  loops, reads, updates = _vector_candidates(program, alias)
   while True:
-    vacc = {u.src[0]: r.src[0].arg for i, r in loops.items()
-            for u in program[i + 1:_body_end(program, i)] if u.op is Ops.ACC_UPDATE}
+    vacc = {acc: r.src[0].arg for i, r in loops.items() for acc in updates[i]}
     # a loop reading a lane-dependent accumulator as a vector needs that accumulator in vector layout
     keep = {i: r for i, r in loops.items() if reads[i] <= set(vacc)}
     if keep == loops: return loops, vacc
     loops = keep
 
 
-def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, UOp], dict[int, set]]:
+def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
+  """The loops that qualify on their own, with the accumulators each reads (lane-dependent) and updates."""
   from .symbolic import linear
   out: dict[int, UOp] = {}
   reads: dict[int, set] = {}
+  updates: dict[int, list] = {}
   for i, r in enumerate(program):
     if r.op is not Ops.RANGE or r.arg[1] != "upcast" or r.src[0].op is not Ops.CONST: continue
     n = r.src[0].arg
@@ -213,7 +214,8 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[
     if ok and len(dts) == 1:
       out[i] = r
       reads[i] = {alias[s] for u in body for s in u.src if s in alias and dep(s)}
-  return out, reads
+      updates[i] = [u.src[0] for u in body if u.op is Ops.ACC_UPDATE]
+  return out, reads, updates
 
 
 class CRenderer:

@@ -1,6 +1,6 @@
 """The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
 from __future__ import annotations
-import os, importlib
+import os, importlib, mmap
 from .buffer import LRUAllocator
 from .signal import Signal, SignalPool
 from .queue import HWQueue
@@ -108,7 +108,7 @@ class Device:
     if mapper is None:
       raise NotImplementedError(f"{self.name}: the driver cannot map host memory it did not allocate; allocate the "
                                 f"shared memory on {self.name} (Device.alloc_shared) and map it on the other devices")
-    page = 4096
+    page = mmap.PAGESIZE
     start = addr // page * page
     return mapper(start, (addr + nbytes - start + page - 1) // page * page)
 

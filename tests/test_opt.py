@@ -127,7 +127,9 @@ def test_packed_matmul_gradients_match_numpy():
 
 
 def test_no_packing_without_opts(monkeypatch):
-  monkeypatch.setenv("OPT", "0")
+  from baregrad.compiler import codegen
+  assert matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
+  monkeypatch.setattr(codegen, "OPT", 0)
   assert matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024) == 0
   assert matmul_pack_width("NV", dtypes.float32, 1024, 1024, 1024) == 0
   assert matmul_pack_width("CPU", dtypes.int32, 1024, 1024, 1024) == 0

@@ -194,7 +194,9 @@ static uint64_t check_operands(struct bg_ctl *ctl, const uint64_t *words, uint64
     NEED(ARG(2), 8); break;
   case BG_COPY: if (ARG(3)) { NEED(ARG(1), ARG(3)); NEED(ARG(2), ARG(3)); } break;
   case BG_SIGNAL: case BG_WAIT: case BG_TIMESTAMP: NEED(ARG(1), 8); break;
-  case BG_INDIRECT: NEED(ARG(1), ARG(2) * 8); if (ARG(2) >> 60) { ctl->fault_addr = ARG(1); return BG_FAULT_ADDRESS; } break;
+  case BG_INDIRECT:
+    if (ARG(2) >> 60) { ctl->fault_addr = ARG(1); return BG_FAULT_ADDRESS; }   /* nwords * 8 would wrap */
+    NEED(ARG(1), ARG(2) * 8); break;
   }
   return BG_OK;
 #undef NEED

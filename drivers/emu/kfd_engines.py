@@ -37,6 +37,16 @@ class Stopped(Exception):
 class EngineQueue(threading.Thread):
   kind, unit, engine = "?", 4, "?"
 
+  def decode(self, packets, words, pos, where):
+    """(name, fields, size) of the packet at pos, by the `packets` module (pm4 / sdma); kept in the history."""
+    try:
+      name, f, size = packets.decode(words, pos)
+    except packets.PacketError as e:
+      raise QueueError(f"{where}: {e}") from None
+    self.history.append(name)
+    if len(self.history) > 256: del self.history[:128]
+    return name, f, size
+
   def __init__(self, kfd, queue_id, ring_base, ring_size, rptr_addr, wptr_addr, doorbell):
     super().__init__(daemon=True, name=f"emulated {self.engine} queue {queue_id}")
     self.kfd, self.queue_id = kfd, queue_id
@@ -140,12 +150,7 @@ class ComputeQueue(EngineQueue):
     self._programs: dict = {}
 
   def execute(self, words, pos, where, nested=False) -> int:
-    try:
-      name, f, size = pm4.decode(words, pos)
-    except pm4.PacketError as e:
-      raise QueueError(f"{where}: {e}") from None
-    self.history.append(name)
-    if len(self.history) > 256: del self.history[:128]
+    name, f, size = self.decode(pm4, words, pos, where)
     if name == "NOP" or name in ("ACQUIRE_MEM", "EVENT_WRITE"): return size   # work is synchronous: caches are coherent
     if name == "SET_SH_REG":
       for k, v in enumerate(f["values"]): self.regs[f["register"] + k] = v
@@ -232,12 +237,7 @@ class SDMAQueue(EngineQueue):
   kind, unit, engine = "copy", 1, "SDMA"
 
   def execute(self, words, pos, where, nested=False) -> int:
-    try:
-      name, f, size = sdma.decode(words, pos)
-    except sdma.PacketError as e:
-      raise QueueError(f"{where}: {e}") from None
-    self.history.append(name)
-    if len(self.history) > 256: del self.history[:128]
+    name, f, size = self.decode(sdma, words, pos, where)
     if name == "NOP": return size
     if name == "COPY_LINEAR":
       self.copy(f["dst_addr_hi"] << 32 | f["dst_addr_lo"], f["src_addr_hi"] << 32 | f["src_addr_lo"], f["count"] + 1)
