@@ -218,41 +218,64 @@ static uint64_t run_indirect(struct bg_ctl *ctl, const uint64_t *ib, uint64_t nw
 }
 
 /* ---- the team: helper threads that share the chunks of an EXEC_MT kernel with the worker ----
- * A job is published by bumping `generation` (helpers futex-wait on it); every participant claims chunk
- * indices from `next` until they run out; `done` counts finished chunks (the worker futex-waits on it). */
+ * A job (fn, args, nchunks) is published under a new generation. Chunks are claimed from `ticket`, one 64-bit
+ * word holding (generation << 32 | next chunk), by compare-and-swap: a claim succeeds only while the ticket
+ * still carries the generation the claimer read the job under. A helper that read a job and was then
+ * descheduled while the worker finished it and published the next one therefore cannot run a chunk of the new
+ * job with the old function and arguments (its CAS fails on the generation), which a plain fetch-add on a
+ * shared chunk counter allows. `done` counts finished chunks of the current job (the worker futex-waits on it);
+ * the worker publishes a new job only once all chunks of the current one are done, so every increment of
+ * `done` belongs to the current job. `owner` makes the team one job at a time when several command
+ * processors run EXEC_MT at once (the one that does not get it runs its chunks alone). */
 typedef void (*bg_kernel_t)(const uint64_t *args, int64_t chunk);
 static struct {
-  uint32_t generation, stop;
-  uint32_t next, done;
-  uint32_t nchunks, helpers;
+  uint32_t generation, stop;       /* generation: futex word the helpers sleep on */
+  uint64_t ticket;                 /* generation << 32 | next chunk to claim */
+  uint32_t done, nchunks, helpers, owner;
   uint64_t fn, args;
 } team;
 
 static void run_chunks(const struct bg_libc *libc) {
-  bg_kernel_t fn = (bg_kernel_t)team.fn;
-  const uint64_t *args = (const uint64_t *)team.args;
-  uint32_t n = team.nchunks, c;
-  while ((c = __atomic_fetch_add(&team.next, 1, __ATOMIC_ACQ_REL)) < n) {
-    fn(args, (int64_t)c);
+  uint64_t t = __atomic_load_n(&team.ticket, __ATOMIC_ACQUIRE);
+  uint64_t gen = t >> 32;
+  /* the job as published under `gen`; if it has been replaced since, every claim below fails */
+  bg_kernel_t fn = (bg_kernel_t)__atomic_load_n(&team.fn, __ATOMIC_RELAXED);
+  const uint64_t *args = (const uint64_t *)__atomic_load_n(&team.args, __ATOMIC_RELAXED);
+  uint32_t n = __atomic_load_n(&team.nchunks, __ATOMIC_RELAXED);
+  for (;;) {
+    t = __atomic_load_n(&team.ticket, __ATOMIC_ACQUIRE);
+    if ((t >> 32) != gen || (uint32_t)t >= n) return;
+    /* acq_rel: the job reads above cannot move past a successful claim */
+    if (!__atomic_compare_exchange_n(&team.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    fn(args, (int64_t)(uint32_t)t);
     if (__atomic_add_fetch(&team.done, 1, __ATOMIC_ACQ_REL) == n) futex_wake(&team.done, 0x7fffffff, libc);
   }
 }
 
+static void exec_serial(uint64_t fn, uint64_t args, uint64_t nchunks) {
+  for (uint64_t c = 0; c < nchunks; c++) ((bg_kernel_t)fn)((const uint64_t *)args, (int64_t)c);
+}
+
 static void exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, const struct bg_libc *libc) {
-  if (nchunks <= 1 || !LOAD(&team.helpers)) {
-    for (uint64_t c = 0; c < nchunks; c++) ((bg_kernel_t)fn)((const uint64_t *)args, (int64_t)c);
+  if (nchunks <= 1 || nchunks > 0xffffffffu || !LOAD(&team.helpers) ||
+      __atomic_exchange_n(&team.owner, 1, __ATOMIC_ACQUIRE)) {
+    exec_serial(fn, args, nchunks);
     return;
   }
-  team.fn = fn; team.args = args; team.nchunks = (uint32_t)nchunks;
+  uint32_t gen = __atomic_load_n(&team.generation, __ATOMIC_RELAXED) + 1;
+  __atomic_store_n(&team.fn, fn, __ATOMIC_RELAXED);
+  __atomic_store_n(&team.args, args, __ATOMIC_RELAXED);
+  __atomic_store_n(&team.nchunks, (uint32_t)nchunks, __ATOMIC_RELAXED);
   __atomic_store_n(&team.done, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&team.next, 0, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&team.generation, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&team.ticket, (uint64_t)gen << 32, __ATOMIC_SEQ_CST);   /* releases the job fields */
+  __atomic_store_n(&team.generation, gen, __ATOMIC_SEQ_CST);
   futex_wake(&team.generation, 0x7fffffff, libc);
   run_chunks(libc);
   uint32_t d;
   for (uint32_t i = 1; (d = LOAD(&team.done)) < nchunks; i++) {
     if (i < 4096) CPU_RELAX(); else futex_wait(&team.done, d, FUTEX_SLICE_NS, libc);
   }
+  __atomic_store_n(&team.owner, 0, __ATOMIC_RELEASE);
 }
 
 /* A helper thread (started from Python; cffi releases the GIL): run chunks of each new job until stopped. */

@@ -1,0 +1,96 @@
+"""The CPU command processor's EXEC_MT team under CPU contention: every chunk of every job runs exactly once,
+with that job's function and arguments.
+
+A job's chunks used to be claimed with a fetch-add on one shared counter: a helper that had read job k and was
+then descheduled could claim chunk 0 of job k+1 and run it with job k's function and arguments, so chunk 0 of
+job k+1 was never computed (half of a 2-chunk gradient came back 0.0). Contention (a busy process on every
+core) makes such preemptions frequent; these tests caught the race within a few hundred jobs."""
+import os, subprocess, sys, time
+import numpy as np
+import pytest
+from baregrad.drivers.cpu import cc
+from baregrad.drivers.cpu.elf import load_elf
+from baregrad.drivers.cpu.processor import CommandProcessor, Op, packet, _Worker
+
+MARK_SRC = r"""
+#include <stdint.h>
+/* args: out, tag, spin. out[chunk] = tag + chunk; a short spin widens the window in which the others run */
+void mark(const uint64_t *args, int64_t chunk) {
+  volatile uint64_t s = 0;
+  for (uint64_t i = 0; i < args[2]; i++) s += i;
+  ((uint64_t *)args[0])[chunk] = args[1] + (uint64_t)chunk;
+}
+/* a second kernel: a job run with the wrong function shows up as the wrong value */
+void mark_neg(const uint64_t *args, int64_t chunk) {
+  ((uint64_t *)args[0])[chunk] = ~(args[1] + (uint64_t)chunk);
+}
+"""
+
+
+def addr(a: np.ndarray) -> int: return a.ctypes.data
+
+
+class busy_cores:
+  """One process per core spinning in Python for the duration of the block."""
+  def __enter__(self):
+    code = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"
+    self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
+    return self
+  def __exit__(self, *exc):
+    for p in self.procs: p.kill()
+    for p in self.procs: p.wait()
+
+
+@pytest.fixture(scope="module")
+def image():
+  img = load_elf(cc.compile_c(MARK_SRC))
+  yield img
+  img.close()
+
+
+def run_jobs(proc, image, njobs: int, nchunks: int, rng):
+  """njobs EXEC_MT packets written back to back (one ring write, so the worker publishes them as fast as it
+  can); returns (expected, outputs)."""
+  fns = [image.symbol("mark"), image.symbol("mark_neg")]
+  outs = np.zeros((njobs, nchunks), np.uint64)
+  args = np.zeros((njobs, 3), np.uint64)
+  which = rng.integers(0, 2, njobs)
+  args[:, 0] = outs.ctypes.data + np.arange(njobs, dtype=np.uint64) * (8 * nchunks)
+  args[:, 1] = np.arange(njobs, dtype=np.uint64) * 1000 + 1
+  args[:, 2] = rng.integers(0, 200, njobs)
+  words, signal = [], np.zeros(1, np.uint64)
+  for j in range(njobs): words += packet(Op.EXEC_MT, fns[which[j]], addr(args) + 24 * j, nchunks)
+  proc.write(words + packet(Op.SIGNAL, addr(signal), 1))
+  assert proc.wait_value(addr(signal), 1, timeout=60)
+  base = args[:, 1:2] + np.arange(nchunks, dtype=np.uint64)[None, :]
+  expected = np.where(which[:, None] == 1, ~base, base)
+  return expected, outs
+
+
+@pytest.mark.parametrize("nchunks", [2, 7])
+def test_exec_mt_every_chunk_once_under_contention(image, nchunks):
+  _Worker.get().start_helpers(max(1, (os.cpu_count() or 1) - 1))
+  rng = np.random.default_rng(nchunks)
+  with CommandProcessor(ring_words=1 << 16) as proc, busy_cores():
+    for _ in range(10):
+      expected, outs = run_jobs(proc, image, 3000, nchunks, rng)
+      bad = np.argwhere(outs != expected)
+      assert not len(bad), (f"{len(bad)} chunks wrong, first (job, chunk) {bad[:5].tolist()}: "
+                            f"got {outs[tuple(bad[0])]:#x}, expected {expected[tuple(bad[0])]:#x}")
+
+
+def test_exec_mt_two_processors_at_once(image):
+  """Two command processors share the one team of helpers: each job still runs every chunk exactly once."""
+  import threading
+  _Worker.get().start_helpers(max(1, (os.cpu_count() or 1) - 1))
+  results, errors = [], []
+  def one(seed):
+    try:
+      with CommandProcessor() as proc:
+        results.append(run_jobs(proc, image, 1000, 3, np.random.default_rng(seed)))
+    except Exception as e: errors.append(e)
+  threads = [threading.Thread(target=one, args=(s,)) for s in range(2)]
+  for t in threads: t.start()
+  for t in threads: t.join(90)
+  assert not errors and len(results) == 2
+  for expected, outs in results: np.testing.assert_array_equal(outs, expected)
