@@ -1,11 +1,17 @@
 """BEAM search over kernel optimizations: time real runs of each candidate, keep the best `width`,
-extend them by one more opt, repeat; the winner is cached on disk per kernel (BEAM=n)."""
+extend them by one more opt, repeat; the winner is cached on disk per kernel (BEAM=n).
+
+The cached winner (`drivers/diskcache.py`, kind "beam") is a JSON list of [op, axis, amount]. An entry that
+is not that, or whose opts no longer apply to the kernel (the opts changed since it was written), is
+searched again and rewritten; a cache that cannot be used is a warning there, never an error here."""
 from __future__ import annotations
-import dataclasses, hashlib, json, os, sys, time
+import dataclasses, hashlib, json, sys
+from baregrad.drivers import diskcache
 from .uop import UOp, Ops
-from .opt import Opt, OptError, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size
+from .opt import Opt, OptError, apply_opt, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size
 
 MAX_LANES = 256
+MAX_CACHED_OPTS = 64   # a cached list longer than this is not one BEAM wrote (depth is a handful)
 
 
 def ast_key(ast: UOp) -> str:
@@ -13,13 +19,6 @@ def ast_key(ast: UOp) -> str:
   pos = {u: i for i, u in enumerate(order)}
   text = "\n".join(f"{u.op.name} {u.dtype} {[pos[s] for s in u.src]} {u.arg!r}" for u in order)
   return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _cache_path(key: str):
-  from baregrad.drivers.cpu.cc import cache_dir
-  d = cache_dir() / "beam"
-  d.mkdir(parents=True, exist_ok=True)
-  return d / f"{key}.json"
 
 
 def actions(ast: UOp, threads: int) -> list[Opt]:
@@ -81,13 +80,33 @@ def _numel(shape) -> int:
   return n
 
 
+def _cache_key(spec, width: int) -> str:
+  return diskcache.hash_key(ast_key(spec.ast), spec.device, width, cpu_threads()) + ".json"
+
+
+def _cached_opts(spec, key: str) -> list[Opt] | None:
+  """The cached winner for this kernel, or None when there is none or it no longer applies to the kernel."""
+  raw = diskcache.get("beam", key)
+  if raw is None: return None
+  try: entry = json.loads(raw.decode("utf-8"))
+  except (UnicodeDecodeError, ValueError, RecursionError): return None
+  def is_int(x): return isinstance(x, int) and not isinstance(x, bool)
+  if not isinstance(entry, list) or len(entry) > MAX_CACHED_OPTS or not all(
+      isinstance(o, list) and len(o) == 3 and isinstance(o[0], str) and is_int(o[1]) and is_int(o[2]) for o in entry):
+    return None
+  # each opt must be one BEAM could have chosen at that step (which also bounds the lanes it asks for)
+  opts, ast, threads = [Opt(*o) for o in entry], spec.ast, cpu_threads()
+  for o in opts:
+    if o not in actions(ast, threads): return None
+    try: ast = apply_opt(ast, o)
+    except OptError: return None
+  return opts
+
+
 def beam_search(spec, width: int, depth: int = 4) -> list[Opt]:
   """The best opts found for this kernel (cached on disk by the kernel's AST)."""
-  key = ast_key(spec.ast) + f"-{spec.device}-w{width}-t{cpu_threads()}"
-  path = _cache_path(key)
-  if path.exists() and os.environ.get("CACHE", "1") != "0":
-    try: return [Opt(*o) for o in json.loads(path.read_text())]
-    except (ValueError, TypeError): pass
+  key = _cache_key(spec, width)
+  if (cached := _cached_opts(spec, key)) is not None: return cached
   threads = cpu_threads()
   base = time_program(spec, [])
   beam: list[tuple[float, list[Opt]]] = [(base, [])]
@@ -114,5 +133,5 @@ def beam_search(spec, width: int, depth: int = 4) -> list[Opt]:
     if beam[0][0] >= best[0] * 0.98: break
     best = beam[0]
   if sys.stderr.isatty(): print(file=sys.stderr)
-  path.write_text(json.dumps([[o.op, o.axis, o.amount] for o in best[1]]))
+  diskcache.put("beam", key, json.dumps([[o.op, o.axis, o.amount] for o in best[1]]).encode())
   return best[1]

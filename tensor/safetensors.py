@@ -6,13 +6,23 @@ Layout of a file:
                  and optionally "__metadata__": {str: str}; writers pad it with spaces
   the rest       the data area: each tensor's bytes (little-endian, C order) at [begin, end) relative to its start
 
-Everything a reader relies on is checked, and each problem raises a `SafetensorsError` that names the tensor:
-the header length fits the file, the header is a JSON object in UTF-8, dtypes are known, shapes are lists of
-non-negative ints, offsets lie inside the data area, end - begin == prod(shape) * itemsize, tensors do not
-overlap and together cover the data area exactly.
+Everything a reader relies on is checked, and each problem raises a `SafetensorsError` that names the tensor
+and the field: the header length fits the file (and MAX_HEADER), the header is a JSON object in UTF-8 with no
+key twice in one object (two readers must not disagree on which one counts) and not nested past Python's
+recursion limit, dtypes are known, shapes are lists of at most MAX_NDIM non-negative ints, offsets lie inside
+the data area, end - begin == prod(shape) * itemsize, tensors do not overlap and together cover the data
+area exactly. Values quoted in messages are shortened, so a hostile header cannot make a huge message.
+
+Shapes: the format allows zero-size tensors and asks only that each dimension be a non-negative integer.
+Here the dimensions of a shape other than its zeros must also multiply to at most MAX_NUMEL (2**48)
+elements, even when a 0 makes the tensor empty. A tensor with data is bounded by the file anyway; the rule
+refuses shapes like [2**62, 0], which hold nothing but cannot come from a real tensor (an axis of 2**62
+elements exists nowhere) and overflow what multiplies the other dims downstream (numpy refuses a float32
+array of that shape as "too big"; strides and index arithmetic overflow 64 bits). 2**48 elements is over
+a PiB of F32 — more than any machine holds — and keeps every byte offset below 2**51.
 """
 from __future__ import annotations
-import json, os, struct
+import json, os, reprlib, struct
 import numpy as np
 from baregrad.compiler.dtype import DType, dtypes
 from .tensor import Tensor
@@ -32,9 +42,44 @@ DTYPES: dict[str, tuple[DType, str]] = {
 }
 NAME_OF: dict[DType, str] = {dt: name for name, (dt, _) in DTYPES.items()}
 MAX_HEADER = 100 << 20   # a header larger than 100 MiB is refused (a corrupt length, not a real file)
+MAX_NDIM = 32            # numpy's limit before 2.0; real tensors have a handful
+MAX_NUMEL = 1 << 48      # bound on the product of a shape's non-zero dimensions (see the module docstring)
+
+_short_repr = reprlib.Repr()
+_short_repr.maxstring = _short_repr.maxother = 80   # characters of a string or a number
+_short_repr.maxlist, _short_repr.maxdict = 8, 4     # items shown of a list or an object
+_short_repr.maxlevel = 3                            # nesting shown
+
+
+def _short(x) -> str:
+  """repr of a header value, cut to a readable length (names and values come from the file)."""
+  return _short_repr.repr(x)
 
 
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+  out = {}
+  for k, v in pairs:
+    if k in out: raise SafetensorsError(f"the key {_short(k)} appears twice in one object")
+    out[k] = v
+  return out
+
+
+def _shape_problem(shape) -> str | None:
+  """Why `shape` is not a valid shape, or None. Never multiplies past MAX_NUMEL."""
+  if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+    return f"shape must be a list of non-negative ints, got {_short(shape)}"
+  if len(shape) > MAX_NDIM: return f"shape has {len(shape)} dimensions, more than the {MAX_NDIM} allowed"
+  count = 1
+  for s in shape:
+    if s == 0: continue
+    count *= s   # count <= MAX_NUMEL before each step: a huge dim costs one multiplication, then we stop
+    if count > MAX_NUMEL:
+      return (f"shape {_short(shape)} is too large: its non-zero dimensions multiply to more than {MAX_NUMEL} "
+              f"elements (a corrupt or hostile header, not a real tensor)")
+  return None
 
 
 def parse_header(raw: bytes, file_size: int, source: str = "<bytes>"):
@@ -51,8 +96,11 @@ def parse_header(raw: bytes, file_size: int, source: str = "<bytes>"):
   if n < 2: fail(f"header length {n} is too small to hold a JSON object")
   try: text = bytes(raw[8:8 + n]).decode("utf-8")
   except UnicodeDecodeError as e: fail(f"header is not valid UTF-8 ({e})")
-  try: header = json.loads(text)
-  except json.JSONDecodeError as e: fail(f"header is not valid JSON ({e})")
+  try: header = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+  except SafetensorsError as e: fail(f"header is ambiguous: {e}")
+  except RecursionError: fail("header JSON is nested too deeply (a safetensors header is an object of objects "
+                              "holding lists of numbers)")
+  except ValueError as e: fail(f"header is not valid JSON ({e})")   # also: an integer of thousands of digits
   if not isinstance(header, dict): fail(f"header must be a JSON object, got {type(header).__name__}")
   data_start, data_len = 8 + n, file_size - 8 - n
   metadata = header.pop("__metadata__", None)
@@ -61,18 +109,17 @@ def parse_header(raw: bytes, file_size: int, source: str = "<bytes>"):
     fail("__metadata__ must be an object mapping strings to strings")
   entries = {}
   for name, info in header.items():
-    where = f"tensor {name!r}"
+    where = f"tensor {_short(name)}"
     if not isinstance(info, dict): fail(f"{where}: entry must be an object, got {type(info).__name__}")
     extra = set(info) - {"dtype", "shape", "data_offsets"}
     missing = {"dtype", "shape", "data_offsets"} - set(info)
     if missing: fail(f"{where}: entry lacks {sorted(missing)}")
     if extra: fail(f"{where}: entry has unknown fields {sorted(extra)}")
     dt, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-    if dt not in DTYPES: fail(f"{where}: unknown dtype {dt!r} (known: {', '.join(DTYPES)})")
-    if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-      fail(f"{where}: shape must be a list of non-negative ints, got {shape!r}")
+    if not isinstance(dt, str) or dt not in DTYPES: fail(f"{where}: unknown dtype {_short(dt)} (known: {', '.join(DTYPES)})")
+    if (problem := _shape_problem(shape)) is not None: fail(f"{where}: {problem}")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
-      fail(f"{where}: data_offsets must be a list of two ints [begin, end], got {offsets!r}")
+      fail(f"{where}: data_offsets must be a list of two ints [begin, end], got {_short(offsets)}")
     begin, end = offsets
     if not 0 <= begin <= end <= data_len:
       fail(f"{where}: data_offsets [{begin}, {end}] are outside the data area of {data_len} bytes "
@@ -81,13 +128,13 @@ def parse_header(raw: bytes, file_size: int, source: str = "<bytes>"):
     for s in shape: count *= s
     want = count * DTYPES[dt][0].itemsize
     if end - begin != want:
-      fail(f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, but {dt} of shape {shape} needs {want}")
+      fail(f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, but {dt} of shape {_short(shape)} needs {want}")
     entries[name] = (dt, tuple(shape), (begin, end))
   # the ranges must tile the data area: sorted by begin, each starts where the previous ended
   pos, prev = 0, None
   for name, (_, _, (begin, end)) in sorted(entries.items(), key=lambda kv: (kv[1][2][0], kv[1][2][1])):
-    if begin < pos: fail(f"tensor {name!r}: data_offsets [{begin}, {end}] overlap tensor {prev!r}, which ends at {pos}")
-    if begin > pos: fail(f"tensor {name!r}: data_offsets start at {begin}, leaving bytes [{pos}, {begin}) of the data "
+    if begin < pos: fail(f"tensor {_short(name)}: data_offsets [{begin}, {end}] overlap tensor {_short(prev)}, which ends at {pos}")
+    if begin > pos: fail(f"tensor {_short(name)}: data_offsets start at {begin}, leaving bytes [{pos}, {begin}) of the data "
                          f"area unused")
     pos, prev = end, name
   if pos != data_len:

@@ -154,7 +154,27 @@ BAD = [
   ("extra_field", lambda: encode(GOOD, header_override=entry("w", strides=[2, 1])), "'w': entry has unknown fields"),
   ("entry_not_object", lambda: encode([], header_override=lambda h: h.update(x=[1, 2])), "'x': entry must be an object"),
   ("bad_metadata", lambda: encode(GOOD, metadata={"n": 3}), "__metadata__"),
+  # hostile headers: each must be the module's own error, without recursing, overflowing or allocating
+  ("deep_nesting", lambda: raw_header(b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
+  ("deep_nesting_in_entry", lambda: raw_header(b'{"w": {"dtype": "F32", "shape": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"),
+   "nested too deeply"),
+  ("huge_dim_empty", lambda: encode(GOOD + [("e", "F32", (2**62, 0), b"")]), "'e': shape [4611686018427387904, 0] is too large"),
+  ("huge_dims_empty", lambda: encode(GOOD + [("e", "U8", (2**40, 2**40, 0), b"")]), "'e': shape [1099511627776, 1099511627776, 0] is too large"),
+  ("huge_dim_with_data", lambda: encode(GOOD, header_override=entry("w", shape=[2**200, 2**200])), "'w': shape"),
+  ("thousand_digit_dim", lambda: raw_header(json.dumps({"w": {"dtype": "U8", "shape": [0, "DIM"], "data_offsets": [0, 0]}})
+                                             .replace('"DIM"', "9" * 5000).encode()), "not valid JSON"),
+  ("too_many_dims", lambda: encode(GOOD, header_override=entry("w", shape=[1] * 30 + [2, 2] + [1] * 3)), "'w': shape has 35 dimensions"),
+  ("dtype_not_a_string", lambda: encode(GOOD, header_override=entry("w", dtype=["F32"])), "'w': unknown dtype ['F32']"),
+  ("duplicate_tensor", lambda: raw_header(b'{"b": {"dtype": "I32", "shape": [3], "data_offsets": [0, 12]}, '
+                                          b'"b": {"dtype": "I32", "shape": [3], "data_offsets": [0, 12]}}', b"\0" * 12),
+   "the key 'b' appears twice"),
+  ("duplicate_field", lambda: raw_header(b'{"b": {"dtype": "I32", "dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}',
+                                         b"\0" * 12), "the key 'dtype' appears twice"),
 ]
+
+
+def raw_header(text: bytes, data: bytes = b"") -> bytes:
+  return struct.pack("<Q", len(text)) + text + data
 
 
 @pytest.mark.parametrize("name,make,message", BAD, ids=[b[0] for b in BAD])
@@ -187,3 +207,32 @@ def test_save_errors(tmp_path):
   with pytest.raises(SafetensorsError, match="names must be"): save_file({3: Tensor([1.0])}, tmp_path / "a")
   with pytest.raises(SafetensorsError, match="metadata"): save_file({"a": Tensor([1.0])}, tmp_path / "a", {"k": 1})
   with pytest.raises(SafetensorsError, match="'a': expected a Tensor"): save_file({"a": [1.0]}, tmp_path / "a")
+
+
+def test_dimension_bound_keeps_real_empty_tensors(tmp_path):
+  """Zero-size tensors load whatever their other dims, up to 2**48 elements with the zeros left out; past it the
+  shape is refused (see the module docstring), and so is [2**62, 0], before numpy or a Tensor sees it."""
+  from baregrad.tensor.safetensors import MAX_NUMEL
+  ok, bad = tmp_path / "ok.safetensors", tmp_path / "bad.safetensors"
+  ok.write_bytes(encode(GOOD + [("e", "F64", (0, 4096), b""), ("f", "U8", (2**24, 2**24, 0), b"")]))
+  got = load_file(ok)
+  assert got["e"].shape == (0, 4096) and got["f"].shape == (2**24, 2**24, 0) and got["f"].numpy().size == 0
+  assert MAX_NUMEL == 2**48
+  for shape in ([2**24, 2**24 + 1, 0], [2**62, 0], [0, 2**62], [2**16, 0, 2**16, 2**16 + 1]):
+    bad.write_bytes(encode(GOOD + [("e", "U8", shape, b"")]))
+    with pytest.raises(SafetensorsError, match=r"'e': shape \[.*\] is too large"):
+      read_header(bad)
+
+
+def test_messages_stay_short_for_huge_values(tmp_path):
+  """A hostile name or value is quoted shortened: the error names it without echoing megabytes."""
+  name = "n" * 1_000_000
+  path = tmp_path / "long.safetensors"
+  path.write_bytes(encode([(name, "X9", (1,), b"\0")]))
+  with pytest.raises(SafetensorsError, match="unknown dtype 'X9'") as e:
+    load_file(path)
+  assert len(str(e.value)) < 500 and "nnnn" in str(e.value)
+  path.write_bytes(encode(GOOD, header_override=entry("w", shape=list(range(-1, 1_000_000)))))
+  with pytest.raises(SafetensorsError, match="'w': shape must be a list of non-negative ints") as e:
+    load_file(path)
+  assert len(str(e.value)) < 500

@@ -3,7 +3,9 @@
     baregrad info                                   devices, versions, properties; why a device is unavailable
     baregrad smoke [--device D]                     bring-up checks, stops at the first failure
     baregrad capture -o run.bgq -- python s.py      record every queue submission (CAPTURE=run.bgq)
-    baregrad replay run.bgq [--repeat N] [--trace out.json] [--device D]
+    baregrad replay run.bgq [--repeat N] [--trace out.json] [--device D] [--allow-native-code]
+                                                    run a capture again; a CPU capture's programs are machine
+                                                    code from the file and run only with --allow-native-code
     baregrad profile -o out.json -- python s.py     Chrome/Perfetto trace of a run (PROFILE=out.json)
     baregrad viz -o out.html -- python s.py         UOp graphs of every kernel at every stage (VIZ=out.html)
 
@@ -11,6 +13,15 @@ TRACE_IOCTL=1 on any run logs every call through the kernel interface (mmap/munm
 """
 from __future__ import annotations
 import argparse, os, subprocess, sys
+
+
+REPLAY_HELP = """Replay a capture: recreate its allocations, submit its commands again, check and time them.
+
+A capture is input from whoever made it. Every header field is checked first (exit code 2 and one line
+naming the field when one is wrong), and every kernel launch must pass buffers at least as large as its
+program was compiled for. A CPU capture's programs are native machine code that would run with your
+privileges, so replay refuses them (exit code 2) unless you pass --allow-native-code; GPU programs run
+under the GPU's MMU and replay without it."""
 
 
 def _child(env_var: str, out: str, command: list[str]) -> int:
@@ -47,7 +58,7 @@ def cmd_replay(args) -> int:
   from .replay import ReplayError, replay, summary, write_trace
   try:
     cap = load_capture(args.file)
-    result = replay(cap, args.device, args.repeat, check=not args.no_check)
+    result = replay(cap, args.device, args.repeat, check=not args.no_check, allow_native_code=args.allow_native_code)
   except (CaptureError, ReplayError) as e:
     print(f"baregrad replay: {e}", file=sys.stderr)
     return 2
@@ -70,14 +81,24 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-o", "--output", required=True, help=f"file to write (e.g. {what})")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     s.set_defaults(env_var=var)
-  s = sub.add_parser("replay", help="replay a capture: check the results, time every command")
-  s.add_argument("file")
+  s = sub.add_parser("replay", help="replay a capture: check the results, time every command",
+                     description=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+  s.add_argument("file", help="a .bgq capture (tools/BGQ_FORMAT.md); every field is checked before anything runs")
+  s.add_argument("--allow-native-code", action="store_true",
+                 help="a CPU capture's programs are machine code taken from the file: load and run them in this process "
+                      "with your privileges (and, where a binary does not load, compile the file's C source with cc and run "
+                      "that). Only for captures you trust as you would a program from their author; GPU captures do not "
+                      "need it")
   s.add_argument("--device", default=None, help="device to replay on (default: the captured one)")
   s.add_argument("--repeat", type=int, default=1, help="replay this many times")
   s.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
   s.add_argument("--top", type=int, default=10, help="kernels to list")
   s.add_argument("--no-check", action="store_true", help="do not compare final buffer contents")
   args = p.parse_args(argv)
+  try: from baregrad.drivers import settings   # noqa: F401 -- validates every environment variable baregrad reads
+  except ValueError as e:   # settings.SettingsError: names the variable, its value and the values it takes
+    print(f"baregrad: {e}", file=sys.stderr)
+    return 2
   if args.cmd in ("capture", "profile", "viz"): return _child(args.env_var, args.output, args.command)
   if args.cmd == "replay" and args.repeat < 1: p.error("--repeat must be at least 1")
   return {"info": cmd_info, "smoke": cmd_smoke, "replay": cmd_replay}[args.cmd](args)

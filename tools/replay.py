@@ -1,17 +1,25 @@
-"""`baregrad replay run.bgq [--device D] [--repeat N] [--trace out.json]`: run a capture again, check it, time it.
+"""`baregrad replay run.bgq [--allow-native-code] [--device D] [--repeat N] [--trace out.json]`: run a capture again,
+check it, time it.
 
 The programs are loaded on a device of the captured kind, every allocation is recreated with its initial
 contents, and the commands are submitted again in their order, each between two queue timestamps. After each
 repetition every allocation is compared with its captured final contents.
+
+A capture is input from whoever sent it. `load_capture` has checked every field (hcq/capture.py); here the device
+must be the captured kind, and the programs of a CPU capture are machine code this process would run with the
+user's privileges, so they are loaded only when the caller opts in (`allow_native_code`, `--allow-native-code`).
+GPU programs run under the GPU's MMU and need no opt-in.
 """
 from __future__ import annotations
-from baregrad.compiler.codegen import compile_source
-import platform, time
+import platform, sys, time
 from dataclasses import dataclass, field
 import numpy as np
-from baregrad.hcq.capture import Capture, CaptureError
+from baregrad.hcq.capture import Capture, CaptureError, check_header
 from baregrad.hcq.trace import TraceBuilder, clock_offset, device_ns
 from baregrad.drivers.progress import Progress
+
+
+NATIVE_CODE_DEVICES = ("CPU",)    # devices whose programs are host machine code, run in this process
 
 
 class ReplayError(RuntimeError):
@@ -60,7 +68,7 @@ class ReplayResult:
 
 def check_device(cap: Capture, device: str | None) -> tuple[str, str]:
   """(captured device name, device to replay on); ReplayError when the kinds differ."""
-  from baregrad.hcq.device import canonical, Device
+  from baregrad.hcq.device import canonical
   devices = cap.header["devices"]
   if not devices: raise ReplayError(f"{cap.path}: the capture recorded no device work (no ExecItem was submitted)")
   if len(devices) > 1:
@@ -77,11 +85,26 @@ def check_device(cap: Capture, device: str | None) -> tuple[str, str]:
   if kind == "CPU" and info.get("machine") not in (None, platform.machine()):
     raise ReplayError(f"{cap.path} holds CPU code for {info['machine']}; this machine is {platform.machine()}")
   if "target" in info:
-    dev = Device.get(target)
+    dev = _open(target, cap)
     have = getattr(dev.driver, "target", None) or getattr(dev.driver, "arch", None)
     if have is not None and str(have) != info["target"]:
       raise ReplayError(f"{cap.path} holds {kind} code for {info['target']}; this {kind} device is {have}")
   return name, target
+
+
+def _open(target: str, cap: Capture):
+  from baregrad.hcq.device import Device
+  try: return Device.get(target)
+  except (RuntimeError, OSError) as e: raise ReplayError(f"cannot open {target} to replay {cap.path}: {e}") from e
+
+
+def check_native_code(cap: Capture, target: str, allow_native_code: bool):
+  """A CPU capture's programs are machine code from the file: refuse them unless the caller opted in."""
+  if target not in NATIVE_CODE_DEVICES or not cap.programs or allow_native_code: return
+  raise ReplayError(f"{cap.path} is a {target} capture: its {len(cap.programs)} program(s) are machine code from the file, which "
+                    "replay would load and run in this process with your privileges; not running them without "
+                    "--allow-native-code (pass it only if you trust whoever made the file as you would a program from them; "
+                    "allow_native_code=True in Python)")
 
 
 def _meta(meta: dict) -> dict:
@@ -93,14 +116,21 @@ def _meta(meta: dict) -> dict:
 
 def _load(dev, cap: Capture, p: dict):
   """The captured binary, loaded as it is. A driver that cannot load a binary it did not compile itself in this
-  process (the emulated NV GPU runs the PTX the cubin came from) gets the captured source compiled first."""
+  process (the emulated NV GPU runs the PTX the cubin came from) gets the captured source compiled first; on the CPU
+  that is C source compiled and run, which only happens after the native-code opt-in (check_native_code), and says so."""
+  from baregrad.compiler.codegen import compile_source
   from baregrad.hcq.program import Program
-  source = (cap.blob(p["source"]) or b"").decode()
+  try: source = (cap.blob(p["source"]) or b"").decode()
+  except UnicodeDecodeError as e:
+    raise CaptureError(f"{cap.path}: corrupted capture: the source of program {p['name']} is not UTF-8 ({e.reason})") from e
   prog = Program(dev.name, p["name"], cap.blob(p["binary"]), source, p["n_params"], tuple(p["variables"]), _meta(p["meta"]))
   try:
     return prog.load(dev)
   except Exception as first:
     if not source: raise ReplayError(f"cannot load program {p['name']} on {dev.name}: {first}") from first
+    if dev.name in NATIVE_CODE_DEVICES:
+      print(f"baregrad replay: the binary of program {p['name']} does not load here ({first}); compiling and running its "
+            "captured C source instead (--allow-native-code)", file=sys.stderr)
     try:
       binary = compile_source(dev.name, source)
       if binary != prog.binary: prog.binary = binary     # the driver's compiler differs: run what it makes of the source
@@ -109,16 +139,17 @@ def _load(dev, cap: Capture, p: dict):
       raise ReplayError(f"cannot load program {p['name']} on {dev.name}: {first} (compiling its source: {e})") from e
 
 
-def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool = True, show_progress: bool = True) -> ReplayResult:
-  from baregrad.hcq.buffer import Buffer
-  from baregrad.hcq.device import Device
-  from baregrad.hcq.program import Program
+def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool = True, show_progress: bool = True,
+           allow_native_code: bool = False) -> ReplayResult:
+  """Run `cap` `repeat` times on `device` (default: the captured one). A CPU capture's programs run only with
+  `allow_native_code` (see check_native_code); ReplayError/CaptureError say why a capture cannot be replayed."""
   from baregrad.hcq.signal import Signal
+  if not cap.checked: check_header(cap)
   _, target = check_device(cap, device)
-  try: dev = Device.get(target)
-  except RuntimeError as e: raise ReplayError(f"cannot open {target} to replay {cap.path}: {e}") from e
+  check_native_code(cap, target, allow_native_code)
+  dev = _open(target, cap)
   programs = [_load(dev, cap, p) for p in cap.programs]
-  allocs = [Buffer(dev.name, max(a["nbytes"], 1), _Bytes).ensure_allocated() for a in cap.allocations]
+  allocs = [_allocate(dev, cap, a, rec["nbytes"]) for a, rec in enumerate(cap.allocations)]
   initial = [cap.blob(a["initial"]) for a in cap.allocations]
   final = [cap.blob(a.get("final")) for a in cap.allocations]
   offset = clock_offset(dev)
@@ -126,10 +157,8 @@ def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool
   work = sum(1 for c in cap.commands if c["op"] in ("exec", "copy"))
   bar = Progress(repeat * work, "replay", enabled=None if show_progress else False)
 
-  def addr(ref) -> int:
-    a, off, n = ref
-    if not 0 <= off <= off + n <= allocs[a].nbytes:
-      raise CaptureError(f"{cap.path}: corrupted capture: buffer reference {ref} is outside allocation #{a}")
+  def addr(ref) -> int:     # check_header has checked every reference against its allocation
+    a, off, _ = ref
     return allocs[a].addr + off
 
   def view(a): return dev.driver.view(allocs[a].addr, cap.allocations[a]["nbytes"])
@@ -137,7 +166,8 @@ def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool
   for rep in range(repeat):
     dev.synchronize()
     for a, rec in enumerate(cap.allocations):
-      if rec["nbytes"]: view(a)[:] = initial[a] if initial[a] is not None else bytes(rec["nbytes"])
+      if initial[a] is not None: view(a)[:] = initial[a]
+      elif rec["nbytes"]: np.frombuffer(view(a), np.uint8).fill(0)
     q, stamps = None, []
     for i, c in enumerate(cap.commands):
       op = c["op"]
@@ -169,7 +199,7 @@ def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool
         result.timings.append(Timing(rep, i, "wait" if op == "sync" else "write", "host wait" if op == "sync" else "host write",
                                      h0, time.monotonic_ns(), 0, c["dst"][2] if op == "write" else 0, "host"))
       else:
-        raise CaptureError(f"{cap.path}: corrupted capture: command #{i} has unknown op {op!r}")
+        raise CaptureError(f"{cap.path}: corrupted capture: command #{i} has unknown op {op!r}")   # check_header refuses these
     if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
     for t, t0, t1 in stamps:
@@ -181,10 +211,17 @@ def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool
   return result
 
 
+def _allocate(dev, cap: Capture, a: int, nbytes: int):
+  from baregrad.hcq.buffer import Buffer
+  try: return Buffer(dev.name, max(nbytes, 1), _Bytes).ensure_allocated()
+  except (MemoryError, RuntimeError, OSError) as e:
+    raise ReplayError(f"cannot recreate allocation {a} of {cap.path} ({nbytes} bytes) on {dev.name}: {e or type(e).__name__}") from e
+
+
 def _check(result: ReplayResult, rep: int, cap: Capture, final: list, view):
   writer = {}
   for i, c in enumerate(cap.commands):
-    if c["op"] == "exec": writer[c["bufs"][0][0]] = f"{c['name']} (command {i})"
+    if c["op"] == "exec" and c["bufs"]: writer[c["bufs"][0][0]] = f"{c['name']} (command {i})"
     elif c["op"] == "copy": writer[c["dst"][0]] = f"copy (command {i})"
     elif c["op"] == "write": writer[c["dst"][0]] = f"a host write (command {i})"
   for a, rec in enumerate(cap.allocations):
@@ -195,14 +232,14 @@ def _check(result: ReplayResult, rep: int, cap: Capture, final: list, view):
     result.mismatches.append(Mismatch(rep, a, describe_mismatch(a, rec, got, final[a], writer.get(a, "no command"))))
 
 
+NUMPY_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")
+
+
 def describe_mismatch(a: int, rec: dict, got: bytes, want: bytes, writer: str) -> str:
   g8, w8 = np.frombuffer(got, np.uint8), np.frombuffer(want, np.uint8)
   head = f"buffer #{a} ({rec['dtype']}, {rec['nbytes']} bytes, last written by {writer})"
-  try:
-    dt = np.dtype(rec["dtype"])
-    if rec["nbytes"] % dt.itemsize: raise TypeError
-  except TypeError:
-    dt = np.dtype(np.uint8)
+  dt = np.dtype(rec["dtype"] if rec["dtype"] in NUMPY_DTYPES else "uint8")     # never np.dtype() of any string from the file
+  if rec["nbytes"] % dt.itemsize: dt = np.dtype(np.uint8)
   g, w = np.frombuffer(got, dt), np.frombuffer(want, dt)
   diff = np.flatnonzero((g8 != w8).reshape(-1, dt.itemsize).any(axis=1))
   k = int(diff[0])

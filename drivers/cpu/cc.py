@@ -2,17 +2,18 @@
 
 The object is loaded by baregrad's own loader (`elf.py`), so it is compiled freestanding and
 position independent: no startup code, no libc headers, every libc call goes through a GOT slot
-that the loader fills. Objects are cached on disk by a hash of everything that decides the bytes
-(compiler path and version, host CPU when `-march=native` is used, flags, source).
+that the loader fills. Objects are cached on disk (`drivers/diskcache.py`, kind "cc") by a hash of
+everything that decides the bytes (compiler path and version, host CPU when `-march=native` is used,
+flags, source); a cached object is executed, so that cache checks who can write it and each entry's hash.
 
 Environment:
   CC               compiler to use (a path or a name on PATH); default: the first of COMPILERS found
-  BAREGRAD_CACHE   cache directory (default `$XDG_CACHE_HOME/baregrad` or `~/.cache/baregrad`)
-  CACHE=0          do not look objects up in the cache (they are still written)
+  BAREGRAD_CACHE   cache directory, CACHE=0 no cache lookups: see `drivers/diskcache.py`
 """
 from __future__ import annotations
-import functools, hashlib, json, os, shutil, subprocess, tempfile, threading, warnings
+import functools, os, shutil, subprocess, tempfile, threading, warnings
 from pathlib import Path
+from baregrad.drivers import diskcache, settings
 
 COMPILERS = ("clang", "clang-22", "clang-19", "gcc", "cc")
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fPIC", "-ffreestanding", "-fno-math-errno", "-fno-stack-protector",
@@ -33,7 +34,7 @@ class CompileError(RuntimeError):
 
 def find_compiler() -> str:
   """Absolute path of the C compiler: $CC if set, else the first of COMPILERS on PATH."""
-  if (cc := os.environ.get("CC")):
+  if (cc := settings.CC):
     if (found := shutil.which(cc)) is None:
       raise CompilerNotFound(f"CC={cc!r} is not an executable file (or a name on PATH). Point CC at gcc or clang, "
                              "or unset it to use the first of " + ", ".join(COMPILERS) + " found on PATH.")
@@ -71,19 +72,13 @@ def _host_cpu() -> str:
   return "\n".join(dict.fromkeys(lines))  # the same lines repeat per core
 
 
-def cache_dir() -> Path:
-  if (d := os.environ.get("BAREGRAD_CACHE")): return Path(d)
-  if (d := os.environ.get("XDG_CACHE_HOME")): return Path(d) / "baregrad"
-  return Path.home() / ".cache" / "baregrad"
-
-
 def _cache_key(cc: str, flags: tuple, src: str) -> str:
   host = _host_cpu() if any(f.endswith("=native") for f in flags) else ""
-  blob = json.dumps([cc, compiler_version(cc), host, list(flags), src])
-  return hashlib.sha256(blob.encode()).hexdigest()
+  return diskcache.hash_key(cc, compiler_version(cc), host, list(flags), src)
 
 
-def _numbered(src: str) -> str:
+def numbered_source(src: str) -> str:
+  """`src` with a right-aligned line number before each line, as compile errors show it."""
   lines = src.splitlines()
   width = len(str(len(lines)))
   return "\n".join(f"{i:{width}d} | {line}" for i, line in enumerate(lines, 1))
@@ -111,37 +106,19 @@ def _accepted_flags(cc: str, flags: tuple) -> tuple:
   return keep
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f: f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
-
-
 def compile_c(src: str, flags: tuple = DEFAULT_FLAGS) -> bytes:
   """Compile C source to a relocatable ELF object and return its bytes (cached on disk)."""
   cc, flags = find_compiler(), tuple(flags)
-  path = cache_dir() / "cc" / (_cache_key(cc, flags, src) + ".o")
-  if os.environ.get("CACHE", "1") != "0":
-    try:
-      obj = path.read_bytes()
-      with _stats_lock: stats["cache_hits"] += 1
-      return obj
-    except OSError:
-      pass
+  key = _cache_key(cc, flags, src) + ".o"
+  if (obj := diskcache.get("cc", key)) is not None:
+    with _stats_lock: stats["cache_hits"] += 1
+    return obj
   status, stderr, obj = _run_compiler(cc, flags, src)
   if status != 0 and (usable := _accepted_flags(cc, flags)) != flags:
     status, stderr, obj = _run_compiler(cc, usable, src)
   if status != 0 or obj is None:
     raise CompileError(f"{cc} failed (exit {status}) compiling a CPU kernel with {' '.join(flags)}\n"
-                       f"--- compiler output ---\n{stderr}\n--- source ---\n{_numbered(src)}")
+                       f"--- compiler output ---\n{stderr}\n--- source ---\n{numbered_source(src)}")
   with _stats_lock: stats["compiles"] += 1
-  try:
-    _write_atomic(path, obj)
-  except OSError as e:  # a read-only or full cache must not break compiling
-    warnings.warn(f"cannot write compile cache {path}: {e}")
+  diskcache.put("cc", key, obj)   # a read-only, full or unsafe cache is a warning there, never an error
   return obj

@@ -2,7 +2,7 @@
 to load programs and by the compiler's tests; it lives in the driver layer so both can import it).
 
 `compile_ptx` runs ptxas (the one on PATH, $PTXAS, or the one in the `nvidia-cuda-nvcc` wheel) and caches
-the cubin on disk by a hash of the ptxas build, the flags and the source (the CPU compiler's cache folder).
+the cubin on disk by a hash of the ptxas build, the flags and the source (`drivers/diskcache.py`, kind "ptxas").
 `load_cubin` reads the cubin's ELF with pyelftools: per kernel the code (`.text.<name>`), the parameter
 layout in constant bank 0, registers, shared and stack sizes, from the `.nv.info` attributes.
 
@@ -21,9 +21,11 @@ Facts used here, observed in ptxas 13.0 output and decoded by `cuobjdump -elf` (
   ptxas reserves at its start (`.nv.shared.reserved.0`), so a 1024-byte `.shared` array gives 2048.
 """
 from __future__ import annotations
-import functools, hashlib, io, json, os, shutil, struct, subprocess, tempfile, threading, warnings
+import functools, io, os, shutil, struct, subprocess, tempfile, threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from baregrad.drivers import diskcache, settings
+from baregrad.drivers.cpu.cc import numbered_source
 
 DEFAULT_FLAGS = ("-O3",)
 stats = {"compiles": 0, "cache_hits": 0}
@@ -65,7 +67,7 @@ def _wheel_ptxas() -> str | None:
 
 
 def find_ptxas() -> str:
-  if (p := os.environ.get("PTXAS")):
+  if (p := settings.PTXAS):
     if (found := shutil.which(p)) is None:
       raise PtxasNotFound(f"PTXAS={p!r} is not an executable file (or a name on PATH)")
     return found
@@ -86,21 +88,13 @@ def ptxas_version(ptxas: str) -> str:
   return out.stdout.strip().splitlines()[-1]
 
 
-from baregrad.drivers.cpu.cc import cache_dir, _write_atomic, _numbered   # one cache root for every compiler
-
-
 def compile_ptx(src: str, arch: str = "sm_90", flags: tuple = DEFAULT_FLAGS) -> bytes:
   """Assemble a PTX module into a cubin for `arch` (e.g. "sm_90") and return its bytes (cached on disk)."""
   ptxas = find_ptxas()
-  key = hashlib.sha256(json.dumps([ptxas_version(ptxas), arch, list(flags), src]).encode()).hexdigest()
-  path = cache_dir() / "ptxas" / f"{key}.cubin"
-  if os.environ.get("CACHE", "1") != "0":
-    try:
-      data = path.read_bytes()
-      with _stats_lock: stats["cache_hits"] += 1
-      return data
-    except OSError:
-      pass
+  key = diskcache.hash_key(ptxas_version(ptxas), arch, list(flags), src) + ".cubin"
+  if (data := diskcache.get("ptxas", key)) is not None:
+    with _stats_lock: stats["cache_hits"] += 1
+    return data
   with tempfile.TemporaryDirectory(prefix="baregrad-ptxas-") as tmp:
     ptx, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
     ptx.write_text(src)
@@ -109,12 +103,9 @@ def compile_ptx(src: str, arch: str = "sm_90", flags: tuple = DEFAULT_FLAGS) -> 
     data = out.read_bytes() if proc.returncode == 0 and out.exists() else None
   if data is None:
     raise PtxasError(f"ptxas failed (exit {proc.returncode}) assembling PTX for {arch}\n--- ptxas output ---\n"
-                     f"{(proc.stderr + proc.stdout).strip()}\n--- source ---\n{_numbered(src)}")
+                     f"{(proc.stderr + proc.stdout).strip()}\n--- source ---\n{numbered_source(src)}")
   with _stats_lock: stats["compiles"] += 1
-  try:
-    _write_atomic(path, data)
-  except OSError as e:   # a read-only or full cache must not break compiling
-    warnings.warn(f"cannot write ptxas cache {path}: {e}")
+  diskcache.put("ptxas", key, data)   # a read-only, full or unsafe cache is a warning there, never an error
   return data
 
 

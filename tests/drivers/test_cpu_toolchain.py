@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from baregrad.drivers import settings
 from baregrad.drivers.cpu import cc, elf
 from baregrad.drivers.cpu.elf import ElfError, load_elf
 from baregrad.drivers.cpu.processor import (CommandProcessor, Op, ProcessorFault, futex_wait, futex_wake, header, packet,
@@ -21,8 +22,8 @@ ffi = cffi.FFI()
 @pytest.fixture(scope="module", autouse=True)
 def private_cache(tmp_path_factory):
   with pytest.MonkeyPatch.context() as mp:
-    mp.setenv("BAREGRAD_CACHE", str(tmp_path_factory.mktemp("cache")))
-    mp.delenv("CACHE", raising=False)
+    mp.setattr(settings, "BAREGRAD_CACHE", str(tmp_path_factory.mktemp("cache")))
+    mp.setattr(settings, "CACHE", True)
     yield
 
 
@@ -45,13 +46,13 @@ def mapping_perms(address: int) -> str:
 # ---------------------------------------------------------------------------------------------------- cc
 
 def test_cc_missing_compiler_in_CC(monkeypatch):
-  monkeypatch.setenv("CC", "/nonexistent/bin/gcc-404")
+  monkeypatch.setattr(settings, "CC", "/nonexistent/bin/gcc-404")
   with pytest.raises(cc.CompilerNotFound, match="/nonexistent/bin/gcc-404"):
     cc.find_compiler()
 
 
 def test_cc_no_compiler_on_path(monkeypatch, tmp_path):
-  monkeypatch.delenv("CC", raising=False)
+  monkeypatch.setattr(settings, "CC", None)
   monkeypatch.setenv("PATH", str(tmp_path))
   with pytest.raises(cc.CompilerNotFound, match="apt-get install gcc") as e:
     cc.find_compiler()
@@ -60,7 +61,7 @@ def test_cc_no_compiler_on_path(monkeypatch, tmp_path):
 
 def test_cc_CC_and_version(monkeypatch):
   gcc = shutil.which("gcc") or pytest.skip("no gcc")
-  monkeypatch.setenv("CC", "gcc")
+  monkeypatch.setattr(settings, "CC", "gcc")
   assert cc.find_compiler() == gcc
   expected = subprocess.run([gcc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
   assert cc.compiler_version(gcc) == expected
@@ -89,19 +90,20 @@ def test_cc_object_is_relocatable_elf():
 
 
 def test_cc_disk_cache(monkeypatch, tmp_path):
-  monkeypatch.setenv("BAREGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
   src = f"int cached_{os.getpid()}(int x) {{ return x * 3; }}\n"
   before = dict(cc.stats)
   first = cc.compile_c(src)
   assert cc.stats["compiles"] == before["compiles"] + 1 and cc.stats["cache_hits"] == before["cache_hits"]
   files = list((tmp_path / "cc").iterdir())
-  assert len(files) == 1 and files[0].read_bytes() == first and len(files[0].stem) == 64  # named by sha256
+  assert len(files) == 1 and len(files[0].stem) == 64                   # named by sha256
+  assert files[0].read_bytes().endswith(first)   # after diskcache's header (checked in tests/drivers/test_diskcache.py)
   second = cc.compile_c(src)
   assert second == first and cc.stats["cache_hits"] == before["cache_hits"] + 1
   assert cc.stats["compiles"] == before["compiles"] + 1
   cc.compile_c(src, cc.DEFAULT_FLAGS + ("-O1",))  # other flags: another object
   assert cc.stats["compiles"] == before["compiles"] + 2 and len(list((tmp_path / "cc").iterdir())) == 2
-  monkeypatch.setenv("CACHE", "0")
+  monkeypatch.setattr(settings, "CACHE", False)
   assert cc.compile_c(src) == first and cc.stats["compiles"] == before["compiles"] + 3
   assert not [p for p in (tmp_path / "cc").iterdir() if p.suffix != ".o"]  # no temp files left behind
 
@@ -217,10 +219,10 @@ void saxpy(float *restrict y, const float *restrict x, float a, int n) { for (in
 """
 
 
-def test_elf_vectorized_loop():
+def test_elf_vectorized_loop(tmp_path):
   obj = cc.compile_c(SAXPY_SRC)
   if shutil.which("objdump"):  # make sure this really runs packed SIMD code
-    with open(os.path.join(os.environ["BAREGRAD_CACHE"], "saxpy.o"), "wb") as f: f.write(obj)
+    with open(tmp_path / "saxpy.o", "wb") as f: f.write(obj)
     asm = subprocess.run(["objdump", "-d", f.name], capture_output=True, text=True).stdout
     assert any(op in asm for op in ("mulps", "addps", "fmadd132ps", "fmadd213ps", "fmadd231ps")), asm
   image = load_elf(obj)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from baregrad.drivers import settings
 from baregrad.drivers.nv import cubin
 from baregrad.drivers.nv.cubin import compile_ptx, load_cubin, find_ptxas, PtxasError, PtxasNotFound
 from baregrad.compiler.render_ptx import PTXRenderer
@@ -286,7 +287,7 @@ TRIVIAL = ".visible .entry trivial(.param .u64 p)\n{\n  .reg .b64 %rd<2>;\n  ld.
 
 
 def test_compile_ptx_caches(ptxas, tmp_path, monkeypatch):
-  monkeypatch.setenv("BAREGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
   src = PTXRenderer("sm_90").header() + TRIVIAL
   before = dict(cubin.stats)
   first = compile_ptx(src, "sm_90")
@@ -300,17 +301,17 @@ def test_compile_ptx_caches(ptxas, tmp_path, monkeypatch):
 
 def test_missing_ptxas_is_a_clear_error(tmp_path, monkeypatch):
   monkeypatch.setenv("PATH", str(tmp_path))          # no ptxas on PATH
-  monkeypatch.delenv("PTXAS", raising=False)
+  monkeypatch.setattr(settings, "PTXAS", None)
   monkeypatch.setattr(cubin, "_wheel_ptxas", lambda: None)   # nor from the wheel
   with pytest.raises(PtxasNotFound, match=r"baregrad\[nv\] \(pip install nvidia-cuda-nvcc\) or put ptxas on PATH"):
     compile_ptx(PTXRenderer().header(), "sm_90")
-  monkeypatch.setenv("PTXAS", str(tmp_path / "nope"))
+  monkeypatch.setattr(settings, "PTXAS", str(tmp_path / "nope"))
   with pytest.raises(PtxasNotFound, match="PTXAS="):
     compile_ptx(PTXRenderer().header(), "sm_90")
 
 
 def test_ptx_syntax_error_reports_ptxas_message(ptxas, tmp_path, monkeypatch):
-  monkeypatch.setenv("BAREGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
   bad = PTXRenderer("sm_90").header() + TRIVIAL.replace("st.global.u32", "st.global.bogus")
   with pytest.raises(PtxasError) as info:
     compile_ptx(bad, "sm_90")

@@ -107,7 +107,7 @@ def test_capture_replay_round_trip(captures, name, tmp_path):
     assert [c["origin"] for c in cap.commands if c["op"] == "submit"] == ["schedule"] * 3 + ["jit"] * 2
     assert len(execs) == 20
   trace = tmp_path / "trace.json"
-  out = baregrad("replay", str(captures[name]), "--repeat", "3", "--trace", str(trace))
+  out = baregrad("replay", str(captures[name]), "--allow-native-code", "--repeat", "3", "--trace", str(trace))
   assert "all" in out.stdout and "buffers match their captured final contents in every repetition" in out.stdout
   assert "MISMATCH" not in out.stdout
   assert re.search(r"kernel\s+calls\s+total us\s+mean us\s+%\s+GFLOP/s\s+GB/s", out.stdout)
@@ -121,7 +121,7 @@ def test_replay_api_outputs_match_the_captured_run(captures):
   from baregrad.hcq.capture import load_capture
   from baregrad.tools.replay import replay
   cap = load_capture(str(captures["mlp"]))
-  res = replay(cap, repeat=1, show_progress=False)
+  res = replay(cap, repeat=1, show_progress=False, allow_native_code=True)
   assert not res.mismatches and res.checked == len(cap.allocations)
   # the softmax output of the last JIT replay: rows sum to 1 in the captured final contents
   last = [c for c in cap.commands if c["op"] == "exec"][-1]
@@ -142,7 +142,7 @@ def test_replay_reports_a_mismatch_clearly(captures):
   idx = len(cap.header["blobs"]) - 1
   cap.blob = (lambda orig: (lambda i: bytes(blob) if i == idx else orig(i)))(cap.blob)
   cap.allocations[out_alloc]["final"] = idx
-  res = replay(cap, repeat=1, show_progress=False)
+  res = replay(cap, repeat=1, show_progress=False, allow_native_code=True)
   assert len(res.mismatches) == 1
   text = res.mismatches[0].text
   assert f"buffer #{out_alloc}" in text and "1 of 10 elements differ" in text and "element 0" in text
@@ -153,7 +153,7 @@ def test_replay_reports_a_mismatch_clearly(captures):
 
 def test_replay_trace_is_chrome_format_and_adds_up(captures, tmp_path):
   trace = tmp_path / "t.json"
-  out = baregrad("replay", str(captures["mlp"]), "--trace", str(trace))
+  out = baregrad("replay", str(captures["mlp"]), "--allow-native-code", "--trace", str(trace))
   data = json.loads(trace.read_text())
   events = data["traceEvents"]
   names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -279,7 +279,7 @@ def test_truncated_corrupted_and_foreign_captures_fail_clearly(captures, tmp_pat
 
 
 def test_capture_format_reader_checks(tmp_path):
-  from baregrad.hcq.capture import BlobStore, CaptureError, load_capture, write_capture
+  from baregrad.hcq.capture import VERSION, BlobStore, CaptureError, load_capture, write_capture
   blobs = BlobStore()
   a = blobs.add(b"\x00" * 1000)
   assert blobs.add(b"\x00" * 1000) == a              # deduplicated
@@ -287,7 +287,7 @@ def test_capture_format_reader_checks(tmp_path):
   path = tmp_path / "t.bgq"
   write_capture(str(path), {"devices": {}, "programs": [], "allocations": [], "commands": []}, blobs)
   cap = load_capture(str(path))
-  assert cap.blob(a) == b"\x00" * 1000 and cap.blob(b) == b"xyz" and cap.header["version"] == 1
+  assert cap.blob(a) == b"\x00" * 1000 and cap.blob(b) == b"xyz" and cap.header["version"] == VERSION
   raw = bytearray(path.read_bytes())
   raw[8] = 9                                         # a future version
   path.write_bytes(bytes(raw))
