@@ -1,6 +1,6 @@
 """Kernel AST -> program: simplify, decompose, linearize, render, compile, load. Cached per AST."""
 from __future__ import annotations
-import os, re
+import re
 from dataclasses import dataclass
 from .uop import UOp, Ops, ALU
 from .pattern import graph_rewrite, substitute
@@ -10,11 +10,13 @@ from .decomp import decompositions
 from .linearize import linearize
 from .render_c import CRenderer
 from .rangeify import KernelSpec
+from .deepstack import on_deep_stack
 from . import viz as _viz   # VIZ=out.html report hook
 
-DEBUG = int(os.environ.get("DEBUG", "0"))
-OPT = int(os.environ.get("OPT", "1"))     # 0: no kernel optimizations
-BEAM = int(os.environ.get("BEAM", "0"))   # >0: search optimizations by timing real runs
+from baregrad.drivers import settings
+DEBUG = settings.DEBUG   # these module globals are the runtime switches (tests monkeypatch them)
+OPT = settings.OPT       # 0: no kernel optimizations
+BEAM = settings.BEAM     # >0: search optimizations by timing real runs
 RENDERERS = {"CPU": CRenderer}
 
 
@@ -34,7 +36,7 @@ def _amd_renderer():   # AMD: RDNA3 assembly -> code object, no external tools
 
 RENDERERS["AMD"] = _amd_renderer
 _programs: dict = {}      # (ast, device, opts) -> Program, least recently used first
-PROGRAM_CACHE = int(os.environ.get("PROGRAM_CACHE", "4096"))   # loaded programs kept for reuse
+PROGRAM_CACHE = settings.PROGRAM_CACHE   # loaded programs kept for reuse
 
 
 def clear_programs():
@@ -43,6 +45,19 @@ def clear_programs():
   from .schedule import _plans
   _programs.clear()
   _plans.clear()
+
+
+_device_epoch = 0
+
+
+def drop_stale_programs():
+  """Cached programs (and the schedules holding them) are loaded on a Device object; when a device was closed, or
+  dropped in a forked child, Device.epoch moved and they are forgotten (a new device loads its own)."""
+  global _device_epoch
+  from baregrad.hcq.device import Device
+  if Device.epoch != _device_epoch:
+    clear_programs()
+    _device_epoch = Device.epoch
 _decomp = decompositions()
 stats = {"kernels_compiled": 0}
 
@@ -89,14 +104,17 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
 
 
 def estimate(ast: UOp, params) -> dict:
-  """Rough flop and byte counts: ALU ops times the iterations of the loops they sit in."""
+  """Rough flop and byte counts: ALU ops times the iterations of the loops they sit in (the constant-size
+  RANGEs and "core" SPECIALs reachable from the op). One walk: each node's loops are the union of its sources'."""
   flops = 0
+  loops: dict[UOp, frozenset] = {}    # node -> the loops it runs in
   for u in ast.toposort():
+    inside = frozenset().union(*(loops[s] for s in u.src))
+    if (u.op is Ops.RANGE and u.src[0].op is Ops.CONST) or (u.op is Ops.SPECIAL and u.arg[0] == "core"): inside |= {u}
+    loops[u] = inside
     if (u.op in ALU or u.op is Ops.REDUCE) and u.dtype != dtypes.index:   # a REDUCE: one op per iteration
       iters = 1
-      for r in u.toposort():
-        if r.op is Ops.RANGE and r.src[0].op is Ops.CONST: iters *= r.src[0].arg
-        if r.op is Ops.SPECIAL and r.arg[0] == "core": iters *= r.arg[1]
+      for r in inside: iters *= r.src[0].arg if r.op is Ops.RANGE else r.arg[1]
       flops += iters
   nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else _numel(p.shape) * p.dtype.itemsize for p in params)
   return {"flops": flops, "bytes": nbytes}
@@ -124,7 +142,12 @@ class Lowered:
 
 
 def lower(spec: KernelSpec, renderer) -> Lowered:
-  """Kernel AST -> linear program for `renderer`: GPU threads or CPU opts, symbolic + decompositions, linearize."""
+  """Kernel AST -> linear program for `renderer`: GPU threads or CPU opts, symbolic + decompositions, linearize
+  (on the compiler's deep-stack thread: compiler/deepstack.py)."""
+  return on_deep_stack(_lower, spec, renderer)
+
+
+def _lower(spec: KernelSpec, renderer) -> Lowered:
   ast, launch = spec.ast, {}
   if getattr(renderer, "threads", False):
     ast, gsz, lsz = to_threads(ast)
@@ -152,10 +175,17 @@ def get_program(spec: KernelSpec):
   from baregrad.hcq.device import Device
   from baregrad.hcq.program import Program
   key = (spec.ast, spec.device, spec.opts)
+  drop_stale_programs()
   prog = _programs.pop(key, None)
   if prog is not None:
     _programs[key] = prog      # most recently used last
     return prog
+  return on_deep_stack(_compile_program, spec, key)
+
+
+def _compile_program(spec: KernelSpec, key):
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.program import Program
   renderer = renderer_for(spec.device)
   low = lower(spec, renderer)
   name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)

@@ -1,7 +1,14 @@
-"""Decompositions of ops a target lacks: exp2, log2 and sin by argument reduction + polynomials.
+"""Decompositions of ops a target lacks: exp2, log2 and sin by argument reduction + polynomials; and shifts
+by any amount.
 
 Built from ADD/MUL/CMPLT/WHERE/TRUNC/CAST/BITCAST/shifts only, so any target that has those can run them.
 float32 uses float32 arithmetic (sin reduces in float64 for accuracy); float16/bfloat16 go through float32.
+
+Shifts follow numpy, whose `a << b` and `a >> b` are defined for every amount: an amount outside [0, bits)
+(negative included) gives 0, except a right shift of a negative signed value, which gives -1. C makes such a
+shift undefined behaviour, and the hardware takes the amount modulo the register width (AMD: `1 << 40` is
+256), so every SHL/SHR whose amount is not known to be in range is rewritten here, once for all targets,
+into a shift by an amount masked to [0, bits) plus a select.
 """
 from __future__ import annotations
 import math
@@ -97,6 +104,29 @@ def sin(x: UOp) -> UOp:
 _IMPL = {Ops.EXP2: exp2, Ops.LOG2: log2, Ops.SIN: sin}
 
 
+def _amount_in_range(amount: UOp, bits: int) -> bool:
+  """Is a shift amount known to lie in [0, bits)? (a constant, `x & c` with c < bits, or its value range)"""
+  if amount.op is Ops.CONST: return 0 <= amount.arg < bits
+  if amount.op is Ops.AND and any(s.op is Ops.CONST and 0 <= s.arg < bits for s in amount.src): return True
+  lo, hi = amount.vrange
+  return isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < bits
+
+
+def shift(u: UOp) -> UOp | None:
+  """numpy's shift for any amount (see the module doc); the shift that remains has an amount in [0, bits)."""
+  a, amount = u.src
+  dt = u.dtype
+  if dt is None or not dt.is_int or _amount_in_range(amount, dt.bits): return None
+  bits = UOp.const(amount.dtype, dt.bits)
+  mask = UOp.const(amount.dtype, dt.bits - 1)
+  valid = amount < bits
+  if not amount.dtype.is_unsigned:   # a negative amount is out of range too (numpy compares it as unsigned)
+    valid = (amount < UOp.const(amount.dtype, 0)).where(UOp.const(dtypes.bool, False), valid)
+  if u.op is Ops.SHR and not dt.is_unsigned:   # a >> (bits - 1) is -1 for a negative a, 0 otherwise
+    return UOp(Ops.SHR, dt, (a, valid.where(amount, mask) & mask))
+  return valid.where(UOp(u.op, dt, (a, amount & mask)), UOp.const(dt, 0))
+
+
 def _decompose(u: UOp, ctx) -> UOp | None:
   if u.op in ctx or not u.dtype.is_float: return None
   if u.dtype not in (dtypes.float32, dtypes.float64):
@@ -105,5 +135,7 @@ def _decompose(u: UOp, ctx) -> UOp | None:
 
 
 def decompositions() -> PatternMatcher:
-  """Rewrite EXP2/LOG2/SIN into ALU ops; `ctx` is the set of ops the target supports natively."""
-  return PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="u"), _decompose)])
+  """Rewrite EXP2/LOG2/SIN into ALU ops (`ctx` is the set of ops the target supports natively) and shifts whose
+  amount may be out of range into numpy's defined result (on every target: none defines them that way)."""
+  return PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="u"), _decompose),
+                         (UPat((Ops.SHL, Ops.SHR), name="u"), shift)])

@@ -4,8 +4,8 @@ THREAD (a global axis is split across CPU cores), SWAP (loop order), PADTO (a gl
 multiple, the extra iterations gated off, so UPCAST/THREAD can split it).
 `hand_coded_opts` picks them by default; compiler.search (BEAM=n) picks them by timing real runs."""
 from __future__ import annotations
-import os
 from dataclasses import dataclass
+from baregrad.drivers import settings
 from .uop import UOp, Ops
 from .dtype import dtypes
 from .pattern import substitute
@@ -133,7 +133,7 @@ _AVX512 = None
 
 
 def cpu_threads() -> int:
-  return max(1, int(os.environ.get("THREADS", os.cpu_count() or 1)))
+  return settings.THREADS
 
 
 def matmul_pack_width(device: str, dtype, n: int, k: int, m: int) -> int:

@@ -4,7 +4,6 @@ import inspect, itertools, sys
 from typing import Callable, Iterable
 from .uop import UOp, Ops
 
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
 _ANY = object()
 
 

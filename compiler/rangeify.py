@@ -103,6 +103,7 @@ class KernelBuilder:
   def __init__(self, root: UOp, materialized: set[UOp]):
     self.root, self.materialized = root, materialized
     self.params: list[UOp] = [root]
+    self.param_index: dict[UOp, int] = {root: 0}   # params by node (a list search per load is quadratic)
     self.memo: dict = {}
     self.n_ranges = 0
 
@@ -115,9 +116,11 @@ class KernelBuilder:
     return tuple(self.new_range(s, kind) if s != 1 else UOp.const(dtypes.index, 0) for s in shape)
 
   def param(self, node: UOp) -> UOp:
-    if node not in self.params: self.params.append(node)
-    dt = node.dtype
-    return UOp(Ops.PARAM, dt, (), self.params.index(node))
+    index = self.param_index.get(node)
+    if index is None:
+      index = self.param_index[node] = len(self.params)
+      self.params.append(node)
+    return UOp(Ops.PARAM, node.dtype, (), index)
 
   def build(self) -> UOp:
     root = self.root

@@ -107,18 +107,15 @@ def _cast(a: str, src: DType, dst: DType) -> str:
   return _round16(out, dst) if dst in (dtypes.float16, dtypes.bfloat16) and src != dst else out
 
 
-def _bits_type(dt: DType) -> str:
-  return {1: "unsigned char", 2: "bg_u16", 4: "bg_u32", 8: "unsigned long long"}[dt.itemsize]
-
-
 def _bitcast(a: str, src: DType, dst: DType) -> str:
-  # to raw bits of the storage format first
-  if src == dtypes.float16: bits = f"bg_f32_f16({a})"
-  elif src == dtypes.bfloat16: bits = f"bg_f32_bf16({a})"
-  else: bits = f"({{ {_bits_type(src)} _b; {ctype(src)} _v = {a}; __builtin_memcpy(&_b, &_v, {src.itemsize}); _b; }})"
+  # to raw bits of the storage format first; a union reinterprets them (GNU C defines this) without the stack
+  # temporaries a memcpy takes, which gcc is slow to clean up in kernels with thousands of bitcasts
+  if src == dtypes.float16: bits, src_type = f"bg_f32_f16({a})", "bg_u16"
+  elif src == dtypes.bfloat16: bits, src_type = f"bg_f32_bf16({a})", "bg_u16"
+  else: bits, src_type = a, ctype(src)
   if dst == dtypes.float16: return f"bg_f16_f32((bg_u16){bits})"
   if dst == dtypes.bfloat16: return f"bg_bf16_f32((bg_u16){bits})"
-  return f"({{ {_bits_type(dst)} _w = {bits}; {dst.ctype} _r; __builtin_memcpy(&_r, &_w, {dst.itemsize}); ({ctype(dst)})_r; }})"
+  return f"(({ctype(dst)})((union {{ {src_type} from; {dst.ctype} to; }}){{ .from = {bits} }}).to)"
 
 
 def _load(ptr: str, idx: str, dt: DType) -> str:
@@ -216,6 +213,21 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
       reads[i] = {alias[s] for u in body for s in u.src if s in alias and dep(s)}
       updates[i] = [u.src[0] for u in body if u.op is Ops.ACC_UPDATE]
   return out, reads, updates
+
+
+# A fused expression of hundreds of exp/sin/log/sqrt terms is one loop body of tens of thousands of statements with
+# a few selects (branches) per term. Some gcc passes grow faster than linearly there: partial redundancy
+# elimination, points-to analysis and loop splitting on long dependence chains through branches, and loop
+# if-conversion (only tried for the vectorizer, which gives up on such a body anyway). Measured with gcc 12 -O3,
+# 500-term chains: sin 4.5 s -> 1.9 s, exp2/sqrt 4.9 s -> 0.8 s, pow 8.7 s -> 5.3 s of gcc; sums of 500 terms
+# barely change. What they buy there is small (hash-consing already shares every common subexpression): runtimes
+# the same within 1%, except one exp2/sqrt chain 10% slower without PRE. So a kernel with more statements than
+# this is compiled without them (clang has no such attribute, and needs none).
+HUGE_KERNEL_STATEMENTS = 2048
+HUGE_KERNEL_ATTRIBUTE = ('#if defined(__GNUC__) && !defined(__clang__)\n'
+                         '__attribute__((optimize("no-tree-pre", "no-tree-pta", "no-split-loops",'
+                         ' "no-tree-loop-if-convert")))\n'
+                         '#endif\n')
 
 
 class CRenderer:
@@ -358,4 +370,5 @@ class CRenderer:
         new_var(u, _round16(_unary(op, name_of(u.src[0]), u.dtype), u.dtype))
       else:
         raise NotImplementedError(f"C renderer: no rule for {op.name}")
-    return PRELUDE + "".join(t + "\n" for t in vtypes.values()) + "\n".join(head + lines + ["}"]) + "\n"
+    attribute = HUGE_KERNEL_ATTRIBUTE if len(lines) > HUGE_KERNEL_STATEMENTS else ""
+    return PRELUDE + "".join(t + "\n" for t in vtypes.values()) + attribute + "\n".join(head + lines + ["}"]) + "\n"

@@ -4,15 +4,17 @@ Realized buffers are replaced by numbered slots first, so the same computation o
 case in eager loops) reuses the cached kernels and buffer plan without running rangeify again.
 """
 from __future__ import annotations
-import os, weakref
+import weakref
 from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
 from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
-from .codegen import get_program
+from .codegen import get_program, drop_stale_programs
+from .deepstack import on_deep_stack
 from . import viz as _viz   # VIZ=out.html report hook
 from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
+from baregrad.drivers import settings
 
-DEBUG = int(os.environ.get("DEBUG", "0"))
+DEBUG = settings.DEBUG
 # tensor-graph node -> the BUFFER view that holds its value, once realized
 realized: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
 # buffer -> the realized nodes whose value lives in it or was computed from it (what a write makes stale)
@@ -88,7 +90,7 @@ def normalize_leaf(view: UOp, buffers: list, mapping: dict) -> UOp:
 
 
 _plans: dict[UOp, Plan] = {}
-PLAN_CACHE = int(os.environ.get("PLAN_CACHE", "4096"))
+PLAN_CACHE = settings.PLAN_CACHE   # schedules kept for reuse (a runtime switch: tests monkeypatch it)
 
 
 def build_plan(sink: UOp) -> Plan:
@@ -136,13 +138,16 @@ def _numel(shape) -> int:
 
 
 def create_schedule(outs: list[UOp]):
-  """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from)."""
+  """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from). A schedule not
+  in the cache is built on the compiler's deep-stack thread (compiler/deepstack.py): deep graphs recurse deeply."""
   from baregrad.hcq.buffer import Buffer
   from baregrad.hcq.runtime import ExecItem
-  sink, buffers, var_vals = normalize(UOp.sink(*outs))
+  try: sink, buffers, var_vals = normalize(UOp.sink(*outs))
+  except RecursionError: sink, buffers, var_vals = on_deep_stack(normalize, UOp.sink(*outs))
+  drop_stale_programs()
   plan = _plans.pop(sink, None)
   if plan is None:
-    plan = build_plan(sink)
+    plan = on_deep_stack(build_plan, sink)
     while len(_plans) >= PLAN_CACHE: _plans.pop(next(iter(_plans)))   # least recently used first
   else: stats["schedule_cache_hits"] += 1
   _plans[sink] = plan
@@ -150,3 +155,5 @@ def create_schedule(outs: list[UOp]):
   def get(r): return buffers[r[1]] if r[0] == "in" else new[r[1]]
   items = [ExecItem(prog, [get(r) for r in refs], var_vals, meta) for prog, refs, meta in plan.steps]
   return items, [get(r) for r in plan.outputs], buffers
+
+

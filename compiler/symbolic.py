@@ -90,6 +90,8 @@ def div_mod_const(x: UOp, c: UOp, op: Ops) -> UOp | None:
 
 def fold_const(u: UOp) -> UOp | None:
   if not all(s.op is Ops.CONST for s in u.src): return None
+  if u.op is Ops.MAX and u.dtype.is_float and any(math.isnan(s.arg) for s in u.src):
+    return UOp.const(u.dtype, math.nan)   # as the kernels' MAX (and numpy's maximum): NaN from either side
   try:
     return UOp.const(u.dtype, exec_alu(u.op, u.dtype, tuple(s.arg for s in u.src)))
   except (NotImplementedError, OverflowError, ValueError, ZeroDivisionError):

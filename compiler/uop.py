@@ -1,6 +1,6 @@
 """The UOp IR: one immutable, hash-consed node type for every stage from Tensor graph to linear program."""
 from __future__ import annotations
-import math, weakref, functools
+import math, threading, weakref, functools
 from enum import Enum, auto
 from typing import Any
 from .dtype import DType, dtypes, truncate
@@ -92,6 +92,9 @@ def exec_alu(op: Ops, dtype: DType, vals: tuple):
   return truncate(r, dtype)
 
 
+_cache_lock = threading.Lock()
+
+
 class UOp:
   """An immutable node `(op, dtype, src, arg)`. Equal nodes are the same object (hash-consed)."""
   __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
@@ -107,9 +110,12 @@ class UOp:
     except TypeError:
       raise TypeError(f"UOp arg must be hashable, got {arg!r}") from None
     if hit is not None: return hit
-    self = object.__new__(cls)
-    self.op, self.dtype, self.src, self.arg, self._key = op, dtype, tuple(src), arg, key
-    UOp._cache[key] = self
+    with _cache_lock:    # two threads making the same node at once must get one object (checked again inside)
+      hit = UOp._cache.get(key)
+      if hit is not None: return hit
+      self = object.__new__(cls)
+      self.op, self.dtype, self.src, self.arg, self._key = op, dtype, tuple(src), arg, key
+      UOp._cache[key] = self
     return self
 
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
@@ -131,29 +137,18 @@ class UOp:
         if s not in seen: stack.append((s, False))
     return order
 
-  # ---- derived: shape (tensor-level nodes) ----
-  @functools.cached_property
+  # ---- derived attributes, cached on the node. Each is computed from its sources' values, filled sources first by
+  # an explicit walk (`_derive`): a recursive property would recurse once per level of the graph in C, and a
+  # chain of a few thousand ops would overflow the C stack (a segfault, not a RecursionError).
+  @property
   def shape(self) -> tuple[int, ...]:
-    op = self.op
-    if op is Ops.BUFFER: return (self.arg.size,)
-    if op is Ops.IOTA: return (self.arg,)
-    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): return ()
-    if op is Ops.RESHAPE or op is Ops.EXPAND: return self.arg
-    if op is Ops.PERMUTE: return tuple(self.src[0].shape[i] for i in self.arg)
-    if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(self.src[0].shape, self.arg[0]))
-    if op is Ops.SHRINK: return tuple(e - b for b, e in self.arg)
-    if op is Ops.REDUCE_AXIS: return tuple(1 if i in self.arg[1] else s for i, s in enumerate(self.src[0].shape))
-    if op is Ops.ASSIGN: return self.src[0].shape
-    if op is Ops.SINK: return ()
-    return self.src[0].shape if self.src else ()
+    d = self.__dict__
+    return d["shape"] if "shape" in d else _derive(self, "shape", _shape)
 
-  @functools.cached_property
+  @property
   def device(self) -> str | None:
-    if self.op in (Ops.BUFFER,): return self.arg.device
-    if self.op in (Ops.DEVICE, Ops.COPY): return self.arg
-    for s in self.src:
-      if (d := s.device) is not None: return d
-    return None
+    d = self.__dict__
+    return d["device"] if "device" in d else _derive(self, "device", _device)
 
   @functools.cached_property
   def base(self) -> UOp:
@@ -163,9 +158,10 @@ class UOp:
     return node
 
   # ---- derived: value range (for symbolic simplification) ----
-  @functools.cached_property
+  @property
   def vrange(self) -> tuple:
-    return _vrange(self)
+    d = self.__dict__
+    return d["vrange"] if "vrange" in d else _derive(self, "vrange", _vrange)
   @property
   def vmin(self): return self.vrange[0]
   @property
@@ -206,6 +202,46 @@ class UOp:
     if not (isinstance(vmin, int) and isinstance(vmax, int) and vmin <= vmax):
       raise ValueError(f"Variable {name!r} needs integer bounds min <= max, got {vmin}, {vmax}")
     return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, vmin, vmax))
+
+
+def _derive(root: UOp, name: str, compute) -> Any:
+  """Cache `compute(node)` as attribute `name` on root and every node below it that lacks it, sources first."""
+  stack = [(root, False)]
+  while stack:
+    node, ready = stack.pop()
+    d = node.__dict__
+    if name in d: continue
+    if ready:
+      d[name] = compute(node)
+      continue
+    stack.append((node, True))
+    for s in node.src:
+      if name not in s.__dict__: stack.append((s, False))
+  return root.__dict__[name]
+
+
+def _shape(u: UOp) -> tuple[int, ...]:
+  """Tensor-level nodes' shape (its sources' are cached: see _derive)."""
+  op = u.op
+  if op is Ops.BUFFER: return (u.arg.size,)
+  if op is Ops.IOTA: return (u.arg,)
+  if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): return ()
+  if op is Ops.RESHAPE or op is Ops.EXPAND: return u.arg
+  if op is Ops.PERMUTE: return tuple(u.src[0].shape[i] for i in u.arg)
+  if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg[0]))
+  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
+  if op is Ops.ASSIGN: return u.src[0].shape
+  if op is Ops.SINK: return ()
+  return u.src[0].shape if u.src else ()
+
+
+def _device(u: UOp) -> str | None:
+  if u.op is Ops.BUFFER: return u.arg.device
+  if u.op in (Ops.DEVICE, Ops.COPY): return u.arg
+  for s in u.src:
+    if (d := s.device) is not None: return d
+  return None
 
 
 def _vrange(u: UOp) -> tuple:

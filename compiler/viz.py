@@ -9,6 +9,7 @@ edges, barycenter ordering sweeps) into inline SVG; CONST leaves are folded into
 from __future__ import annotations
 import html, os, sys, time
 from enum import Enum
+from baregrad.drivers import settings
 
 NODE_H, LINE_H, LAYER_GAP, NODE_GAP, CHAR_W, DUMMY_W, MARGIN = 42, 11, 30, 14, 6.6, 6, 12
 FOLDED = {"CONST", "DEVICE"}          # leaves drawn as text inside their users
@@ -278,7 +279,7 @@ nav ul {{ columns: 2; font-size: 0.9em; }}
 
 
 # ---- the hook the compiler calls (VIZ=out.html); collected here and written at exit ----
-VIZ = os.environ.get("VIZ") or None
+VIZ = settings.VIZ
 _log = None
 
 

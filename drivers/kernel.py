@@ -15,6 +15,7 @@ installed with `set_logger(fn)`, called as `fn(call, **details)` after the call 
 from __future__ import annotations
 import errno as _errno, importlib, os
 import cffi
+from . import settings
 
 _ffi = cffi.FFI()
 # <fcntl.h>, <sys/ioctl.h>, <sys/mman.h>, <unistd.h> (glibc, Linux x86-64 / aarch64)
@@ -136,7 +137,7 @@ class KernelInterface:
     raise KernelCallError(e, f"{what} failed: errno {e} ({_errno.errorcode.get(e, '?')}: {os.strerror(e)})")
 
 
-def emulated() -> bool: return os.environ.get("EMU", "0") not in ("", "0")
+def emulated() -> bool: return settings.EMU   # EMU=1 (settings.override(EMU=1) inside a block)
 
 
 def interface(vendor: str):

@@ -11,9 +11,10 @@ An ioctl is named by the driver (it knows its header's table); an unnamed reques
 into direction, type, number and size (Linux <asm-generic/ioctl.h> _IOC layout).
 """
 from __future__ import annotations
-import os, sys, time
+import sys, time
+from . import settings
 
-enabled = os.environ.get("TRACE_IOCTL", "0") not in ("", "0")
+enabled = settings.TRACE_IOCTL
 _start = time.perf_counter()
 _count = 0
 _out = None
@@ -52,7 +53,7 @@ def log(call: str, args: str, result) -> None:
   global _count, _out
   _count += 1
   if _out is None:
-    path = os.environ.get("TRACE_IOCTL_FILE")
+    path = settings.TRACE_IOCTL_FILE
     _out = open(path, "a", buffering=1) if path else sys.stderr
   res = result if isinstance(result, str) else _fmt(result)
   _out.write(f"[kernel +{(time.perf_counter() - _start) * 1e3:.3f} ms #{_count}] {call}({args}) = {res}\n")

@@ -1,10 +1,12 @@
 """The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
 from __future__ import annotations
-import os, importlib, mmap
+import atexit, os, importlib, mmap, sys, weakref
 from .buffer import LRUAllocator
 from .signal import Signal, SignalPool
 from .queue import HWQueue
+from .lock import RuntimeLock
 from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
+from baregrad.drivers import settings
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
@@ -26,10 +28,15 @@ def canonical(name: str) -> str:
 
 class Device:
   _open: dict[str, "Device"] = {}
-  default_timeout = float(os.environ.get("TIMEOUT", "30"))
+  # The runtime is serialized by this one process-wide lock: taking timeline values, submitting, scheduling and
+  # capturing happen under it, so threads may realize tensors and call jitted functions at the same time (they
+  # run one at a time). Re-entrant: realize -> run_schedule -> copyout nest.
+  lock = RuntimeLock()
+  epoch = 0     # moves when a device is closed or dropped (fork): what was loaded on it is stale
+  default_timeout = settings.TIMEOUT
 
   @staticmethod
-  def default() -> str: return canonical(os.environ.get("DEV", "CPU"))
+  def default() -> str: return canonical(settings.DEV)
 
   @classmethod
   def get(cls, name: str) -> "Device":
@@ -40,11 +47,14 @@ class Device:
       if module is None: raise RuntimeError(f"device {name} is not available: {what}")
       driver = getattr(importlib.import_module(module), what)()
       dev = cls._open[name] = Device(name, driver)
+      _register_exit_hook()
     return dev
 
   def __init__(self, name: str, driver):
     self.name, self.driver = name, driver
-    self.allocator = LRUAllocator(driver)
+    self.forked_from: int | None = None      # a device of the parent process, unusable in this forked child
+    # memory goes back to the driver only after the work queued before it was freed (see LRUAllocator)
+    self.allocator = LRUAllocator(driver, release=lambda mem: self.retire(mem, driver.free), synchronize=self.synchronize)
     self.signal_pool = SignalPool(driver)
     self.shared_pools: dict[tuple, SignalPool] = {}    # other devices -> signals in memory they map too
     self.timeline = Signal(self, "timeline")
@@ -71,10 +81,15 @@ class Device:
     """Release the device: finish its work, give cached memory back, close the driver (queues, threads, file
     descriptors). Buffers still alive keep their memory until they go; the device must not be used after."""
     try: self.synchronize()
-    except Exception: pass                     # a faulted device still closes
-    self._retired.clear()
-    self.allocator.free_cache()
+    except Exception: pass                     # a faulted device still closes (its queues no longer run)
+    retired, self._retired = self._retired, []
+    for _, obj, release in retired:
+      if release is not None:
+        try: release(obj)
+        except Exception: pass
+    self.allocator.free_cache(wait=False)
     if Device._open.get(self.name) is self: del Device._open[self.name]
+    Device.epoch += 1
     close = getattr(self.driver, "close", None)
     if close is not None: close()
 
@@ -129,13 +144,15 @@ class Device:
     return self.shared_pools[key]
 
   def copyin(self, buf, mv: memoryview):
-    self.synchronize()
-    if _trace.active: _trace.on_copyin(self, buf, mv)   # CAPTURE hook: records the host write
-    self.driver.view(buf.addr, buf.nbytes)[:] = mv
+    with Device.lock:
+      self.synchronize()
+      if _trace.active: _trace.on_copyin(self, buf, mv)   # CAPTURE hook: records the host write
+      self.driver.view(buf.addr, buf.nbytes)[:] = mv
 
   def copyout(self, out: memoryview, buf):
-    self.synchronize()
-    memoryview(out).cast("B")[:] = self.driver.view(buf.addr, buf.nbytes)
+    with Device.lock:
+      self.synchronize()
+      memoryview(out).cast("B")[:] = self.driver.view(buf.addr, buf.nbytes)
 
   def __repr__(self): return f"<Device {self.name}>"
 
@@ -159,6 +176,61 @@ class KernargArena:
     self.view[self.offset:self.offset + 8 * len(words)] = b"".join((w & (2**64 - 1)).to_bytes(8, "little") for w in words)
     self.offset += (n + 63) // 64 * 64
     return addr
+
+
+# ---- interpreter exit: queued work finishes before anything it uses is released ----
+_exit_hook_registered = False
+
+
+def _register_exit_hook():
+  """atexit runs hooks last registered first. weakref.finalize registers its own hook (which runs the finalizers of
+  objects still alive: a CPU command processor's shutdown among them) when its first finalizer is made; making
+  one here first puts `finish_queued_work` ahead of it, so queued work finishes while its queues still run."""
+  global _exit_hook_registered
+  if _exit_hook_registered: return
+  weakref.finalize(Device, int).atexit = False
+  atexit.register(finish_queued_work)
+  _exit_hook_registered = True
+
+
+def finish_queued_work(timeout: float | None = None):
+  """Wait for the work queued on every open device (at interpreter exit: a script may end right after queuing
+  kernels). A device whose work does not finish within `timeout` (TIMEOUT) is reported and left as it is; the
+  memory its queues use is not released at exit either (buffers and programs are not freed at exit)."""
+  for dev in list(Device._open.values()):
+    try: dev.synchronize(timeout)
+    except Exception as e:
+      print(f"baregrad: at exit, {dev.name} did not finish its queued work: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+# ---- fork(): the parent keeps its devices; the child continues on the CPU and opens GPUs anew ----
+def _before_fork():
+  """No work in flight at the fork, and no other thread in the middle of a submission (the lock is held across
+  the fork): the child's copy of every buffer is what the queued work left in it."""
+  Device.lock.acquire()
+  for dev in list(Device._open.values()):
+    try: dev.synchronize()
+    except Exception: pass     # the parent sees the error on its next synchronize
+
+
+def _after_fork_in_parent(): Device.lock.release()
+
+
+def _after_fork_in_child():
+  Device.lock = RuntimeLock()        # the parent's is held by the forking thread's parent copy
+  parent = os.getppid()
+  for name, dev in list(Device._open.items()):
+    try: usable = dev.driver.after_fork_in_child()
+    except Exception as e:
+      usable = False
+      print(f"baregrad: {name} could not continue in the forked child: {type(e).__name__}: {e}", file=sys.stderr)
+    if not usable:
+      dev.forked_from = parent     # its buffers refuse to be used (Buffer.addr); Device.get opens a new device
+      del Device._open[name]
+      Device.epoch += 1
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 # ---- probe: what `baregrad info` shows about a device kind, without opening it ----

@@ -5,7 +5,6 @@ are written into kernarg memory the graph owns, and the commands are bound into 
 patches only the kernarg words of inputs, outputs and variables, and the queue's slot words (timeline value,
 copy addresses), then submits one indirect command. Device specific: only the queue encoding (the driver)."""
 from __future__ import annotations
-import os
 import numpy as np
 from .buffer import Buffer
 from .device import Device
@@ -13,8 +12,9 @@ from .queue import HWQueue, Slot
 from .signal import Signal
 from .tlsf import plan_arena
 from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
+from baregrad.drivers import settings
 
-DEBUG = int(os.environ.get("DEBUG", "0"))
+DEBUG = settings.DEBUG
 
 
 class RAW_BYTES:
@@ -110,6 +110,9 @@ class GraphExecutor:
     self.last_value = 0
 
   def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
+    with Device.lock: return self._replay(inputs, var_vals)
+
+  def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> list[Buffer]:
     dev = self.dev
     if self.last_value: dev.timeline.wait(self.last_value)   # the previous replay still reads the kernargs/arena
     outs = []

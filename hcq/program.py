@@ -19,5 +19,5 @@ class Program:
   def load(self, dev) -> "Program":
     self.entry, self.handle = dev.driver.load_program(self.binary, self.name)
     # unloaded once the last reference is gone and the device has finished the work queued before that
-    weakref.finalize(self, dev.retire, self.handle, getattr(dev.driver, "unload_program", None))
+    weakref.finalize(self, dev.retire, self.handle, getattr(dev.driver, "unload_program", None)).atexit = False
     return self

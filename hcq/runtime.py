@@ -1,12 +1,13 @@
 """ExecItems and the loop that runs them on a device's queues."""
 from __future__ import annotations
-import os, time
+import time
 from dataclasses import dataclass, field
 from .device import Device
 from .program import Program
 from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
+from baregrad.drivers import settings
 
-DEBUG = int(os.environ.get("DEBUG", "0"))
+DEBUG = settings.DEBUG
 
 
 @dataclass(eq=False)
@@ -29,8 +30,13 @@ capturing: list | None = None     # the JIT collects ExecItems here while it cap
 
 
 def run_schedule(items: list[ExecItem], sync: bool = False):
-  """Queue every item in order on its device and signal the timeline once at the end."""
+  """Queue every item in order on its device and signal the timeline once at the end (under Device.lock: the
+  timeline values taken here are submitted in the order they were taken)."""
   if not items: return
+  with Device.lock: _run_schedule(items, sync)
+
+
+def _run_schedule(items: list[ExecItem], sync: bool):
   if capturing is not None: capturing.extend(items)
   if _trace.active and _trace.on_run_schedule(items, sync): return   # CAPTURE/PROFILE hook (hcq/trace.py)
   if DEBUG >= 1: return _run_timed(items)

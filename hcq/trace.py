@@ -8,10 +8,11 @@ functions here only when it is true; the compiler tests `VIZ`. Nothing else runs
 """
 from __future__ import annotations
 import atexit, json, os, sys, time
+from baregrad.drivers import settings
 
-CAPTURE = os.environ.get("CAPTURE") or None
-PROFILE = os.environ.get("PROFILE") or None
-VIZ = os.environ.get("VIZ") or None
+CAPTURE = settings.CAPTURE
+PROFILE = settings.PROFILE
+VIZ = settings.VIZ
 active = bool(CAPTURE or PROFILE)
 recorder = None     # hcq.capture.Recorder, made on first use
 profiler = None     # Profiler, made on first use

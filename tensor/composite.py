@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from baregrad.compiler.dtype import dtypes, promote, to_dtype
+from baregrad.compiler.dtype import DType, dtypes, promote, to_dtype
 from baregrad.compiler.opt import matmul_pack_width
 
 LN2 = math.log(2.0)
@@ -70,6 +70,20 @@ def _pair(x, n: int, name: str, op: str) -> tuple:
   return tuple(int(v) for v in x)
 
 
+def sum_dtype(dtype: DType) -> DType:
+  """The dtype numpy's sum/prod/cumsum give (its accumulator): bool and signed ints narrower than 64 bits -> int64
+  (numpy's default integer, the C long of 64-bit Linux and macOS), unsigned ones -> uint64; others keep theirs."""
+  if dtype.is_bool or (dtype.kind == 'i' and dtype.itemsize < 8): return dtypes.int64
+  if dtype.is_unsigned and dtype.itemsize < 8: return dtypes.uint64
+  return dtype
+
+
+def _check_index_bounds(lo: int, hi: int, size: int, dim: int):
+  """numpy's IndexError for integer-array indices outside [-size, size) (lo, hi: the smallest and largest)."""
+  if lo < -size or hi >= size:
+    raise IndexError(f"index {lo if lo < -size else hi} is out of bounds for axis {dim} with size {size}")
+
+
 def _is_scalar(x) -> bool:
   return isinstance(x, (bool, int, float, np.integer, np.floating, np.bool_))
 
@@ -88,14 +102,17 @@ class ComposedOps:
     return type(self).full((), value, dtype=dtype, device=self.device)
 
   def _acc_sum(self, axis=None, keepdim=False):
-    """sum that accumulates 16-bit floats in float32 (like torch) and returns the input dtype."""
-    if self.dtype in (dtypes.float16, dtypes.bfloat16):
-      return self.cast(dtypes.float32).sum(axis, keepdim=keepdim).cast(self.dtype)
-    return self.sum(axis, keepdim=keepdim)
+    """sum in the input dtype (bool counts in int32), for the ops whose numpy result keeps it (matmul, einsum,
+    conv, softmax...); 16-bit floats accumulate in float32 (like torch). sum() itself promotes like numpy."""
+    return self.sum(axis, keepdim=keepdim, dtype=dtypes.int32 if self.dtype.is_bool else self.dtype)
 
   def _float(self):
-    """self if it is a float tensor, else cast to float32 (the torch rule for exp/log/mean...)."""
+    """self if it is a float tensor, else cast to float32 (the torch rule for exp/log...)."""
     return self if self.dtype.is_float else self.cast(dtypes.float32)
+
+  def _float64(self):
+    """self if it is a float tensor, else cast to float64 (numpy's rule for mean/var/std of ints and bools)."""
+    return self if self.dtype.is_float else self.cast(dtypes.float64)
 
   def _axes(self, axis, op: str) -> tuple:
     """Normalized reduction axes (None = all)."""
@@ -238,20 +255,25 @@ class ComposedOps:
   # ---------------------------------------------------------------- indexing
 
   def _index_tensor(self, it, size: int, dim: int):
-    """A list / numpy array / Tensor index as an int32 Tensor with negative values wrapped."""
+    """A list / numpy array / Tensor index as an int32 Tensor with negative values wrapped (as numpy: -1 is the
+    last element). Every index must be in [-size, size), else IndexError, as numpy. Host indices (lists, numpy
+    arrays) are checked at once; a Tensor index is checked by realizing its min and max, so indexing with a
+    Tensor waits for the index tensor to be computed (inside a jitted function: at capture, not at replay)."""
     if isinstance(it, ComposedOps):
       if not it.dtype.is_int:
         raise TypeError(f"index tensors must have an integer dtype, got {it.dtype} for dim {dim}; "
                         "boolean masks are not supported (use where)")
+      if it.numel():
+        lo, hi = it.min(), it.max()
+        lo.realize(hi)
+        _check_index_bounds(lo.item(), hi.item(), size, dim)
       idx = it if it.dtype == dtypes.int32 else it.cast(dtypes.int32)
     else:
       arr = np.asarray(it)
       if arr.size == 0: arr = arr.astype(np.int32)
       if arr.dtype.kind not in "iu":
         raise TypeError(f"index lists must hold ints, got {arr.dtype} values for dim {dim}")
-      if arr.size and (arr.min() < -size or arr.max() >= size):
-        bad = int(arr.min()) if arr.min() < -size else int(arr.max())
-        raise IndexError(f"index {bad} is out of range for dim {dim} with size {size}")
+      if arr.size: _check_index_bounds(int(arr.min()), int(arr.max()), size, dim)
       idx = type(self)(arr.astype(np.int32), device=self.device)
     return (idx < 0).where(idx + size, idx)
 
@@ -328,6 +350,9 @@ class ComposedOps:
     return x.reshape(*shape[:dim], n, *shape[dim + 1:])
 
   def __getitem__(self, index):
+    """numpy indexing: ints, slices, None, ..., and integer arrays (lists, numpy arrays, Tensors) that gather.
+    An index out of range raises IndexError, as in numpy; for a Tensor index that check realizes the index
+    tensor's min and max, so it waits for the index tensor to be computed (see `_index_tensor`)."""
     entries = self._parse_index(index)
     x, kept = self._basic_index(entries)
     tensor_at = [i for i, (kind, _, _) in enumerate(entries) if kind == "tensor"]
@@ -352,7 +377,7 @@ class ComposedOps:
       m = idx.reshape(*([1] * (nb - idx.ndim)), *idx.shape, *([1] * k)) == ar
       mask = m if mask is None else mask & m
     zero = False if x.dtype.is_bool else 0
-    out = mask.where(x, zero).sum(tuple(range(x.ndim - k, x.ndim)))
+    out = mask.where(x, zero)._acc_sum(tuple(range(x.ndim - k, x.ndim)))
     if out.dtype != self.dtype: out = out.cast(self.dtype)
     # numpy rule: adjacent advanced indices (ints count) put the broadcast dims in their place, else first
     adv = [i for i, (kind, _, _) in enumerate(entries) if kind in ("int", "tensor")]
@@ -435,7 +460,7 @@ class ComposedOps:
     match = type(self).arange(n, dtype=dtypes.int32, device=self.device).reshape(n, 1) == positions.reshape(1, m)
     last = match.where(col, -1).max(1, keepdim=True)
     pick = col == last
-    vals = pick.where(v.reshape(1, m).cast(dtypes.int32 if self.dtype.is_bool else self.dtype), 0).sum(1)
+    vals = pick.where(v.reshape(1, m).cast(dtypes.int32 if self.dtype.is_bool else self.dtype), 0)._acc_sum(1)
     new = (last.reshape(n) >= 0).where(vals.cast(self.dtype), self.reshape(n))
     return new.reshape(*self.shape)
 
@@ -459,7 +484,9 @@ class ComposedOps:
   def sigmoid(self): return ((-self._float()).exp() + 1).reciprocal()
   @_in_float32
   def tanh(self): return (self._float() * 2).sigmoid() * 2 - 1
-  def relu(self): return (self > 0).where(self, 0)
+  def relu(self):
+    """max(x, 0); NaN stays NaN (as numpy's maximum(x, 0))."""
+    return (self <= 0).where(0, self)
   def leaky_relu(self, neg_slope=0.01): return (self > 0).where(self, self * neg_slope)
   def silu(self): return self * self.sigmoid()
   def square(self): return self * self
@@ -561,12 +588,15 @@ class ComposedOps:
   # ---------------------------------------------------------------- reductions
 
   def mean(self, axis=None, keepdim=False):
-    x = self._float()
+    """Mean over `axis`. The dtype follows numpy: float tensors keep theirs (float16/bfloat16 accumulate in
+    float32), int and bool tensors give float64. An empty axis gives NaN."""
+    x = self._float64()
     count = _prod(self.shape[a] for a in self._axes(axis, "mean"))
     return x._acc_sum(axis, keepdim=keepdim) / count
 
   def var(self, axis=None, keepdim=False, correction=1):
-    x = self._float()
+    """Variance with `correction` (numpy's ddof); dtype as mean()."""
+    x = self._float64()
     count = _prod(self.shape[a] for a in self._axes(axis, "var"))
     d = x - x.mean(axis, keepdim=True)
     return (d * d)._acc_sum(axis, keepdim=keepdim) / max(0, count - correction)
@@ -600,10 +630,11 @@ class ComposedOps:
     return self._bool().logical_not().cast(dtypes.int32).sum(axis, keepdim=keepdim) == 0
 
   def cumsum(self, axis=0):
-    """Running sum: each output is a sum over a lower-triangular mask (O(n^2), one kernel)."""
+    """Running sum: each output is a sum over a lower-triangular mask (O(n^2), one kernel). The dtype follows
+    numpy, as for sum(): bool and ints narrower than 64 bits give int64 (unsigned: uint64)."""
     if axis is None: return self.reshape(-1).cumsum(0)
     ax = _norm_dim(axis, self.ndim, "cumsum", self.shape)
-    x = self.cast(dtypes.int32) if self.dtype.is_bool else self
+    x = self.cast(sum_dtype(self.dtype))
     if self.ndim == 0: return x
     n = self.shape[ax]
     order = [i for i in range(self.ndim) if i != ax] + [ax]
@@ -616,8 +647,9 @@ class ComposedOps:
 
   def logsumexp(self, axis=None, keepdim=False):
     x = self._float()
-    self._axes(axis, "logsumexp")
-    m = x.max(axis, keepdim=True)
+    axes = self._axes(axis, "logsumexp")
+    if any(self.shape[a] == 0 for a in axes): m = x._scalar(0, x.dtype)   # an empty sum: log(0) = -inf
+    else: m = x.max(axis, keepdim=True)
     m = (m.abs() == math.inf).where(0, m)
     out = (x - m).exp()._acc_sum(axis, keepdim=True).log() + m
     if keepdim: return out
@@ -696,7 +728,7 @@ class ComposedOps:
         q = t.index(c, p + 1)
         nd = x.ndim
         eye = (x._mask_dim(x.shape[p], p, nd) == x._mask_dim(x.shape[q], q, nd))
-        x = eye.where(x, False if x.dtype.is_bool else 0).sum(q)
+        x = eye.where(x, False if x.dtype.is_bool else 0)._acc_sum(q)
         t.pop(q)
       xs.append((t, x))
     if rhs is None:

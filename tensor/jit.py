@@ -13,6 +13,7 @@ import functools
 from baregrad.compiler.uop import UOp, Ops
 from baregrad.hcq import runtime
 from baregrad.hcq.buffer import Buffer
+from baregrad.hcq.device import Device
 from baregrad.hcq.graph import GraphExecutor
 from .tensor import Tensor, Variable, BoundVariable
 
@@ -60,6 +61,12 @@ class jit:
                        f", captured with {want[['shape', 'dtype', 'device'].index(what)]}; call .reset() to capture again")
 
   def __call__(self, *args, **kwargs):
+    """Thread-safe: calls from several threads run one at a time (under Device.lock), each with its own outputs."""
+    with Device.lock: return self._call(args, kwargs)
+
+  def _call(self, args, kwargs):
+    if self.graph is not None and Device._open.get(self.graph.dev.name) is not self.graph.dev:
+      self.reset()     # its device was closed (or belongs to the parent of this forked process): capture anew
     tensors, var_vals, static = self._split(args, kwargs)
     if tensors: Tensor.realize(*tensors)
     self._check(tensors, static)

@@ -239,6 +239,8 @@ class Embedding(Module):
     self.weight = _param(Tensor.randn(num_embeddings, embedding_dim, dtype=dt, device=device))
 
   def forward(self, idx: Tensor) -> Tensor:
+    """The rows of `weight` that `idx` names. Indices are not range-checked (that would wait for idx on every call):
+    an index outside [0, num_embeddings) gives a row of zeros; `weight[idx]` checks (IndexError) and waits."""
     if not isinstance(idx, Tensor): idx = Tensor(np.asarray(idx, dtype=np.int32), device=self.weight.device)
     if not idx.dtype.is_int: raise TypeError(f"Embedding: indices must be integers, got {idx.dtype.name}")
     # one-hot rows times the table: a gather whose gradient is a scatter-add into the used rows

@@ -1,6 +1,6 @@
 """The lazy Tensor: every op adds UOps to a graph; realize() schedules, compiles and runs it."""
 from __future__ import annotations
-import math, os, weakref
+import math, threading, weakref
 from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
@@ -9,10 +9,11 @@ from baregrad.compiler.schedule import create_schedule, realized, remember, forg
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import run_schedule
-from .composite import ComposedOps
+from baregrad.drivers import settings
+from .composite import ComposedOps, sum_dtype
 
 Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
-SPLIT_REDUCE = int(os.environ.get("SPLIT_REDUCE", 32768))   # reductions this long into <= 64 outputs split in two
+SPLIT_REDUCE = settings.SPLIT_REDUCE   # reductions this long into <= 64 outputs split in two
 SPLIT_GROUPS = 256
 
 
@@ -63,7 +64,6 @@ class Tensor(ComposedOps):
   """A lazy n-dimensional array on a device."""
   __slots__ = ("uop", "_requires_grad", "grad")
   _seed: list = [0, 0]   # [seed, counter]
-  _no_grad_depth = 0
 
   def __init__(self, data, dtype=None, device: str | None = None, requires_grad: bool | None = None):
     self._requires_grad, self.grad = False, None
@@ -475,7 +475,7 @@ class Tensor(ComposedOps):
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
   def _accumulate(self, op: Ops, axis, keepdim, dtype):
-    x = self.cast(dtype) if dtype is not None else (self.cast(dtypes.int32) if self.dtype.is_bool else self)
+    x = self.cast(to_dtype(dtype) if dtype is not None else sum_dtype(self.dtype))
     if x.dtype in (dtypes.float16, dtypes.bfloat16):   # 16-bit floats accumulate in float32
       return x.cast(dtypes.float32)._reduce(op, axis, keepdim).cast(x.dtype)
     return x._reduce(op, axis, keepdim)
@@ -496,13 +496,27 @@ class Tensor(ComposedOps):
     total = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (part.uop,), (op, (n,))))
     return total.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
 
-  def sum(self, axis=None, keepdim=False, dtype=None): return self._accumulate(Ops.ADD, axis, keepdim, dtype)
-  def prod(self, axis=None, keepdim=False, dtype=None): return self._accumulate(Ops.MUL, axis, keepdim, dtype)
+  def sum(self, axis=None, keepdim=False, dtype=None):
+    """Sum over `axis` (None: all). The result dtype follows numpy: bool and signed ints narrower than 64 bits
+    give int64, unsigned ones uint64 (`sum_dtype`); 64-bit ints and floats keep theirs (float16 and bfloat16
+    accumulate in float32). `dtype` casts the input first and accumulates in it, as numpy's `dtype=` does."""
+    return self._accumulate(Ops.ADD, axis, keepdim, dtype)
+  def prod(self, axis=None, keepdim=False, dtype=None):
+    """Product over `axis`; result dtype as for sum()."""
+    return self._accumulate(Ops.MUL, axis, keepdim, dtype)
   def max(self, axis=None, keepdim=False):
+    """Maximum over `axis`; NaN wins (as numpy's max). An empty reduced axis raises ValueError (no identity)."""
+    self._check_not_empty(axis, "max", "maximum")
     return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis=None, keepdim=False):
+    """Minimum over `axis`; NaN wins. An empty reduced axis raises ValueError (no identity)."""
+    self._check_not_empty(axis, "min", "minimum")
     # an order-reversing map, then max: -x for floats, ~x for ints (no overflow), not for bool
     return self._order_flip()._reduce(Ops.MAX, axis, keepdim)._order_flip()
+  def _check_not_empty(self, axis, name: str, numpy_op: str):
+    if any(self.shape[a] == 0 for a in self._reduce_axes(axis, name)):
+      raise ValueError(f"{name}: zero-size array to reduction operation {numpy_op} which has no identity (shape "
+                       f"{_fmt(self.shape)}, axis {axis})")
   def _order_flip(self):
     if self.dtype.is_float: return -self
     return ~self
@@ -516,17 +530,17 @@ class Tensor(ComposedOps):
   def requires_grad(self) -> bool: return self._requires_grad
   @requires_grad.setter
   def requires_grad(self, value: bool):
-    if value and Tensor._no_grad_depth: value = False
+    if value and _no_grad_depth(): value = False
     if value and not self.dtype.is_float:
       raise TypeError(f"only float tensors can require gradients, got {self.dtype.name}")
     self._requires_grad = bool(value)
-    if value: _grad_tensors.add(self)
-    else: _grad_tensors.discard(self)
+    if value: _grad_tensors[id(self)] = self
+    else: _grad_tensors.pop(id(self), None)
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d self / d t into t.grad for every tensor t with requires_grad that self depends on."""
     from .autograd import gradients
-    if Tensor._no_grad_depth: raise RuntimeError("backward() inside Tensor.no_grad()")
+    if _no_grad_depth(): raise RuntimeError("backward() inside Tensor.no_grad()")
     if gradient is None:
       if self.numel() != 1:
         raise ValueError(f"backward() without a gradient needs a one-element tensor, got shape {_fmt(self.shape)}")
@@ -537,7 +551,7 @@ class Tensor(ComposedOps):
     # a realized tensor is a RESHAPE view of its BUFFER, and reshape() folds view chains, so graphs may reach the
     # buffer without passing through the tensor's own node: such tensors are found by their buffer
     by_uop: dict[UOp, list] = {}
-    for t in list(_grad_tensors): by_uop.setdefault(_grad_key(t.uop), []).append(t)
+    for t in list(_grad_tensors.values()): by_uop.setdefault(_grad_key(t.uop), []).append(t)
     targets: dict[UOp, list] = {}
     for n in nodes:
       for cand in (n, _grad_key(realized[n]) if n in realized else None):
@@ -553,8 +567,8 @@ class Tensor(ComposedOps):
   class no_grad:
     """Context manager (and decorator) for code that must not track gradients: new tensors get no
     requires_grad, and backward() raises inside it."""
-    def __enter__(self): Tensor._no_grad_depth += 1
-    def __exit__(self, *exc): Tensor._no_grad_depth -= 1
+    def __enter__(self): _grad_mode.no_grad_depth = _no_grad_depth() + 1
+    def __exit__(self, *exc): _grad_mode.no_grad_depth = _no_grad_depth() - 1
     def __call__(self, fn):
       import functools
       @functools.wraps(fn)
@@ -565,9 +579,15 @@ class Tensor(ComposedOps):
   def schedule(self, *others: Tensor) -> list:
     """The ExecItems (kernels and copies) that realizing these tensors would run, without running them."""
     pending = [t for t in (self, *others) if not _is_realized(t.uop)]
-    return create_schedule([t.uop for t in pending])[0] if pending else []
+    if not pending: return []
+    with Device.lock: return create_schedule([t.uop for t in pending])[0]
 
   def realize(self, *others: Tensor) -> Tensor:
+    """Compute these tensors (and pending assigns). Thread-safe: realizes from several threads run one at a time
+    under the runtime's lock (Device.lock)."""
+    with Device.lock: return self._realize(others)
+
+  def _realize(self, others) -> Tensor:
     tensors = [self, *others]
     if _pending_assigns:   # lazy assigns run with the next realize, so later graphs read the written buffer
       ids = {id(t) for t in tensors}
@@ -636,8 +656,17 @@ class Tensor(ComposedOps):
 
 
 # ---------------- helpers ----------------
+_grad_mode = threading.local()     # no_grad() is per thread (as torch's), so one thread's block leaves others alone
+
+
+def _no_grad_depth() -> int: return getattr(_grad_mode, "no_grad_depth", 0)
+
+
 _pending_assigns: list = []
-_grad_tensors: "weakref.WeakSet[Tensor]" = weakref.WeakSet()
+# the tensors with requires_grad, by id: a WeakSet would compare members with Tensor.__eq__, which is elementwise
+# (a lazy Tensor whose truth value realizes it, and raises for more than one element)
+_grad_tensors: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDictionary()
+
 
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")

@@ -59,8 +59,10 @@ def op_suite_records() -> list:
                             timeout=900)
       if not out.exists():
         raise RuntimeError(f"op suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-      sys.setrecursionlimit(max(sys.getrecursionlimit(), 100000))
-      _op_suite = pickle.loads(out.read_bytes())
+      limit = sys.getrecursionlimit()
+      sys.setrecursionlimit(max(limit, 20000))     # pickled graphs nest deeply: only while loading them
+      try: _op_suite = pickle.loads(out.read_bytes())
+      finally: sys.setrecursionlimit(limit)
   return list(_op_suite)
 
 

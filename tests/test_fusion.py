@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 from baregrad.tensor import Tensor
+from baregrad.compiler.dtype import dtypes
 
 rng = np.random.default_rng(0)
 
@@ -122,3 +123,79 @@ def test_conv2d_kernel_count():
       for j in range(4):
         ref[0, o, i, j] = (xn[0, :, i:i + 3, j:j + 3] * wn[o]).sum()
   np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_chain_of_200_terms():
+  """The benchmark's fused expression with 200 terms (each nested in the next: exp/sin/log/sqrt over 4 inputs) is
+  one kernel and gives numpy's values."""
+  from baregrad.tools.bench import fused_chain
+  xs = [rng.random(64, dtype=np.float32) + 0.5 for _ in range(4)]
+  ts = [Tensor(a) for a in xs]
+  out = fused_chain(ts[0], ts, 200, Tensor.exp, Tensor.sin, Tensor.log, Tensor.sqrt)
+  check(out, fused_chain(xs[0], xs, 200, np.exp, np.sin, np.log, np.sqrt), 1)
+
+
+def test_fused_sum_of_200_terms():
+  """200 different independent terms (transcendentals, a select, a cast round trip) summed: one kernel, numpy's
+  values."""
+  xs = [rng.random(64, dtype=np.float32) + 0.5 for _ in range(4)]
+  ts = [Tensor(a) for a in xs]
+
+  def term(i, a, lib):
+    a = a * (1 + 0.01 * i)
+    kind = i % 6
+    if kind == 0: return lib.sin(a)
+    if kind == 1: return lib.exp(a)
+    if kind == 2: return lib.log(a)
+    if kind == 3: return lib.sqrt(a)
+    if kind == 4: return lib.where(a > 0.7, a, -a)
+    return lib.int_round_trip(a * 3)
+
+  class TensorLib:
+    sin, exp, log, sqrt = Tensor.sin, Tensor.exp, Tensor.log, Tensor.sqrt
+    where = staticmethod(lambda c, a, b: c.where(a, b))
+    int_round_trip = staticmethod(lambda a: a.cast(dtypes.int32).cast(dtypes.float32))
+
+  class NumpyLib:
+    sin, exp, log, sqrt, where = np.sin, np.exp, np.log, np.sqrt, np.where
+    int_round_trip = staticmethod(lambda a: a.astype(np.int32).astype(np.float32))
+
+  out = sum(term(i, ts[i % 4], TensorLib) for i in range(200))
+  ref = sum(term(i, xs[i % 4], NumpyLib) for i in range(200))
+  check(out, ref, 1)
+
+
+def test_codegen_walks_grow_linearly(monkeypatch):
+  """Rangeify, lowering, rendering and the flop estimate of a fused chain of N terms walk O(N) nodes, counted through
+  UOp.toposort (the walk every pass starts from): doubling N about doubles them. A pass that walks the graph below
+  every node, as the flop estimate once did, makes that a factor of 4."""
+  from baregrad.compiler import codegen
+  from baregrad.compiler.uop import UOp
+  from baregrad.compiler.rangeify import rangeify
+  from baregrad.compiler.schedule import normalize
+  from baregrad.compiler.render_c import CRenderer
+  from baregrad.tools.bench import fused_chain
+  visited = [0]
+  toposort = UOp.toposort
+
+  def counting_toposort(self):
+    order = toposort(self)
+    visited[0] += len(order)
+    return order
+
+  def walks(terms: int) -> int:
+    ts = [Tensor(rng.random(16, dtype=np.float32) + 0.5) for _ in range(4)]
+    sink, _, _ = normalize(fused_chain(ts[0], ts, terms, Tensor.exp, Tensor.sin, Tensor.log, Tensor.sqrt).uop.sink())
+    visited[0] = 0
+    (spec,) = rangeify(sink, lambda n: n.device).items
+    renderer = CRenderer()
+    low = codegen.lower(spec, renderer)
+    renderer.render("k", low.program, low.alias, len(spec.params), low.variables)
+    codegen.estimate(low.ast, spec.params)
+    return visited[0]
+
+  monkeypatch.setattr(UOp, "toposort", counting_toposort)
+  from baregrad.compiler.deepstack import on_deep_stack
+  small, big = on_deep_stack(walks, 40), on_deep_stack(walks, 80)   # the passes recurse deeply, as in codegen
+  assert small > 40 * 20, f"only {small} nodes walked: the count misses the passes"
+  assert big < 2.5 * small, f"{small} nodes walked for 40 terms, {big} for 80: a pass grows faster than linearly"

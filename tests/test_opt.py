@@ -162,3 +162,17 @@ def test_unroll_and_padto_render_as_intended():
   assert "< 30" in src.replace("LL", "") or "<30" in src.replace("LL", ""), src
   with pytest.raises(OptError, match="already a multiple"): apply_opts(spec.ast, [Opt("PADTO", 0, 10)])
   with pytest.raises(OptError, match="does not split"): apply_opts(spec.ast, [Opt("UNROLL", 0, 7)])
+
+
+def test_beam_through_realize(monkeypatch, tmp_path):
+  """BEAM=1 end to end: realize() compiles on the compiler's thread while holding the runtime lock, and BEAM's timed
+  runs (which copy into buffers under that lock) run there too; the result is numpy's. A fresh cache: a real search."""
+  from baregrad.compiler import codegen
+  from baregrad.drivers import settings
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
+  monkeypatch.setattr(codegen, "BEAM", 1)
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal((24, 40)).astype(np.float32), rng.standard_normal((40, 56)).astype(np.float32)
+  got = (Tensor(a) @ Tensor(b) + 3).numpy()
+  np.testing.assert_allclose(got, a @ b + 3, rtol=1e-4, atol=1e-4)
+  assert list((tmp_path / "beam").iterdir()), "BEAM wrote no cache entry: it did not search"

@@ -135,8 +135,53 @@ def bench_mlp_first_run(results: dict):
   results[f"{Device.default().lower()}.mlp_first_run.s"] = float(out.stdout.strip().splitlines()[-1])
 
 
+def fused_chain(x, inputs: list, terms: int, exp, sin, log, sqrt):
+  """One fused elementwise expression of the slowest shape found to compile: `terms` different terms, each nested
+  in the next (term i reads term i-1), cycling through exp/sin/log/sqrt with different constants over 4 inputs.
+  exp/sin/log expand into polynomials with selects, so the kernel is one loop body of ~40 statements per term and
+  one dependence chain through all of them (a sum of as many independent terms compiles faster). Works on Tensors
+  and on numpy arrays (pass the functions)."""
+  y = x
+  for i in range(terms):
+    a = inputs[i % 4]
+    if i % 4 == 0: y = exp(y * 0.5 + a * 0.25)
+    elif i % 4 == 1: y = sin(y * 0.8 + 0.01 * i) + a
+    elif i % 4 == 2: y = log(y * y + a + 1.0)
+    else: y = sqrt(y + a) * 0.9
+  return y
+
+
+FUSED_CHILD = r"""
+import sys, time, numpy as np
+from baregrad.tensor import Tensor
+from baregrad.tools.bench import fused_chain
+terms = int(sys.argv[1])
+rng = np.random.default_rng(0)
+xs = [rng.random(1024, dtype=np.float32) + 0.5 for _ in range(4)]
+ts = [Tensor(a) for a in xs]                        # the device starts here, outside the timing
+t = time.perf_counter()
+out = fused_chain(ts[0], ts, terms, Tensor.exp, Tensor.sin, Tensor.log, Tensor.sqrt).numpy()
+dt = time.perf_counter() - t
+ref = fused_chain(xs[0], xs, terms, np.exp, np.sin, np.log, np.sqrt)
+assert np.allclose(out, ref, rtol=1e-4, atol=1e-5), "fused expression differs from numpy"
+print(dt)
+"""
+
+
+def bench_fused_first_realize(results: dict):
+  """Build a 500-term fused elementwise expression (`fused_chain`) and realize it, in a fresh process with an empty
+  kernel cache: graph building, scheduling, codegen and the C compiler, all in the timing (seconds)."""
+  from baregrad.hcq.device import Device
+  with tempfile.TemporaryDirectory() as cache:
+    env = dict(os.environ, BAREGRAD_CACHE=cache)
+    out = subprocess.run([sys.executable, "-c", FUSED_CHILD, "500"], env=env, capture_output=True, text=True,
+                         timeout=900)
+  if out.returncode != 0: raise RuntimeError(f"fused-expression child failed:\n{out.stderr}")
+  results[f"{Device.default().lower()}.fused_500_terms_first_realize.s"] = float(out.stdout.strip().splitlines()[-1])
+
+
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
-           "opts": bench_matmul_opts, "emu": bench_emulated}
+           "opts": bench_matmul_opts, "emu": bench_emulated, "fused": bench_fused_first_realize}
 
 
 def main(argv=None):

@@ -5,6 +5,7 @@ here (device nodes, kernel driver versions, CPU features) explain what the machi
 from __future__ import annotations
 import os, platform, re, sys
 from pathlib import Path
+from baregrad.drivers import settings
 
 # the NVIDIA kernel driver series the NV driver is written against (TOOLCHAIN.md: 580.159.04)
 NV_SUPPORTED_SERIES = ("580",)
@@ -102,30 +103,18 @@ def emulated(kind: str) -> dict:
   if not found:
     return dict(row, available=False, reason=f"the emulated {kind} kernel driver ({entry[0]}) is not part of this build yet")
   from baregrad.hcq.device import probe
-  with _env("EMU", "1"): driver = probe(kind)
+  with settings.override(EMU=1): driver = probe(kind)
   extra = {k: v for k, v in driver.items() if k not in ("name", "available", "reason")}
   if not driver["available"]:
     return dict(row, available=False, reason=f"emulator {entry[0]}.{entry[1]} present; {driver.get('reason', '')}", **extra)
   return dict(row, available=True, emulator=f"{entry[0]}.{entry[1]}", **extra)
 
 
-class _env:
-  """Set (or, with None, remove) one environment variable inside a `with` block."""
-  def __init__(self, name: str, value: str | None): self.name, self.value = name, value
-  def __enter__(self):
-    self.old = os.environ.get(self.name)
-    if self.value is None: os.environ.pop(self.name, None)
-    else: os.environ[self.name] = self.value
-  def __exit__(self, *exc):
-    if self.old is None: os.environ.pop(self.name, None)
-    else: os.environ[self.name] = self.old
-
-
 def collect() -> list[dict]:
   from baregrad.hcq.device import DRIVERS, probe
   rows = []
   for name in DRIVERS:
-    with _env("EMU", None): row = dict(probe(name))     # the real device; the emulated ones get rows below
+    with settings.override(EMU=0): row = dict(probe(name))     # the real device; the emulated ones get rows below
     if name == "CPU":
       row.update(cpu_properties())
     elif name in HOST_CHECKS:

@@ -6,9 +6,10 @@ Each check prints a pass/fail row with its figures; the first failure stops the 
 """
 from __future__ import annotations
 from baregrad.compiler.codegen import compile_source
-import os, statistics, sys, time, traceback
+import statistics, sys, time, traceback
 import numpy as np
 from baregrad.hcq.trace import device_ns   # queue timestamps -> ns (drivers with a `timestamp_hz`)
+from baregrad.drivers import settings
 
 
 class CheckFailed(AssertionError):
@@ -24,7 +25,7 @@ class Smoke:
     self.name = device
     self.dev = None
     self.keep = []
-    self.small = os.environ.get("EMU", "0") not in ("", "0")    # emulated devices: smaller transfers
+    self.small = settings.EMU    # emulated devices: smaller transfers
 
   def _run(self, q, timeout: float = 10.0):
     value = self.dev.next_timeline()

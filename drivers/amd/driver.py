@@ -531,6 +531,12 @@ class AMDDriver:
       if report: raise QueueTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}, it is {seen}{report}")
 
   # ---- teardown ----
+  def after_fork_in_child(self) -> bool:
+    """False: a forked child cannot use this device. amdkfd binds a /dev/kfd file to the process that opened it and
+    refuses ioctls from any other (kfd_ioctl in drivers/gpu/drm/amd/amdkfd/kfd_chardev.c, Linux 6.x: -EBADF when
+    process->lead_thread != current->group_leader); the child opens its own device when it needs one."""
+    return False
+
   def close(self):
     for ring in (getattr(self, "compute", None), getattr(self, "copy", None)):
       if ring is not None:

@@ -6,6 +6,7 @@ import os, weakref
 import cffi
 from . import cc, elf
 import numpy as np
+from . import processor
 from .processor import CommandProcessor, Op, header, ProcessorFault, address_space
 
 _ffi = cffi.FFI()
@@ -29,6 +30,17 @@ class CPUDriver:
   def close(self):
     """Stop the command processor thread (its ring and control block go with it)."""
     self.processor.stop()
+
+  def after_fork_in_child(self) -> bool:
+    """A forked child keeps using this device: its memory and loaded kernels are the child's private copies at the
+    same addresses (mmap MAP_PRIVATE), only the command processor thread is missing. A new processor (with a new
+    worker image and helper threads) takes over; the parent's is left alone. True: the device stays usable."""
+    processor.after_fork_in_child()
+    self.processor.abandon()
+    self.processor = CommandProcessor(checked=True)
+    self.processor._w.start_helpers(max(0, (os.cpu_count() or 1) - 1))
+    address_space.publish()
+    return True
 
   # ---- memory ----
   def alloc(self, nbytes: int) -> Memory:

@@ -136,6 +136,7 @@ class Image:
     self.base, self.size = base, size
     self.symbols, self.sections = symbols, sections
     self._finalizer = weakref.finalize(self, unmap_memory, *mapping)
+    self._finalizer.atexit = False    # at exit a thread may still run its code (the OS unmaps it)
 
   def symbol(self, name: str) -> int:
     """Address of a function or object defined in the image."""

@@ -10,7 +10,7 @@ ELF loader; a daemon thread runs it through cffi, which releases the GIL for the
     cp.wait_value(signal_address, 1, timeout=1.0)
 """
 from __future__ import annotations
-import atexit, enum, mmap, threading, time, warnings, weakref
+import atexit, enum, mmap, os, threading, time, warnings, weakref
 from pathlib import Path
 import cffi
 import numpy as np
@@ -152,6 +152,10 @@ class AddressSpace:
         if not self.entries[fn]: del self.entries[fn]
         self._publish()
 
+  def publish(self):
+    """Hand the current tables to the worker (again: a forked child's new worker starts with none)."""
+    with self._lock: self._publish()
+
   def _publish(self):
     starts = sorted(self.ranges)
     ranges = np.array([(a, self.ranges[a]) for a in starts] or [(0, 0)], dtype=np.uint64)
@@ -163,6 +167,25 @@ class AddressSpace:
 
 
 address_space = AddressSpace()
+
+
+_pid = os.getpid()
+
+
+def after_fork_in_child():
+  """A forked child has none of the parent's threads: the worker image (with the helpers' team and the address
+  table the parent's threads used) is loaded anew on next use, and locks another thread held at the fork are
+  replaced. Idempotent (every at-fork handler that needs it calls it first, whatever their order). A CPU driver
+  that was open makes its own new command processor (CPUDriver.after_fork_in_child)."""
+  global _pid
+  if _pid == os.getpid(): return
+  _pid = os.getpid()
+  _Worker._lock = threading.Lock()
+  _Worker._instance = None
+  address_space._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=after_fork_in_child)
 
 
 def futex_wait(addr: int, expected_low32: int, timeout_s: float) -> bool:
@@ -209,7 +232,8 @@ class CommandProcessor:
     self.ring_words = ring_words
     self._w = _Worker.get()
     # one page for the control block, then the ring, page-aligned
-    self._memory = mmap.mmap(-1, elf.PAGE + ring_words * 8)
+    # private: a forked child gets its own copy (a shared ring would feed the child's packets to our worker)
+    self._memory = mmap.mmap(-1, elf.PAGE + ring_words * 8, flags=mmap.MAP_PRIVATE)
     self._ptr = ffi.from_buffer(self._memory)
     self.ctl_address = int(ffi.cast("uintptr_t", self._ptr))
     self.ring_address = self.ctl_address + elf.PAGE
@@ -328,6 +352,12 @@ class CommandProcessor:
   def stop(self) -> None:
     """Stop the worker and join its thread (idempotent; also done on garbage collection and at exit)."""
     self._finalizer()
+
+  def abandon(self) -> None:
+    """In a forked child: the worker thread is the parent's and does not exist here; forget it without waiting
+    for it. The ring stays mapped (this process's private copy, unused from now on)."""
+    self._finalizer.detach()
+    _leaked.append((self._memory, self._ptr))
 
   def __enter__(self): return self
   def __exit__(self, *exc): self.stop()

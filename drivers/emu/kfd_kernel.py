@@ -15,7 +15,7 @@ import errno, mmap as _mmap, os, sys, threading, time
 import cffi
 import numpy as np
 
-from baregrad.drivers import kernel as kernel_mod
+from baregrad.drivers import kernel as kernel_mod, settings
 from baregrad.drivers.amd import kfd
 from baregrad.drivers.amd.topology import TOPOLOGY, PAGE
 from .memory import Memory
@@ -76,6 +76,7 @@ class EmulatedKFD:
 
   def __init__(self):
     self.paths: dict[int, str] = {}
+    self.opener_pid: int | None = None         # the process that opened /dev/kfd
     self.files = self._sysfs()
     self.lock = threading.RLock()              # guards `memory` (GPU mappings) against the engine threads
     self.cond = threading.Condition()          # events
@@ -116,6 +117,7 @@ class EmulatedKFD:
       self._fail(errno.ENOENT, f"open({path!r})")
     fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)      # a real descriptor number, unique in the process
     self.paths[fd] = path
+    if path == "/dev/kfd": self.opener_pid = os.getpid()
     kernel_mod.log("open", path=path, flags=flags, result=fd)
     return fd
 
@@ -151,13 +153,18 @@ class EmulatedKFD:
   def log(self, message: str):
     line = f"[{(time.perf_counter_ns() - self.t0) / 1e9:12.6f}] amdgpu 0000:03:00.0: {message}"
     self.kmsg.append(line)
-    if os.environ.get("EMU_LOG"): print(line, file=sys.stderr)
+    if settings.EMU_LOG: print(line, file=sys.stderr)
 
   # ---- ioctl: amdkfd's kfd_ioctl() argument handling ----
   def ioctl(self, fd: int, request: int, arg, name: str | None = None, fields=None) -> int:
     path = self.paths.get(fd)
     if path is None: self._fail(errno.EBADF, f"ioctl {name or hex(request)} on fd {fd}")
     if path != "/dev/kfd": self._fail(errno.ENOTTY, f"ioctl {name or hex(request)} on {path}")
+    # kfd_ioctl (drivers/gpu/drm/amd/amdkfd/kfd_chardev.c, Linux 6.x): "Only the process that opened /dev/kfd can
+    # use the file descriptor" -- process->lead_thread != current->group_leader gives -EBADF (a forked child)
+    if self.opener_pid not in (None, os.getpid()):
+      self._fail(errno.EBADF, f"ioctl {name or hex(request)} on fd {fd}: /dev/kfd was opened by process "
+                              f"{self.opener_pid}, not by this one (a forked child must open its own)")
     nr = request & 0xFF
     kname = kfd.NAME_OF_NR.get(nr)
     if kname is None:

@@ -21,10 +21,11 @@ thread executes `trap` (the GPU's illegal-instruction exception).
 """
 from __future__ import annotations
 
-import os, time
+import time
 
 import numpy as np
 
+from baregrad.drivers import settings
 from .memory import Memory, MemoryFault
 from .ptx_parse import PtxModule, PtxError, PtxTrap, PtxUnsupported, parse_ptx, Entry
 from .ptx_exec import (Compiler, KIND_OP, KIND_BRA, KIND_EXIT, KIND_BAR, HANDLERS, LOCAL_WINDOW, SHARED_WINDOW,
@@ -34,7 +35,7 @@ __all__ = ["parse_ptx", "launch", "PtxModule", "PtxError", "PtxTrap", "PtxUnsupp
            "SUPPORTED", "BATCH_THREADS"]
 
 BATCH_THREADS = 1 << 16
-MAX_STEPS = int(os.environ.get("PTX_MAX_STEPS", 5_000_000))   # instruction dispatches per launch
+MAX_STEPS = settings.PTX_MAX_STEPS   # instruction dispatches per launch
 # the instructions `launch` runs (control flow here, the rest in ptx_exec.HANDLERS)
 SUPPORTED = sorted(set(HANDLERS) | {"bra", "ret", "exit", "bar", "barrier", "membar", "fence", "prefetch", "prefetchu",
                                     "nanosleep", "pmevent", "trap"})

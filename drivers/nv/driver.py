@@ -564,6 +564,12 @@ class NVDriver:
     return found
 
   # ---- teardown ----
+  def after_fork_in_child(self) -> bool:
+    """False: a forked child cannot use this device. Its RM client, channels and UVM VA space belong to the parent
+    (nvidia-uvm binds a VA space to the mm of the process that initialized it), and the GPU keeps running the
+    parent's channels; the child opens its own device when it needs one."""
+    return False
+
   def close(self):
     """Free the RM client (RM frees every object under it: the channels stop) and close the descriptors."""
     try:

@@ -5,6 +5,7 @@ import os, shutil, subprocess, sys, threading, time, types
 import numpy as np
 import pytest
 
+from baregrad.drivers import settings
 from baregrad.drivers.amd import kfd, pm4, sdma
 
 HEADER = "/usr/include/linux/kfd_ioctl.h"
@@ -177,7 +178,7 @@ def test_sdma_encoder_matches_header_macros(tmp_path):
 
 @pytest.fixture
 def drv(monkeypatch):
-  monkeypatch.setenv("EMU", "1")
+  monkeypatch.setattr(settings, "EMU", True)   # what EMU=1 selects
   from baregrad.drivers.amd.driver import AMDDriver
   d = AMDDriver(timeout=10)
   yield d
@@ -310,7 +311,7 @@ def test_bound_queue_replays_through_indirect_buffer(drv):
 
 
 def test_wait_reg_mem_that_never_completes_times_out_with_values(monkeypatch):
-  monkeypatch.setenv("EMU", "1")
+  monkeypatch.setattr(settings, "EMU", True)   # what EMU=1 selects
   from baregrad.drivers.amd.driver import AMDDriver, QueueTimeout
   from baregrad.hcq.device import Device
   from baregrad.hcq.signal import Signal

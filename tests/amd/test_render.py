@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from baregrad.compiler import codegen, schedule
+from baregrad.compiler.deepstack import on_deep_stack
 from baregrad.compiler.dtype import dtypes
 from baregrad.compiler.uop import UOp, Ops, BINARY
 from baregrad.compiler.rangeify import KernelSpec
@@ -62,6 +63,10 @@ def lower(ast: UOp, renderer):
 
 
 def render_record(rec, renderer=None) -> dict:
+  return on_deep_stack(_render_record, rec, renderer)    # the passes recurse deeply (compiler/deepstack.py)
+
+
+def _render_record(rec, renderer=None) -> dict:
   renderer = renderer or AMDRenderer()
   name, ast, params = rec
   program, alias, variables, gsz, lsz = lower(ast, renderer)

@@ -8,6 +8,7 @@ core) makes such preemptions frequent; these tests caught the race within a few 
 import os, subprocess, sys, time
 import numpy as np
 import pytest
+from helpers_stress import busy_cores
 from baregrad.drivers.cpu import cc
 from baregrad.drivers.cpu.elf import load_elf
 from baregrad.drivers.cpu.processor import CommandProcessor, Op, packet, _Worker
@@ -28,17 +29,6 @@ void mark_neg(const uint64_t *args, int64_t chunk) {
 
 
 def addr(a: np.ndarray) -> int: return a.ctypes.data
-
-
-class busy_cores:
-  """One process per core spinning in Python for the duration of the block."""
-  def __enter__(self):
-    code = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"
-    self.procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
-    return self
-  def __exit__(self, *exc):
-    for p in self.procs: p.kill()
-    for p in self.procs: p.wait()
 
 
 @pytest.fixture(scope="module")

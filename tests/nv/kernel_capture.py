@@ -8,6 +8,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers_capture import op_suite_records, dtype_matrix_specs  # noqa: E402
 from baregrad.compiler import codegen
+from baregrad.compiler.deepstack import on_deep_stack
 from baregrad.compiler.uop import Ops
 from baregrad.compiler.render_ptx import PTXRenderer
 
@@ -16,7 +17,12 @@ PLACEHOLDER = "__KERNEL__"   # the entry's name; the test gives each kernel a un
 
 def lower(spec, renderer, opts=()):
   """The steps of codegen.get_program up to rendering, for a threaded renderer (`opts`: range
-  optimizations applied first, as codegen does for the CPU; none by default, as codegen does for GPUs)."""
+  optimizations applied first, as codegen does for the CPU; none by default, as codegen does for GPUs). On the
+  compiler's deep-stack thread, as codegen runs them (compiler/deepstack.py)."""
+  return on_deep_stack(_lower, spec, renderer, opts)
+
+
+def _lower(spec, renderer, opts=()):
   ast = spec.ast
   if opts:
     from baregrad.compiler.opt import apply_opts
