@@ -40,7 +40,8 @@ class Signal:
         f"to reach {value}, it is {self.value}; last command submitted: {self.device.last_command or 'none'}")
 
   def __del__(self):
-    try: self.pool.give_back(self.addr)
+    # a command already queued may still write it: the slot is reused only once the work queued so far is done
+    try: self.device.retire(self.addr, self.pool.give_back)
     except Exception: pass
 
   def __repr__(self): return f"<Signal {self.name} value={self.value}>"

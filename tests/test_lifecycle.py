@@ -258,3 +258,21 @@ def test_deep_chain_compiles_on_small_thread_stacks():
     print("ok")
   """)
   assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"exit status {r.returncode}\n{r.stderr[-2000:]}"
+
+
+def test_signal_slot_not_reused_while_a_queued_command_writes_it():
+  """A Signal dropped while a queued command still writes it: its slot used to go to the next Signal at once, which
+  then saw the old command's value (a wait on it would return early)."""
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.signal import Signal
+  from baregrad.drivers.cpu.processor import futex_wake
+  dev = Device.get("CPU")
+  dev.synchronize()
+  gate, old = Signal(dev, "gate"), Signal(dev, "old")
+  dev.compute_queue().wait(gate, 1).signal(old, 0xBAD).signal(dev.timeline, dev.next_timeline()).submit(dev)
+  del old
+  new = Signal(dev, "new")
+  gate.value = 1
+  futex_wake(gate.addr)
+  dev.synchronize()
+  assert new.value == 0
