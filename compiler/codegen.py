@@ -1,16 +1,17 @@
 """Kernel AST -> program: simplify, decompose, linearize, render, compile, load. Cached per AST."""
 from __future__ import annotations
-import re
+import math, re
 from dataclasses import dataclass
 from .uop import UOp, Ops, ALU
 from .pattern import graph_rewrite, substitute
 from .dtype import dtypes
-from .symbolic import symbolic
-from .decomp import decompositions
+from . import lower as _lowering
 from .linearize import linearize
 from .render_c import CRenderer
 from .rangeify import KernelSpec
 from .deepstack import on_deep_stack
+from .opt import hand_coded_opts, apply_opts, threads_of
+from .search import beam_search
 from . import viz as _viz   # VIZ=out.html report hook
 
 from baregrad.drivers import settings
@@ -23,7 +24,7 @@ RENDERERS = {"CPU": CRenderer}
 def _ptx_renderer():   # NV: PTX for the opened device's sm (the driver reads it from the GPU's compute class)
   from .render_ptx import PTXRenderer
   from baregrad.hcq.device import Device
-  return PTXRenderer(arch=Device.get("NV").driver.arch)
+  return PTXRenderer(arch=Device.get("NV").driver.target)
 
 
 RENDERERS["NV"] = _ptx_renderer
@@ -39,12 +40,14 @@ _programs: dict = {}      # (ast, device, opts) -> Program, least recently used 
 PROGRAM_CACHE = settings.PROGRAM_CACHE   # loaded programs kept for reuse
 
 
+program_holders: list = []   # clear() of each cache that holds programs too (compiler/schedule.py's plans)
+
+
 def clear_programs():
   """Forget every cached program and schedule: each is unloaded once nothing else holds it and its device has
   finished the work queued before."""
-  from .schedule import _plans
   _programs.clear()
-  _plans.clear()
+  for clear in program_holders: clear()
 
 
 _device_epoch = 0
@@ -58,7 +61,6 @@ def drop_stale_programs():
   if Device.epoch != _device_epoch:
     clear_programs()
     _device_epoch = Device.epoch
-_decomp = decompositions()
 stats = {"kernels_compiled": 0}
 
 
@@ -67,10 +69,15 @@ def renderer_for(device: str):
   return RENDERERS[device]()
 
 
+def rewrite_passes(renderer) -> list[tuple]:
+  """The rewrites between the optimizations and linearize, in order, as (label, patterns, ctx): optimize_ast runs
+  them, VIZ reports each one's rewrite count. The lowering (compiler/lower.py) is keyed by what the renderer declares."""
+  return _lowering.passes(renderer.native_ops)
+
+
 def optimize_ast(ast: UOp, renderer, rewrite_stats: dict | None = None) -> UOp:
-  ast = graph_rewrite(ast, symbolic, stats=rewrite_stats)
-  ast = graph_rewrite(ast, _decomp, ctx=renderer.native_ops, stats=rewrite_stats)
-  return graph_rewrite(ast, symbolic, stats=rewrite_stats)
+  for _, patterns, ctx in rewrite_passes(renderer): ast = graph_rewrite(ast, patterns, ctx=ctx, stats=rewrite_stats)
+  return ast
 
 
 LOCAL_SIZE = 256
@@ -81,8 +88,7 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
   split back into the loop indices with div/mod; threads past the end are masked off at the store.
   Returns (ast, global_size in blocks, local_size)."""
   ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda r: r.arg[0])
-  total = 1
-  for r in ranges: total *= r.src[0].arg
+  total = math.prod(r.src[0].arg for r in ranges)
   blocks = max(1, -(-total // local_size))
   gidx = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx", blocks * local_size))
   mapping, stride = {}, 1
@@ -113,22 +119,13 @@ def estimate(ast: UOp, params) -> dict:
     if (u.op is Ops.RANGE and u.src[0].op is Ops.CONST) or (u.op is Ops.SPECIAL and u.arg[0] == "core"): inside |= {u}
     loops[u] = inside
     if (u.op in ALU or u.op is Ops.REDUCE) and u.dtype != dtypes.index:   # a REDUCE: one op per iteration
-      iters = 1
-      for r in inside: iters *= r.src[0].arg if r.op is Ops.RANGE else r.arg[1]
-      flops += iters
-  nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else _numel(p.shape) * p.dtype.itemsize for p in params)
+      flops += math.prod(r.src[0].arg if r.op is Ops.RANGE else r.arg[1] for r in inside)
+  nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else math.prod(p.shape) * p.dtype.itemsize for p in params)
   return {"flops": flops, "bytes": nbytes}
 
 
-def _numel(shape) -> int:
-  n = 1
-  for s in shape: n *= s
-  return n
-
-
 def search_opts(spec: KernelSpec, renderer) -> list:
-  from .search import beam_search
-  return beam_search(spec, BEAM)
+  return beam_search(spec, BEAM, get_program)   # BEAM compiles and times candidates with get_program
 
 
 @dataclass
@@ -139,6 +136,7 @@ class Lowered:
   variables: list
   launch: dict
   ast: UOp
+  opt_ast: UOp       # the AST after the optimizations (or the GPU thread mapping), before optimize_ast
 
 
 def lower(spec: KernelSpec, renderer) -> Lowered:
@@ -153,19 +151,19 @@ def _lower(spec: KernelSpec, renderer) -> Lowered:
     ast, gsz, lsz = to_threads(ast)
     launch = {"global_size": gsz, "local_size": lsz}
   elif OPT:
-    from .opt import hand_coded_opts, apply_opts, threads_of
     opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else hand_coded_opts(ast)
     ast = apply_opts(ast, opts)
     launch = {"threads": threads_of(ast), "opts": tuple(opts)}
+  opt_ast = ast
   ast = optimize_ast(ast, renderer)
   program, alias = linearize(ast)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
-  return Lowered(program, alias, variables, launch, ast)
+  return Lowered(program, alias, variables, launch, ast, opt_ast)
 
 
-def compile_source(device: str, src: str, renderer=None) -> bytes:
-  """Rendered source -> binary: the renderer's own compiler where it has one (AMD: baregrad's assembler), else the
-  driver's (CPU: cc, NV: ptxas)."""
+def compile_source(device: str, src, renderer=None) -> bytes:
+  """Rendered source -> binary: the renderer's own compiler where it has one (AMD: the renderer's instruction objects
+  to baregrad's encoder, no text), else the driver's (CPU: cc, NV: ptxas)."""
   from baregrad.hcq.device import Device
   renderer = renderer if renderer is not None else renderer_for(device)
   return renderer.compile(src) if hasattr(renderer, "compile") else Device.get(device).driver.compile(src)
@@ -196,7 +194,8 @@ def _compile_program(spec: KernelSpec, key):
   prog = Program(spec.device, name, binary, src, len(spec.params), tuple(v.arg[0] for v in low.variables),
                  meta={**estimate(low.ast, spec.params), **low.launch}).load(dev)
   stats["kernels_compiled"] += 1
-  if _viz.VIZ: _viz.viz_event("kernel", spec=spec, renderer=renderer, launch=low.launch, ast=low.ast, program=low.program, source=src, name=name)
+  if _viz.VIZ: _viz.viz_event("kernel", spec=spec, launch=low.launch, opt_ast=low.opt_ast, passes=rewrite_passes(renderer),
+                              ast=low.ast, program=low.program, source=src, name=name)
   _programs[key] = prog
   while len(_programs) > PROGRAM_CACHE: _programs.pop(next(iter(_programs)))
   return prog

@@ -1,20 +1,22 @@
-"""Decompositions of ops a target lacks: exp2, log2 and sin by argument reduction + polynomials; and shifts
-by any amount.
+"""Decompositions: how to compute an op a target lacks from ops every target has. Each builder takes UOps and
+returns the UOp graph of the result; compiler/lower.py decides which target gets which.
 
-Built from ADD/MUL/CMPLT/WHERE/TRUNC/CAST/BITCAST/shifts only, so any target that has those can run them.
-float32 uses float32 arithmetic (sin reduces in float64 for accuracy); float16/bfloat16 go through float32.
-
-Shifts follow numpy, whose `a << b` and `a >> b` are defined for every amount: an amount outside [0, bits)
-(negative included) gives 0, except a right shift of a negative signed value, which gives -1. C makes such a
-shift undefined behaviour, and the hardware takes the amount modulo the register width (AMD: `1 << 40` is
-256), so every SHL/SHR whose amount is not known to be in range is rewritten here, once for all targets,
-into a shift by an amount masked to [0, bits) plus a select.
+- exp2, log2, sin: argument reduction + polynomials. float32 uses float32 arithmetic (sin reduces in float64 for
+  accuracy); float16/bfloat16 go through float32.
+- floor from trunc; C's fmod exactly, from integer arithmetic on the significands.
+- shifts by any amount, as numpy: an amount outside [0, bits) (negative included) gives 0, except a right shift of
+  a negative signed value, which gives -1. C makes such a shift undefined behaviour and the hardware takes the
+  amount modulo the register width (AMD: `1 << 40` is 256), so every shift whose amount is not known to be in
+  range becomes a shift by an amount masked to [0, bits) plus a select.
+- float16/bfloat16 <-> float32 conversions as bit operations: round to nearest even, overflow to inf, float16
+  subnormals kept; a NaN converted to 16 bits becomes its sign | the quiet NaN (float16 0x7e00; bfloat16 keeps the
+  top bits | 0x40), a 16-bit NaN converted to float32 keeps sign and payload.
 """
 from __future__ import annotations
 import math
+import numpy as np
 from .uop import UOp, Ops
 from .dtype import dtypes, DType
-from .pattern import UPat, PatternMatcher
 
 _FMT = {dtypes.float32: (dtypes.int32, 23, 127), dtypes.float64: (dtypes.int64, 52, 1023)}
 
@@ -27,11 +29,12 @@ def _poly(x: UOp, coeffs: list[float]) -> UOp:
   return acc
 
 
-def _floor(x: UOp) -> UOp:
+def floor_by_trunc(x: UOp) -> UOp:
   t = UOp(Ops.TRUNC, x.dtype, (x,))
   return (x < t).where(t - _c(x, 1.0), t)
 
 
+def _floor(x: UOp) -> UOp: return UOp(Ops.FLOOR, x.dtype, (x,))
 def _isnan(x: UOp) -> UOp: return x.ne(x)
 
 
@@ -101,8 +104,18 @@ def sin(x: UOp) -> UOp:
   return sin64(x.cast(dtypes.float64)).cast(x.dtype)
 
 
-_IMPL = {Ops.EXP2: exp2, Ops.LOG2: log2, Ops.SIN: sin}
+TRANSCENDENTAL = {Ops.EXP2: exp2, Ops.LOG2: log2, Ops.SIN: sin}
 
+
+def transcendental(u: UOp) -> UOp | None:
+  """EXP2/LOG2/SIN from ALU ops (16-bit floats through float32)."""
+  if not u.dtype.is_float: return None
+  if u.dtype not in (dtypes.float32, dtypes.float64):
+    return UOp(u.op, dtypes.float32, (u.src[0].cast(dtypes.float32),)).cast(u.dtype)
+  return TRANSCENDENTAL[u.op](u.src[0])
+
+
+# ---------------------------------------------------------------- shifts
 
 def _amount_in_range(amount: UOp, bits: int) -> bool:
   """Is a shift amount known to lie in [0, bits)? (a constant, `x & c` with c < bits, or its value range)"""
@@ -127,15 +140,140 @@ def shift(u: UOp) -> UOp | None:
   return valid.where(UOp(u.op, dt, (a, amount & mask)), UOp.const(dt, 0))
 
 
-def _decompose(u: UOp, ctx) -> UOp | None:
-  if u.op in ctx or not u.dtype.is_float: return None
-  if u.dtype not in (dtypes.float32, dtypes.float64):
-    return UOp(u.op, dtypes.float32, (u.src[0].cast(dtypes.float32),)).cast(u.dtype)
-  return _IMPL[u.op](u.src[0])
+# ---------------------------------------------------------------- fmod
+
+U64, I64, F64 = dtypes.uint64, dtypes.int64, dtypes.float64
+# per float type: (bits type, mantissa bits, exponent bits)
+_LAYOUT = {dtypes.float32: (dtypes.uint32, 23, 8), dtypes.float64: (U64, 52, 11)}
 
 
-def decompositions() -> PatternMatcher:
-  """Rewrite EXP2/LOG2/SIN into ALU ops (`ctx` is the set of ops the target supports natively) and shifts whose
-  amount may be out of range into numpy's defined result (on every target: none defines them that way)."""
-  return PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), name="u"), _decompose),
-                         (UPat((Ops.SHL, Ops.SHR), name="u"), shift)])
+def _u(v: int, dt: DType = U64) -> UOp: return UOp.const(dt, v)
+
+
+def _mulmod(a: UOp, b: UOp, m: UOp, exact: bool) -> UOp:
+  """(a * b) mod m for uint64 a, b < 2^53 with a * b / m < 2^53, m > 0. `exact`: a * b < 2^64, so the integer
+  remainder is the answer. Else q = trunc(a * b / m) in float64 is within 3 of the true quotient (three
+  roundings of relative 2^-53 on a quotient below 2^53), so a * b - q * m (wrapping: its true value is small)
+  lies in [-3m, 4m) and three corrections each way bring it into [0, m)."""
+  if exact: return (a * b) % m
+  q = (a.cast(F64) * b.cast(F64) * UOp(Ops.RECIP, F64, (m.cast(F64),))).cast(U64)
+  r = (a * b + (q * m).alu(Ops.NEG)).bitcast(I64)
+  mi = m.bitcast(I64)
+  for _ in range(3): r = (r < _u(0, I64)).where(r + mi, r)
+  for _ in range(3): r = (r < mi).where(r, r - mi)
+  return r.bitcast(U64)
+
+
+def fmod(x: UOp, y: UOp) -> UOp:
+  """C's fmod, exact, with x's sign: |x| = Mx 2^Ex, |y| = My 2^Ey (integer significands, subnormals with
+  exponent 1), so for |x| >= |y| the remainder is (Mx 2^(Ex-Ey) mod My) 2^Ey. 2^(Ex-Ey) mod My comes from
+  square-and-multiply over the bits of Ex-Ey (mulmod above). fmod(x, 0), fmod(inf, y) and NaN operands give
+  NaN; |x| < |y| gives x."""
+  dt = x.dtype
+  ut, mbits, ebits = _LAYOUT[dt]
+  sign = _u(1 << (dt.bits - 1), ut)
+  xb, yb = x.bitcast(ut), y.bitcast(ut)
+  ax, ay = xb & _u((1 << (dt.bits - 1)) - 1, ut), yb & _u((1 << (dt.bits - 1)) - 1, ut)
+
+  def unpack(a: UOp) -> tuple[UOp, UOp]:
+    e = UOp(Ops.SHR, ut, (a, _u(mbits, ut)))
+    m = a & _u((1 << mbits) - 1, ut)
+    normal = e.ne(_u(0, ut))
+    return normal.where(m | _u(1 << mbits, ut), m).cast(U64), normal.where(e, _u(1, ut))
+  mx, ex = unpack(ax)
+  my, ey = unpack(ay)
+  k = ex + ey.alu(Ops.NEG)        # >= 0 where it is used (|x| >= |y|)
+  exact = 2 * (mbits + 1) <= 64
+  t = _u(1)
+  for j in reversed(range(ebits)):   # Ex - Ey < 2^ebits
+    t = _mulmod(t, t, my, exact)
+    double = t + t
+    double = (double < my).where(double, double + my.alu(Ops.NEG))
+    bit = (UOp(Ops.SHR, ut, (k, _u(j, ut))) & _u(1, ut)).ne(_u(0, ut))
+    t = bit.where(double, t)
+  r = _mulmod(mx, t, my, exact)
+  # r 2^Ey as a float: r < 2^(mbits+1) converts exactly; both scalings are exact (the result is representable)
+  mag = r.cast(dt) * _c(x, 2.0 ** -mbits) * UOp(Ops.SHL, ut, (ey, _u(mbits, ut))).bitcast(dt)
+  out = (mag.bitcast(ut) | (xb & sign)).bitcast(dt)
+  inf = _u(((1 << ebits) - 1) << mbits, ut)
+  nan = ay.ne(_u(0, ut)).where((ax < inf).where(inf < ay, UOp.const(dtypes.bool, True)), UOp.const(dtypes.bool, True))
+  return nan.where(_c(x, math.nan), (ax < ay).where(x, out))
+
+
+# ---------------------------------------------------------------- float16 / bfloat16 bits <-> float32
+
+U16, U32, F32 = dtypes.uint16, dtypes.uint32, dtypes.float32
+
+
+def _f16_bits(v: float) -> int:
+  if math.isnan(v): return (0x8000 if math.copysign(1.0, v) < 0 else 0) | 0x7e00
+  return int(np.array(v, np.float16).view(np.uint16))
+
+
+def _bf16_bits(v: float) -> int:
+  b = int(np.array(v, np.float32).view(np.uint32))
+  if (b & 0x7fffffff) > 0x7f800000: return (b >> 16) | 0x40
+  return (b + 0x7fff + ((b >> 16) & 1)) >> 16
+
+
+def bits16(v: float, dt: DType) -> int:
+  """The storage bits of a float16/bfloat16 constant (as the conversions below give them)."""
+  return _f16_bits(v) if dt == dtypes.float16 else _bf16_bits(v)
+
+
+def f32_to_f16_bits(x: UOp) -> UOp:
+  """float32 -> float16 bits (uint16)."""
+  if x.op is Ops.CONST: return _u(_f16_bits(x.arg), U16)
+  b = x.bitcast(U32)
+  s = UOp(Ops.SHR, U32, (b, _u(16, U32))) & _u(0x8000, U32)
+  a = b & _u(0x7fffffff, U32)
+  # normal: drop 13 mantissa bits with round-to-nearest-even (the carry may reach the exponent) and rebias 127 -> 15
+  lsb = UOp(Ops.SHR, U32, (a, _u(13, U32))) & _u(1, U32)
+  normal = UOp(Ops.SHR, U32, (a + _u((1 << 32) - (112 << 23) + 0xfff, U32) + lsb, _u(13, U32)))
+  # below 2^-14: a float16 subnormal q = significand >> (126 - exponent), rounded to nearest even
+  e = UOp(Ops.SHR, U32, (a, _u(23, U32)))
+  sig = (a & _u(0x7fffff, U32)) | _u(0x800000, U32)
+  n = (_u(126, U32) + e.alu(Ops.NEG))
+  n = (n < _u(31, U32)).where(n, _u(31, U32))
+  q = UOp(Ops.SHR, U32, (sig, n))
+  rest = sig & (UOp(Ops.SHL, U32, (_u(1, U32), n)) + _u(0xffffffff, U32))
+  half = UOp(Ops.SHL, U32, (_u(1, U32), n + _u(0xffffffff, U32)))
+  tie = rest.ne(half).alu(Ops.XOR, UOp.const(dtypes.bool, True))
+  up = (half < rest) | (tie & (q & _u(1, U32)).ne(_u(0, U32)))
+  sub = q + up.where(_u(1, U32), _u(0, U32))
+  h = (a < _u(0x38800000, U32)).where(sub, normal)
+  h = (a < _u(0x477ff000, U32)).where(h, _u(0x7c00, U32))
+  h = (_u(0x7f800000, U32) < a).where(_u(0x7e00, U32), h)
+  return (h | s).cast(U16)
+
+
+def f16_bits_to_f32(h: UOp) -> UOp:
+  """float16 bits (uint16) -> float32, exact."""
+  if h.op is Ops.CONST: return UOp.const(F32, float(np.array(h.arg, np.uint16).view(np.float16)))
+  w = h.cast(U32)
+  s = UOp(Ops.SHL, U32, (w & _u(0x8000, U32), _u(16, U32)))
+  e = UOp(Ops.SHR, U32, (w, _u(10, U32))) & _u(0x1f, U32)
+  m = w & _u(0x3ff, U32)
+  exp = e.ne(_u(0x1f, U32)).where(e + _u(112, U32), _u(0xff, U32))   # inf and NaN keep the payload
+  normal = UOp(Ops.SHL, U32, (exp, _u(23, U32))) | UOp(Ops.SHL, U32, (m, _u(13, U32)))
+  sub = (m.cast(F32) * UOp.const(F32, 2.0 ** -24)).bitcast(U32)    # m 2^-24: exact
+  return (e.ne(_u(0, U32)).where(normal, sub) | s).bitcast(F32)
+
+
+def f32_to_bf16_bits(x: UOp) -> UOp:
+  """float32 -> bfloat16 bits (uint16): round to nearest even on the top 16 bits; NaN -> top bits | 0x40."""
+  if x.op is Ops.CONST: return _u(_bf16_bits(x.arg), U16)
+  b = x.bitcast(U32)
+  top = UOp(Ops.SHR, U32, (b, _u(16, U32)))
+  rounded = UOp(Ops.SHR, U32, (b + _u(0x7fff, U32) + (top & _u(1, U32)), _u(16, U32)))
+  nan = _u(0x7f800000, U32) < (b & _u(0x7fffffff, U32))
+  return nan.where(top | _u(0x40, U32), rounded).cast(U16)
+
+
+def bf16_bits_to_f32(h: UOp) -> UOp:
+  if h.op is Ops.CONST: return UOp.const(F32, float(np.array(h.arg << 16, np.uint32).view(np.float32)))
+  return UOp(Ops.SHL, U32, (h.cast(U32), _u(16, U32))).bitcast(F32)
+
+
+TO_BITS = {dtypes.float16: f32_to_f16_bits, dtypes.bfloat16: f32_to_bf16_bits}
+FROM_BITS = {dtypes.float16: f16_bits_to_f32, dtypes.bfloat16: bf16_bits_to_f32}

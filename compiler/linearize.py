@@ -4,9 +4,14 @@ Global loops open first. Each REDUCE becomes DEFINE_ACC, its reduce loops, the l
 those loops (hoisted), then the innermost constant-size "upcast" lane loops around the value and
 ACC_UPDATE; the accumulator is an array over the lanes. Finally the store runs inside its lane loops.
 A REDUCE's result is read through its accumulator (`alias`).
+
+ACC_UPDATE(acc, value) with arg op means acc = acc op value. A REDUCE lowered by compiler/lower.py carries its
+accumulate step as an expression instead (arg (op, step) over the placeholders DEFINE_ACC "acc" and "value"): the
+step is emitted as ordinary ops on the accumulator and ACC_UPDATE(acc, new) without arg assigns the result.
 """
 from __future__ import annotations
 from .uop import UOp, Ops
+from .pattern import substitute
 
 
 def range_deps(ast: UOp) -> dict[UOp, frozenset]:
@@ -78,14 +83,20 @@ def linearize(ast: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
         emit_reduce(n)
     lanes = [r for r in _lanes(deps[u]) if r not in open_ranges]
     hoist(u.src[0], frozenset(open_ranges))
-    acc = UOp(Ops.DEFINE_ACC, u.dtype, tuple(lanes), (u.arg, n_acc[0])); n_acc[0] += 1
-    out.append(acc)
+    op, step = (u.arg, None) if isinstance(u.arg, Ops) else u.arg
+    acc = UOp(Ops.DEFINE_ACC, u.dtype, tuple(lanes), (op, n_acc[0])); n_acc[0] += 1
+    out.append(acc); emitted.add(acc)
     ranges = sorted(u.src[1:], key=lambda r: r.arg[0])
     open_loops(ranges)
     hoist(u.src[0], frozenset(open_ranges))
     open_loops(lanes)
     emit(u.src[0])
-    out.append(UOp(Ops.ACC_UPDATE, u.dtype, (acc, u.src[0]), u.arg))
+    if step is None: out.append(UOp(Ops.ACC_UPDATE, u.dtype, (acc, u.src[0]), op))
+    else:
+      slots = {n: acc if n.arg == "acc" else u.src[0] for n in step.toposort() if n.op is Ops.DEFINE_ACC}
+      new = substitute(step, slots)
+      emit(new)
+      out.append(UOp(Ops.ACC_UPDATE, u.dtype, (acc, new)))
     close_loops(lanes)
     close_loops(ranges)
     emitted.add(u)

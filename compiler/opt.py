@@ -4,11 +4,13 @@ THREAD (a global axis is split across CPU cores), SWAP (loop order), PADTO (a gl
 multiple, the extra iterations gated off, so UPCAST/THREAD can split it).
 `hand_coded_opts` picks them by default; compiler.search (BEAM=n) picks them by timing real runs."""
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from baregrad.drivers import settings
 from .uop import UOp, Ops
 from .dtype import dtypes
 from .pattern import substitute
+from .symbolic import linear
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ def threads_of(ast: UOp) -> int:
   return 1
 
 
-def _has_avx512() -> bool:
+def has_avx512() -> bool:
+  """Whether this host's CPU has AVX-512 (32 vector registers of 64 bytes): CPU kernels use wider tiles."""
   global _AVX512
   if _AVX512 is None:
     try: _AVX512 = " avx512f" in open("/proc/cpuinfo").read()
@@ -136,23 +139,8 @@ def cpu_threads() -> int:
   return settings.THREADS
 
 
-def matmul_pack_width(device: str, dtype, n: int, k: int, m: int) -> int:
-  """Lanes of the packed layout the CPU device wants for the right operand of an (n,k)@(k,m) matmul, or 0.
-
-  Packed, the right operand is stored as (m/W, k, W): the kernel walks one contiguous W-wide strip per
-  column block instead of rows 4*m bytes apart (which alias to a few cache sets and miss in L1 and L2).
-  The copy costs O(k*m); it pays for itself once the product is big enough."""
-  from . import codegen
-  if device != "CPU" or not codegen.OPT or dtype not in (dtypes.float32, dtypes.float64): return 0
-  w = (64 if _has_avx512() else 32) // dtype.itemsize
-  if m % w or m < 2 * w or k < 16 or n < 4 or n * k * m < (1 << 20): return 0
-  return w
-
-
-
 def _unit_stride_axes(ast: UOp, gl: list[UOp]) -> set[UOp]:
   """Global ranges that some load or the store walks with stride 1."""
-  from .symbolic import linear
   out = set()
   for u in ast.toposort():
     if u.op is Ops.INDEX:
@@ -168,11 +156,7 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   if not gl or any(r.src[0].op is not Ops.CONST for r in _ranges(ast)): return []
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)
-  total = 1
-  for r in gl: total *= _size(r)
-  work = total
-  for r in _ranges(ast):
-    if r.arg[1] == "reduce": work *= _size(r)
+  work = math.prod(_size(r) for r in gl) * math.prod(_size(r) for r in _ranges(ast) if r.arg[1] == "reduce")
   opts: list[Opt] = []
   sizes = [_size(r) for r in gl]
   if reduces and not nested:
@@ -183,7 +167,7 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
     amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
     if amt_j: picks[j] = amt_j
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
-    if (i is not None and i < j and _has_avx512() and amt_j == 16 and sizes[j] % 32 == 0 and sizes[i] % 8 == 0
+    if (i is not None and i < j and has_avx512() and amt_j == 16 and sizes[j] % 32 == 0 and sizes[i] % 8 == 0
         and sizes[j] > 32 and sizes[i] > 8):
       # AVX-512: 8 rows x 2 vectors of 16 = 16 accumulators, 10 loads per 16 FMAs; the unit-stride axis goes
       # outer so its operand's strip stays in cache while the rows stream past
@@ -193,7 +177,7 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
       picks = {}
     elif i is not None:
       # a 16x16 register tile needs 32 vector registers (AVX-512); 16x8 fits 16 (AVX2)
-      wide = 16 if _has_avx512() and sizes[i] % 16 == 0 and amt_j == 16 else 0
+      wide = 16 if has_avx512() and sizes[i] % 16 == 0 and amt_j == 16 else 0
       picks[i] = wide or (8 if sizes[i] % 8 == 0 and amt_j and amt_j <= 16 else 4)
     for axis in sorted(picks, reverse=True):    # higher axes first: lower indices stay valid
       opts.append(Opt("UPCAST", axis, picks[axis]))

@@ -1,53 +1,19 @@
 """Render a linearized kernel to freestanding C for the CPU device.
 
 Calling convention: `void name(const unsigned long long *args)`; args[i] are buffer addresses in PARAM
-order, then the DEFINE_VAR values sorted by name. float16/bfloat16 live as 16-bit storage and compute in
-float, rounded after every op (as numpy does).
+order, then the DEFINE_VAR values sorted by name. What C lacks was lowered before (compiler/lower.py): the ops
+left map to C operators one to one (`OPS`), float16/bfloat16 are their `unsigned short` storage bits here.
 """
 from __future__ import annotations
 import math
 from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
-
-PRELUDE = r"""
-typedef unsigned short bg_u16; typedef unsigned int bg_u32;
-static inline float bg_bits_f32(bg_u32 b) { float f; __builtin_memcpy(&f, &b, 4); return f; }
-static inline bg_u32 bg_f32_bits(float f) { bg_u32 b; __builtin_memcpy(&b, &f, 4); return b; }
-static inline float bg_bf16_f32(bg_u16 h) { return bg_bits_f32((bg_u32)h << 16); }
-static inline bg_u16 bg_f32_bf16(float f) {
-  bg_u32 b = bg_f32_bits(f);
-  if ((b & 0x7fffffffu) > 0x7f800000u) return (bg_u16)((b >> 16) | 0x40);
-  return (bg_u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-static inline float bg_f16_f32(bg_u16 h) {
-  bg_u32 s = (bg_u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1f) return bg_bits_f32(s | 0x7f800000u | (m << 13));
-  if (e == 0) return (s ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-08f;
-  return bg_bits_f32(s | ((e + 112u) << 23) | (m << 13));
-}
-static inline bg_u16 bg_f32_f16(float f) {
-  bg_u32 b = bg_f32_bits(f), s = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
-  if (a > 0x7f800000u) return (bg_u16)(s | 0x7e00u);
-  if (a >= 0x477ff000u) return (bg_u16)(s | 0x7c00u);           /* rounds to inf */
-  if (a < 0x38800000u) {                                        /* subnormal or zero */
-    float v = bg_bits_f32(a) * 16777216.0f;                     /* scale by 2^24: exact units of 2^-24 */
-    bg_u32 q = (bg_u32)v; float r = v - (float)q;
-    if (r > 0.5f || (r == 0.5f && (q & 1u))) q++;
-    return (bg_u16)(s | q);
-  }
-  bg_u32 e = ((a >> 23) - 112u) << 10, m = (a >> 13) & 0x3ffu, rest = a & 0x1fffu;
-  bg_u32 h = e | m;
-  if (rest > 0x1000u || (rest == 0x1000u && (m & 1u))) h++;
-  return (bg_u16)(s | h);
-}
-"""
+from .lower import Native
 
 
 def ctype(dt: DType) -> str:
   """The C type a value of `dt` is computed in."""
-  if dt in (dtypes.float16, dtypes.bfloat16): return "float"
-  if dt is dtypes.bool: return "_Bool"
-  return dt.ctype
+  return "_Bool" if dt.is_bool else dt.ctype
 
 
 def literal(value, dt: DType) -> str:
@@ -62,78 +28,31 @@ def literal(value, dt: DType) -> str:
   return f"{float(value).hex()}{suffix}"
 
 
-def _round16(expr: str, dt: DType) -> str:
-  if dt == dtypes.float16: return f"bg_f16_f32(bg_f32_f16({expr}))"
-  if dt == dtypes.bfloat16: return f"bg_bf16_f32(bg_f32_bf16({expr}))"
-  return expr
+# op -> C expression of its operands {0} {1} {2}; {f} is the float32 suffix of a builtin
+OPS = {Ops.NEG: "(-{0})", Ops.RECIP: "(1.0{f}/{0})", Ops.SQRT: "__builtin_sqrt{f}({0})",
+       Ops.TRUNC: "__builtin_trunc{f}({0})",
+       Ops.FLOOR: "__builtin_floor{f}({0})",
+       Ops.ADD: "({0}+{1})", Ops.MUL: "({0}*{1})", Ops.FDIV: "({0}/{1})", Ops.MAX: "({0}>{1}?{0}:{1})",
+       Ops.IDIV: "({0}/{1})", Ops.MOD: "({0}%{1})", Ops.CMPLT: "({0}<{1})", Ops.CMPNE: "({0}!={1})",
+       Ops.XOR: "({0}^{1})", Ops.OR: "({0}|{1})", Ops.AND: "({0}&{1})", Ops.SHL: "({0}<<{1})", Ops.SHR: "({0}>>{1})",
+       Ops.WHERE: "({0}?{1}:{2})"}
+FLOAT_OPS = {Ops.MOD: "__builtin_fmod{f}({0},{1})"}   # where a float op is spelled differently
 
 
-def _binary(op: Ops, a: str, b: str, dt: DType, src_dt: DType) -> str:
-  if op is Ops.ADD: return f"({a}|{b})" if dt.is_bool else f"({a}+{b})"
-  if op is Ops.MUL: return f"({a}&{b})" if dt.is_bool else f"({a}*{b})"
-  if op is Ops.MAX:
-    if dt.is_float: return f"(({a}!={a}||{a}>{b})?{a}:{b})"
-    return f"({a}>{b}?{a}:{b})"
-  if op is Ops.IDIV:
-    return f"({b}?({b}==-1?-{a}:{a}/{b}):0)" if dt.kind == 'i' else f"({b}?{a}/{b}:0)"
-  if op is Ops.MOD:
-    if dt.is_float: return f"__builtin_fmod{'' if dt == dtypes.float64 else 'f'}({a},{b})"
-    return f"(({b}&&{b}!=-1)?{a}%{b}:0)" if dt.kind == 'i' else f"({b}?{a}%{b}:0)"
-  if op is Ops.CMPLT: return f"({a}<{b})"
-  if op is Ops.CMPNE: return f"({a}!={b})"
-  if op is Ops.XOR: return f"({a}^{b})"
-  if op is Ops.OR: return f"({a}|{b})"
-  if op is Ops.AND: return f"({a}&{b})"
-  if op is Ops.SHL: return f"({a}<<{b})"
-  if op is Ops.SHR: return f"({a}>>{b})"
-  raise NotImplementedError(op)
-
-
-def _unary(op: Ops, a: str, dt: DType) -> str:
-  f = "" if dt == dtypes.float64 else "f"
-  if op is Ops.NEG: return f"(!{a})" if dt.is_bool else f"(-{a})"
-  if op is Ops.RECIP: return f"(1.0{f}/{a})" if dt.is_float else f"(1/{a})"
-  if op is Ops.SQRT: return f"__builtin_sqrt{f}({a})"
-  if op is Ops.TRUNC: return f"__builtin_trunc{f}({a})" if dt.is_float else a
-  if op is Ops.EXP2: return f"__builtin_exp2{f}({a})"
-  if op is Ops.LOG2: return f"__builtin_log2{f}({a})"
-  if op is Ops.SIN: return f"__builtin_sin{f}({a})"
-  raise NotImplementedError(op)
-
-
-def _cast(a: str, src: DType, dst: DType) -> str:
-  if dst.is_bool: return f"({a}!=0)"
-  out = f"(({ctype(dst)}){a})"
-  return _round16(out, dst) if dst in (dtypes.float16, dtypes.bfloat16) and src != dst else out
+def alu(op: Ops, dt: DType, *srcs: str) -> str:
+  template = FLOAT_OPS.get(op, OPS[op]) if dt.is_float else OPS[op]
+  return template.format(*srcs, f="" if dt == dtypes.float64 else "f")
 
 
 def _bitcast(a: str, src: DType, dst: DType) -> str:
-  # to raw bits of the storage format first; a union reinterprets them (GNU C defines this) without the stack
-  # temporaries a memcpy takes, which gcc is slow to clean up in kernels with thousands of bitcasts
-  if src == dtypes.float16: bits, src_type = f"bg_f32_f16({a})", "bg_u16"
-  elif src == dtypes.bfloat16: bits, src_type = f"bg_f32_bf16({a})", "bg_u16"
-  else: bits, src_type = a, ctype(src)
-  if dst == dtypes.float16: return f"bg_f16_f32((bg_u16){bits})"
-  if dst == dtypes.bfloat16: return f"bg_bf16_f32((bg_u16){bits})"
-  return f"(({ctype(dst)})((union {{ {src_type} from; {dst.ctype} to; }}){{ .from = {bits} }}).to)"
-
-
-def _load(ptr: str, idx: str, dt: DType) -> str:
-  v = f"{ptr}[{idx}]"
-  if dt == dtypes.float16: return f"bg_f16_f32({v})"
-  if dt == dtypes.bfloat16: return f"bg_bf16_f32({v})"
-  if dt.is_bool: return f"({v}!=0)"
-  return v
-
-
-def _store_value(v: str, dt: DType) -> str:
-  if dt == dtypes.float16: return f"bg_f32_f16({v})"
-  if dt == dtypes.bfloat16: return f"bg_f32_bf16({v})"
-  return v
+  # a union reinterprets the bits (GNU C defines this) without the stack temporaries a memcpy takes, which gcc is
+  # slow to clean up in kernels with thousands of bitcasts
+  if src.ctype == dst.ctype: return a
+  return f"(({ctype(dst)})((union {{ {src.ctype} from; {dst.ctype} to; }}){{ .from = {a} }}).to)"
 
 
 VEC_DTYPES = (dtypes.float32, dtypes.float64)
-VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP}
+VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV}
 
 
 def vector_type(dt: DType, n: int) -> str:
@@ -198,9 +117,10 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
                  for v in users.get(u, []))
       elif u.op is Ops.LOAD: ok = u.dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.dtype; dts.add(u.dtype)
       elif u.op in VEC_OPS: ok = u.dtype in VEC_DTYPES; dts.add(u.dtype)
-      elif u.op is Ops.ACC_UPDATE:
+      elif u.op is Ops.ACC_UPDATE:   # acc = acc + x or acc * x (the step itself is an op of the body)
         acc = u.src[0]
-        ok = u.arg in (Ops.ADD, Ops.MUL) and acc.src[-1] is r and u.dtype in VEC_DTYPES; dts.add(u.dtype)
+        ok = acc.arg[0] in (Ops.ADD, Ops.MUL) and bool(acc.src) and acc.src[-1] is r and u.dtype in VEC_DTYPES
+        dts.add(u.dtype)
       elif u.op is Ops.STORE:
         ok = dep(u.src[0]) and u.src[1].dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.src[1].dtype
         dts.add(u.src[1].dtype)
@@ -232,7 +152,9 @@ HUGE_KERNEL_ATTRIBUTE = ('#if defined(__GNUC__) && !defined(__clang__)\n'
 
 class CRenderer:
   device = "CPU"
-  native_ops = {Ops.SQRT, Ops.TRUNC}      # exp2/log2/sin come from compiler.decomp (freestanding: no libm)
+  # exp2/log2/sin are decomposed (freestanding: no libm); float16/bfloat16 are emulated in float
+  native_ops = Native(float_ops=frozenset({Ops.FLOOR, Ops.MOD, Ops.FDIV}),
+                      dtypes=frozenset(dtypes.all()) - {dtypes.float16, dtypes.bfloat16})
 
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
     names: dict[UOp, str] = {}
@@ -336,9 +258,7 @@ class CRenderer:
       elif op is Ops.SPECIAL:
         names[u] = u.arg[0]
       elif op is Ops.ACC_UPDATE:
-        acc, val = name_of(u.src[0]), name_of(u.src[1])
-        expr = _binary(u.arg, acc, val, u.dtype, u.dtype)
-        lines.append("  " * indent + f"{acc} = {_round16(expr, u.dtype)};")
+        lines.append("  " * indent + f"{name_of(u.src[0])} = {name_of(u.src[1])};")
       elif op is Ops.INDEX:
         names[u] = name_of(u.src[1])      # rendered by LOAD/STORE
       elif op is Ops.LOAD and vec[0] is not None and idx_vec(u.src[0]):
@@ -350,25 +270,19 @@ class CRenderer:
         lines.append("  " * indent + f"{vref(u.src[0], dt)} = {v};")
       elif op is Ops.LOAD:
         idx = u.src[0]
-        v = _load(name_of(idx.src[0]), name_of(idx.src[1]), u.dtype)
+        v = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}]"
         if len(idx.src) == 3:
           v = f"({name_of(idx.src[2])}?{v}:{literal(0, u.dtype)})"
         new_var(u, v)
       elif op is Ops.STORE:
         idx = u.src[0]
-        st = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}] = {_store_value(name_of(u.src[1]), u.src[1].dtype)};"
+        st = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}] = {name_of(u.src[1])};"
         if len(idx.src) == 3: st = f"if ({name_of(idx.src[2])}) {st}"
         lines.append("  " * indent + st)
-      elif op is Ops.CAST: new_var(u, _cast(name_of(u.src[0]), u.src[0].dtype, u.dtype))
+      elif op is Ops.CAST: new_var(u, f"(({ctype(u.dtype)}){name_of(u.src[0])})")
       elif op is Ops.BITCAST: new_var(u, _bitcast(name_of(u.src[0]), u.src[0].dtype, u.dtype))
-      elif op is Ops.WHERE: new_var(u, f"({name_of(u.src[0])}?{name_of(u.src[1])}:{name_of(u.src[2])})")
-      elif op is Ops.MUL and u.dtype.is_float and u.src[1].op is Ops.RECIP:
-        new_var(u, _round16(f"({name_of(u.src[0])}/{name_of(u.src[1].src[0])})", u.dtype))
-      elif len(u.src) == 2:
-        new_var(u, _round16(_binary(op, name_of(u.src[0]), name_of(u.src[1]), u.dtype, u.src[0].dtype), u.dtype))
-      elif len(u.src) == 1:
-        new_var(u, _round16(_unary(op, name_of(u.src[0]), u.dtype), u.dtype))
+      elif op in OPS: new_var(u, alu(op, u.src[-1].dtype, *[name_of(s) for s in u.src]))
       else:
         raise NotImplementedError(f"C renderer: no rule for {op.name}")
     attribute = HUGE_KERNEL_ATTRIBUTE if len(lines) > HUGE_KERNEL_STATEMENTS else ""
-    return PRELUDE + "".join(t + "\n" for t in vtypes.values()) + attribute + "\n".join(head + lines + ["}"]) + "\n"
+    return "".join(t + "\n" for t in vtypes.values()) + attribute + "\n".join(head + lines + ["}"]) + "\n"

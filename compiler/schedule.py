@@ -4,10 +4,13 @@ Realized buffers are replaced by numbered slots first, so the same computation o
 case in eager loops) reuses the cached kernels and buffer plan without running rangeify again.
 """
 from __future__ import annotations
-import weakref
+import math, weakref
 from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
+from .pattern import substitute
 from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
+from .pack import pack_matmuls
+from . import codegen
 from .codegen import get_program, drop_stale_programs
 from .deepstack import on_deep_stack
 from . import viz as _viz   # VIZ=out.html report hook
@@ -69,7 +72,6 @@ def normalize(sink: UOp):
       var_vals[var.arg[0]] = val
       mapping[n] = var
   if not mapping: return sink, buffers, var_vals
-  from .pattern import substitute
   return substitute(sink, mapping, order), buffers, var_vals
 
 
@@ -91,10 +93,12 @@ def normalize_leaf(view: UOp, buffers: list, mapping: dict) -> UOp:
 
 _plans: dict[UOp, Plan] = {}
 PLAN_CACHE = settings.PLAN_CACHE   # schedules kept for reuse (a runtime switch: tests monkeypatch it)
+codegen.program_holders.append(_plans.clear)   # plans hold programs: codegen.clear_programs() forgets them too
 
 
 def build_plan(sink: UOp) -> Plan:
   stats["schedules_built"] += 1
+  if codegen.OPT: sink = pack_matmuls(sink)   # device-specific layouts: large CPU matmuls pack their right operand
   sched = rangeify(sink, lambda n: n.device)
   if _viz.VIZ: _viz.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}
@@ -105,16 +109,14 @@ def build_plan(sink: UOp) -> Plan:
       ref[m] = ("in", target.arg.index)
     else:
       ref[m] = ("new", len(new_buffers))
-      size = 1
-      for s in m.shape: size *= s
-      new_buffers.append((m.device, size, m.dtype))
+      new_buffers.append((m.device, math.prod(m.shape), m.dtype))
   steps = []
   for item in progress(sched.items, "compile kernels"):
     if isinstance(item, CopySpec):
       steps.append((None, [ref[item.dest], ref[item.src]], {"name": f"copy {item.src.device}->{item.device}"}))
       continue
     out = item.params[0]
-    if _numel(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) == 0: continue
+    if math.prod(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) == 0: continue
     prog = get_program(item)
     refs = [ref[p] if p.op is not Ops.BUFFER else ("in", p.arg.index) for p in item.params]
     steps.append((prog, refs, dict(prog.meta, name=prog.name)))
@@ -129,12 +131,6 @@ def build_plan(sink: UOp) -> Plan:
     print(f"schedule: {len(steps)} steps, {len(new_buffers)} new buffers")
     for prog, refs, meta in steps: print(f"  {meta['name']:30s} bufs={refs}")
   return Plan(steps, new_buffers, outputs)
-
-
-def _numel(shape) -> int:
-  n = 1
-  for s in shape: n *= s
-  return n
 
 
 def create_schedule(outs: list[UOp]):

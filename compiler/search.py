@@ -3,10 +3,14 @@ extend them by one more opt, repeat; the winner is cached on disk per kernel (BE
 
 The cached winner (`drivers/diskcache.py`, kind "beam") is a JSON list of [op, axis, amount]. An entry that
 is not that, or whose opts no longer apply to the kernel (the opts changed since it was written), is
-searched again and rewritten; a cache that cannot be used is a warning there, never an error here."""
+searched again and rewritten; a cache that cannot be used is a warning there, never an error here.
+
+The search times real runs, so it needs the kernel compiler: the caller (compiler/codegen.py) passes its
+`get_program` in as `compile_kernel`."""
 from __future__ import annotations
-import dataclasses, hashlib, json, sys
+import dataclasses, hashlib, json, math
 from baregrad.drivers import diskcache
+from baregrad.drivers.progress import Progress
 from .uop import UOp, Ops
 from .opt import Opt, OptError, apply_opt, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size
 
@@ -23,9 +27,7 @@ def ast_key(ast: UOp) -> str:
 
 def actions(ast: UOp, threads: int) -> list[Opt]:
   gl = global_ranges(ast)
-  lanes = 1
-  for u in ast.toposort():
-    if u.op is Ops.RANGE and u.arg[1] == "upcast": lanes *= _size(u)
+  lanes = math.prod(_size(u) for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast")
   threaded = any(u.op is Ops.SPECIAL for u in ast.toposort())
   out = []
   for i, r in enumerate(gl):
@@ -43,23 +45,18 @@ def actions(ast: UOp, threads: int) -> list[Opt]:
   return out
 
 
-def _progress(msg: str):
-  if sys.stderr.isatty(): print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
-
-
-def time_program(spec, opts, repeats: int = 3) -> float:
-  """Seconds per run (best of `repeats`, device timestamps) of the kernel compiled with `opts`."""
+def time_program(spec, opts, compile_kernel, repeats: int = 3) -> float:
+  """Seconds per run (best of `repeats`, device timestamps) of the kernel compiled by `compile_kernel` with `opts`."""
   from baregrad.hcq.buffer import Buffer
   from baregrad.hcq.device import Device
   from baregrad.hcq.signal import Signal
   from baregrad.hcq.runtime import ExecItem, kernel_args
   from baregrad.hcq.trace import device_ns
-  from .codegen import get_program
-  prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
+  prog = compile_kernel(dataclasses.replace(spec, opts=tuple(opts)))
   dev = Device.get(spec.device)
   bufs = []
   for p in spec.params:
-    n = p.arg.size if p.op is Ops.BUFFER else max(1, _numel(p.shape))
+    n = p.arg.size if p.op is Ops.BUFFER else max(1, math.prod(p.shape))
     # written once: never-written pages would all read the kernel's shared zero page (always a cache hit)
     bufs.append(Buffer(dev.name, n, p.dtype).copyin(bytes(n * p.dtype.itemsize)))
   item = ExecItem(prog, bufs, {v: 1 for v in prog.variables}, prog.meta)
@@ -72,12 +69,6 @@ def time_program(spec, opts, repeats: int = 3) -> float:
     dev.synchronize()
     best = min(best, (device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9)
   return best
-
-
-def _numel(shape) -> int:
-  n = 1
-  for s in shape: n *= s
-  return n
 
 
 def _cache_key(spec, width: int) -> str:
@@ -103,12 +94,14 @@ def _cached_opts(spec, key: str) -> list[Opt] | None:
   return opts
 
 
-def beam_search(spec, width: int, depth: int = 4) -> list[Opt]:
-  """The best opts found for this kernel (cached on disk by the kernel's AST)."""
+def beam_search(spec, width: int, compile_kernel, depth: int = 4) -> list[Opt]:
+  """The best opts found for this kernel (cached on disk by the kernel's AST); `compile_kernel(spec)` gives the loaded
+  program of a KernelSpec (codegen's get_program)."""
   key = _cache_key(spec, width)
   if (cached := _cached_opts(spec, key)) is not None: return cached
   threads = cpu_threads()
-  base = time_program(spec, [])
+  base = time_program(spec, [], compile_kernel)
+  bar = Progress(desc=f"BEAM {spec.name}")
   beam: list[tuple[float, list[Opt]]] = [(base, [])]
   best = beam[0]
   tried: set = set()
@@ -123,15 +116,15 @@ def beam_search(spec, width: int, depth: int = 4) -> list[Opt]:
         tried.add(tuple(new))
         try:
           apply_opts(spec.ast, new)
-          cands.append((time_program(spec, new), new))
+          cands.append((time_program(spec, new, compile_kernel), new))
         except OptError: continue
-        _progress(f"BEAM {spec.name}: level {level + 1}/{depth}, {len(tried)} tried, best {min(best[0], min(c[0] for c in cands)) * 1e6:.1f} us "
-                  f"(unoptimized {base * 1e6:.1f} us)")
+        bar.update(1, note=f"level {level + 1}/{depth}, best {min(best[0], min(c[0] for c in cands)) * 1e6:.1f} us "
+                           f"(unoptimized {base * 1e6:.1f} us)")
     if not cands: break
     cands.sort(key=lambda c: c[0])
     beam = cands[:width]
     if beam[0][0] >= best[0] * 0.98: break
     best = beam[0]
-  if sys.stderr.isatty(): print(file=sys.stderr)
+  bar.close()
   diskcache.put("beam", key, json.dumps([[o.op, o.axis, o.amount] for o in best[1]]).encode())
   return best[1]

@@ -21,7 +21,7 @@ class Ops(Enum):
   REDUCE_AXIS = auto()  # tensor level: arg (op, axes); keeps reduced dims as 1
   REDUCE = auto()       # kernel level: src (value, *ranges), arg op
   # unary
-  RECIP = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); TRUNC = auto(); NEG = auto()
+  RECIP = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); TRUNC = auto(); FLOOR = auto(); NEG = auto()
   CAST = auto(); BITCAST = auto()
   # binary
   ADD = auto(); MUL = auto(); MAX = auto(); MOD = auto(); IDIV = auto(); CMPLT = auto(); CMPNE = auto()
@@ -42,11 +42,13 @@ class Ops(Enum):
   STORE = auto()        # src (index, value)
   # linear program only
   DEFINE_ACC = auto(); ACC_UPDATE = auto(); ENDRANGE = auto()
+  # lowered only (compiler/lower.py): a / b, correctly rounded, for targets that divide (from MUL(a, RECIP(b)))
+  FDIV = auto()
 
 
-UNARY = {Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.NEG}
+UNARY = {Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.FLOOR, Ops.NEG}
 BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR}
-ALU = UNARY | BINARY | {Ops.WHERE}
+ALU = UNARY | BINARY | {Ops.WHERE, Ops.FDIV}
 ELEMENTWISE = ALU | {Ops.CAST, Ops.BITCAST}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
@@ -70,6 +72,7 @@ def exec_alu(op: Ops, dtype: DType, vals: tuple):
   elif op is Ops.LOG2: r = math.log2(a) if a > 0 else (-math.inf if a == 0 else math.nan)
   elif op is Ops.SIN: r = math.sin(a) if math.isfinite(a) else math.nan
   elif op is Ops.TRUNC: r = float(math.trunc(a)) if math.isfinite(a) else a
+  elif op is Ops.FLOOR: r = math.copysign(float(math.floor(a)), a) if dtype.is_float and math.isfinite(a) else a
   elif op is Ops.ADD: r = a + vals[1]
   elif op is Ops.MUL: r = a * vals[1]
   elif op is Ops.MAX: r = max(a, vals[1])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html, os, sys, time
 from enum import Enum
 from baregrad.drivers import settings
+from .pattern import graph_rewrite
 
 NODE_H, LINE_H, LAYER_GAP, NODE_GAP, CHAR_W, DUMMY_W, MARGIN = 42, 11, 30, 14, 6.6, 6, 12
 FOLDED = {"CONST", "DEVICE"}          # leaves drawn as text inside their users
@@ -194,26 +195,18 @@ class VizLog:
     names = [getattr(it, "name", "copy") for it in schedule.items]
     return {"nodes": nodes, "marked": marked, "kernels": names}
 
-  def _kernel(self, spec, renderer, launch, ast, program, source, name) -> dict:
-    from baregrad.compiler import codegen
-    from baregrad.compiler.pattern import graph_rewrite
-    from baregrad.compiler.symbolic import symbolic
+  def _kernel(self, spec, launch, opt_ast, passes, ast, program, source, name) -> dict:
+    """One kernel's stages as codegen ran them: `opt_ast` is its AST after the optimizations, `passes` the
+    (label, patterns, ctx) rewrites it ran next (compiler/codegen.py's rewrite_passes), rerun here for their counts."""
     stages = [{"title": "rangeify: the kernel AST", "nodes": graph_table([spec.ast]), "rewrites": None}]
-    # the optimization stage, rebuilt the way codegen.get_program built it
-    if getattr(renderer, "threads", False):
-      opt_ast, what = codegen.to_threads(spec.ast)[0], "global loops -> thread ids"
-    elif codegen.OPT:
-      from baregrad.compiler.opt import apply_opts
-      opts = launch.get("opts", ())
-      opt_ast, what = apply_opts(spec.ast, opts), ", ".join(f"{o.op}({o.axis}, {o.amount})" if hasattr(o, "op") else str(o)
-                                                          for o in opts) or "none"
-    else:
-      opt_ast, what = spec.ast, "OPT=0"
+    if "global_size" in launch: what = "global loops -> thread ids"
+    elif "opts" in launch:
+      what = ", ".join(f"{o.op}({o.axis}, {o.amount})" if hasattr(o, "op") else str(o) for o in launch["opts"]) or "none"
+    else: what = "OPT=0"
     stages.append({"title": f"optimizations: {what}", "nodes": graph_table([opt_ast]), "rewrites": None})
     counts = {}
     a = opt_ast
-    for label, pm, ctx in (("symbolic", symbolic, None), ("decompositions", codegen._decomp, renderer.native_ops),
-                           ("symbolic again", symbolic, None)):
+    for label, pm, ctx in passes:
       st: dict = {}
       a = graph_rewrite(a, pm, ctx=ctx, stats=st)
       counts[label] = st.get("rewrites", 0)
@@ -221,7 +214,7 @@ class VizLog:
     stages.append({"title": "linearized program", "nodes": graph_table(list(program)), "rewrites": None,
                    "listing": [f"{k:4d} {u.op.name:12s} {getattr(u.dtype, 'name', '') if u.dtype is not None else '':10s} "
                                f"{_arg_text(u.op.name, u.arg)}" for k, u in enumerate(program)]})
-    return {"name": name, "device": spec.device, "stages": stages, "source": source, "meta": dict(launch)}
+    return {"name": name, "device": spec.device, "stages": stages, "source": str(source), "meta": dict(launch)}
 
   # ---- the page ----
 

@@ -14,6 +14,7 @@ installed with `set_logger(fn)`, called as `fn(call, **details)` after the call 
 """
 from __future__ import annotations
 import errno as _errno, importlib, os
+from typing import Protocol
 import cffi
 from . import settings
 
@@ -86,6 +87,33 @@ def ioctl_request(direction: int, kind: str | int, nr: int, size: int) -> int:
 def IOWR(kind, nr: int, size: int) -> int: return ioctl_request(3, kind, nr, size)
 
 
+class Kernel(Protocol):
+  """What a driver may call: the real `KernelInterface` and the emulated kernel drivers (drivers/emu) all have
+  every member (tests/test_driver_protocol.py checks), so a driver never asks whether one exists."""
+  emulated: bool      # True: an emulated kernel driver + GPU (EMU=1)
+
+  def exists(self, path: str) -> bool: ...
+  def read_text(self, path: str) -> str: ...
+  def open(self, path: str, flags: int = ...) -> int: ...
+  def close(self, fd: int) -> None: ...
+  def ioctl(self, fd: int, request: int, arg, name: str | None = None, fields=None) -> int: ...
+  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int: ...
+  def munmap(self, addr: int, length: int) -> None: ...
+
+  def fault(self) -> str | None:
+    """What stopped the GPU's queues, as the kernel log would say it, or None. An emulated GPU reports its faults
+    here (drivers/emu/README.md); the real kernel returns None (its faults arrive through the drivers' own channels:
+    KFD exception events, RM's error notifier)."""
+    ...
+
+  def register_program(self, code_addr: int, source: str | None, name: str, param_base: int, params: list) -> None:
+    """A program's code was uploaded at `code_addr`: the emulated NV GPU runs its PTX `source` (the one side channel,
+    drivers/emu/README.md); the real kernel and the emulated AMD GPU (it runs the machine code) ignore it."""
+    ...
+
+  def unregister_program(self, code_addr: int) -> None: ...
+
+
 class KernelInterface:
   """The real kernel: libc calls through cffi, every result checked."""
   emulated = False
@@ -131,6 +159,16 @@ class KernelInterface:
     r = self.libc.munmap(_ffi.cast("void *", addr), length)
     log("munmap", addr=addr, length=length, result=r)
     if r < 0: self._fail(f"munmap({addr:#x}, {length:#x})")
+
+  def fault(self) -> None:
+    """None: the real kernel reports faults through the drivers' own channels (KFD events, RM's error notifier)."""
+    return None
+
+  def register_program(self, code_addr: int, source: str | None, name: str, param_base: int, params: list) -> None:
+    """Nothing: the GPU runs the machine code the driver uploaded."""
+
+  def unregister_program(self, code_addr: int) -> None:
+    """Nothing (see register_program)."""
 
   def _fail(self, what: str):
     e = _ffi.errno

@@ -479,11 +479,13 @@ class _HeaderCheck:
 
 # ---- recording (hcq/trace.py calls these when CAPTURE is set) ----
 
+recorder: "Recorder | None" = None     # the CAPTURE= recorder (hcq/trace.py makes it on first use)
+
+
 def device_info(dev) -> dict:
   """What a replay checks before it loads the programs: the device kind and its code target."""
   info = {"kind": dev.name, "driver": type(dev.driver).__name__, "machine": platform.machine()}
-  target = getattr(dev.driver, "target", None) or getattr(dev.driver, "arch", None)
-  if target is not None: info["target"] = str(target)
+  if dev.driver.target is not None: info["target"] = dev.driver.target
   if dev.name == "CPU":
     try:
       from baregrad.drivers.cpu import cc
@@ -541,7 +543,7 @@ class Recorder:
     if pid is None:
       pid = self.program_ids[prog] = len(self.programs)
       self.programs.append({"id": pid, "device": prog.device, "name": prog.name, "binary": self.blobs.add(prog.binary),
-                            "source": self.blobs.add(prog.source.encode()) if prog.source else None,
+                            "source": self.blobs.add(str(prog.source).encode()) if prog.source else None,
                             "n_params": prog.n_params, "variables": list(prog.variables), "param_nbytes": list(arg_nbytes),
                             "meta": jsonable(prog.meta)})
     record = self.programs[pid]
@@ -573,7 +575,7 @@ class Recorder:
 
   def record_graph(self, graph, inputs: list, outputs: list, var_vals: dict, timeline_value: int):
     """One JIT replay: the graph's commands with this call's inputs, outputs and variables."""
-    dev, role = graph.dev, getattr(graph, "capture_role", {})
+    dev, role = graph.dev, graph.capture_role
     self._device(dev.name)
     sub = self.submissions; self.submissions += 1
 
@@ -641,5 +643,4 @@ class _ArenaView:
 
 def flush() -> int | None:
   """Write the capture now (it is also written at exit); None when CAPTURE is not set."""
-  from . import trace
-  return trace.recorder.flush() if trace.recorder is not None else None
+  return recorder.flush() if recorder is not None else None

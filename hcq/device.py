@@ -1,11 +1,12 @@
 """The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
 from __future__ import annotations
 import atexit, os, importlib, mmap, sys, weakref
-from .buffer import LRUAllocator
+from .allocator import LRUAllocator
+from .driver import Driver
 from .signal import Signal, SignalPool
 from .queue import HWQueue
 from .lock import RuntimeLock
-from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
+from . import hooks             # CAPTURE=/PROFILE= (hcq/trace.py installs them)
 from baregrad.drivers import settings
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
@@ -50,7 +51,7 @@ class Device:
       _register_exit_hook()
     return dev
 
-  def __init__(self, name: str, driver):
+  def __init__(self, name: str, driver: Driver):
     self.name, self.driver = name, driver
     self.forked_from: int | None = None      # a device of the parent process, unusable in this forked child
     # memory goes back to the driver only after the work queued before it was freed (see LRUAllocator)
@@ -90,8 +91,7 @@ class Device:
     self.allocator.free_cache(wait=False)
     if Device._open.get(self.name) is self: del Device._open[self.name]
     Device.epoch += 1
-    close = getattr(self.driver, "close", None)
-    if close is not None: close()
+    self.driver.close()
 
   def compute_queue(self) -> HWQueue: return HWQueue("compute")
   def copy_queue(self) -> HWQueue: return HWQueue("copy")
@@ -101,7 +101,7 @@ class Device:
     return self.timeline_value
 
   def synchronize(self, timeout: float | None = None):
-    if _trace.active: _trace.on_synchronize(self, timeout)   # CAPTURE/PROFILE hook: the same wait, timed
+    if hooks.active: hooks.installed.on_synchronize(self, timeout)   # CAPTURE/PROFILE: the same wait, timed
     else: self.timeline.wait(self.timeline_value, timeout)
     self.check_faults()
     if self._retired: self._reap()
@@ -116,16 +116,13 @@ class Device:
 
   # ---- memory that queues of several devices address: cross-device signals and buffers ----
   def map_host(self, addr: int, nbytes: int):
-    """Let this device's queues address host memory the process already has, at its host address: a driver's
-    `map_host` (CPU: its command processor's address table) or `alloc_userptr` (AMD: a userptr BO). Drivers with
-    neither address only what they allocated (NV), so shared memory must come from them (alloc_shared)."""
-    mapper = getattr(self.driver, "map_host", None) or getattr(self.driver, "alloc_userptr", None)
-    if mapper is None:
-      raise NotImplementedError(f"{self.name}: the driver cannot map host memory it did not allocate; allocate the "
-                                f"shared memory on {self.name} (Device.alloc_shared) and map it on the other devices")
+    """Let this device's queues address host memory the process already has, at its host address (the pages around
+    it): the driver's `map_host` (CPU: its command processor's address table; AMD: a userptr BO). A driver whose
+    device addresses only what it allocated (NV) raises NotImplementedError: shared memory must come from it
+    (alloc_shared)."""
     page = mmap.PAGESIZE
     start = addr // page * page
-    return mapper(start, (addr + nbytes - start + page - 1) // page * page)
+    return self.driver.map_host(start, (addr + nbytes - start + page - 1) // page * page)
 
   def alloc_shared(self, nbytes: int, others):
     """`nbytes` of this device's memory that the queues of `others` address too, at the same address (a signal one
@@ -146,7 +143,7 @@ class Device:
   def copyin(self, buf, mv: memoryview):
     with Device.lock:
       self.synchronize()
-      if _trace.active: _trace.on_copyin(self, buf, mv)   # CAPTURE hook: records the host write
+      if hooks.active: hooks.installed.on_copyin(self, buf, mv)   # CAPTURE: records the host write
       self.driver.view(buf.addr, buf.nbytes)[:] = mv
 
   def copyout(self, out: memoryview, buf):
@@ -155,6 +152,12 @@ class Device:
       memoryview(out).cast("B")[:] = self.driver.view(buf.addr, buf.nbytes)
 
   def __repr__(self): return f"<Device {self.name}>"
+
+
+def device_ns(dev: Device, ticks: int) -> int:
+  """A queue timestamp in nanoseconds (the driver's `timestamp_hz` says how fast its clock ticks)."""
+  hz = dev.driver.timestamp_hz
+  return ticks if hz == 1_000_000_000 else ticks * 1_000_000_000 // int(hz)
 
 
 class KernargArena:
@@ -235,13 +238,13 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, 
 
 # ---- probe: what `baregrad info` shows about a device kind, without opening it ----
 def probe(name: str) -> dict:
-  """{"name", "available": bool, "reason" (when not), "driver", properties...}; never raises. A driver class may
-  define a `probe()` classmethod returning {"available": ..., "reason": ..., properties...}."""
+  """{"name", "available": bool, "reason" (when not), "driver", properties...}; never raises. What the driver class's
+  `probe()` says ({"available": ..., "reason": ..., properties...})."""
   try:
     module, what = DRIVERS[canonical(name)]
     if module is None: return {"name": name, "available": False, "reason": what}
     cls = getattr(importlib.import_module(module), what)
-    found = cls.probe() if hasattr(cls, "probe") else {"available": True}
+    found = cls.probe()
     return {"name": name, "driver": f"{module}.{what}", **found}
   except Exception as e:
     return {"name": name, "available": False, "reason": f"{type(e).__name__}: {e}"}

@@ -11,7 +11,8 @@ from .device import Device
 from .queue import HWQueue, Slot
 from .signal import Signal
 from .tlsf import plan_arena
-from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
+from . import hooks
+from . import trace   # noqa: F401  installs the CAPTURE=/PROFILE= hooks (hcq/hooks.py) when one is set
 from baregrad.drivers import settings
 
 DEBUG = settings.DEBUG
@@ -65,7 +66,7 @@ class GraphExecutor:
     self.kv = np.frombuffer(self.dev.driver.view(self.kernargs.addr, 8 * max(nwords, 1)), dtype=np.uint64)
     self.patch_pos, self.patch_slots = [], []
     # copies get their own queue where the driver has one; queues order themselves with per-queue signals
-    kinds = ["compute", "copy"] if getattr(self.dev.driver, "copy_queue", False) else ["compute"]
+    kinds = ["compute", "copy"] if self.dev.driver.has_copy_queue else ["compute"]
     queues = {k: HWQueue(k) for k in kinds}
     self.queue_signals = {k: Signal(self.dev, f"graph {k}") for k in kinds}
     seq = {k: 0 for k in kinds}
@@ -102,7 +103,8 @@ class GraphExecutor:
     main = queues["compute"]
     for k in kinds[1:]:
       if seq[k]: main.wait(self.queue_signals[k], Slot(f"__base:{k}") + seq[k])
-    if _trace.active: _trace.on_graph_build(self, main, role)   # CAPTURE/PROFILE hook (hcq/trace.py)
+    self.capture_role: dict = {}     # the buffers' roles, kept by a CAPTURE hook for its records
+    if hooks.active: hooks.installed.on_graph_build(self, main, role)   # CAPTURE/PROFILE (hcq/trace.py)
     main.signal(self.dev.timeline, Slot("__timeline"))
     self.side_queues = [queues[k].bind(self.dev) for k in kinds[1:] if seq[k]]
     self.queue = main.bind(self.dev)
@@ -128,7 +130,7 @@ class GraphExecutor:
     for k, base in self.bases.items():
       vals[f"__base:{k}"] = base
       self.bases[k] = base + self.seq[k]
-    if _trace.active: _trace.on_graph_replay(self, inputs, outs, var_vals, self.last_value)   # CAPTURE/PROFILE hook
+    if hooks.active: hooks.installed.on_graph_replay(self, inputs, outs, var_vals, self.last_value)   # CAPTURE/PROFILE
     for side in self.side_queues: side.submit(dev, vals)
     self.queue.submit(dev, vals)
     return outs

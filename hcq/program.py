@@ -9,7 +9,7 @@ class Program:
   device: str
   name: str
   binary: bytes
-  source: str = ""
+  source: object = ""             # the source text, or an object whose str() is the text (AMD: instruction objects)
   n_params: int = 0
   variables: tuple = ()            # names of the symbolic int arguments after the buffers
   meta: dict = field(default_factory=dict)
@@ -19,5 +19,5 @@ class Program:
   def load(self, dev) -> "Program":
     self.entry, self.handle = dev.driver.load_program(self.binary, self.name)
     # unloaded once the last reference is gone and the device has finished the work queued before that
-    weakref.finalize(self, dev.retire, self.handle, getattr(dev.driver, "unload_program", None)).atexit = False
+    weakref.finalize(self, dev.retire, self.handle, dev.driver.unload_program).atexit = False
     return self

@@ -1,9 +1,9 @@
 """HWQueue: a builder of hardware commands. The command list is generic; each driver encodes it.
 
 A value in a command may be an int or a symbolic `Slot`; slots are resolved when the queue is submitted.
-`bind(dev)` encodes the commands once into device-visible memory and remembers where each slot's word
-went; a bound queue is submitted by patching only the slot words whose value changed and handing the
-device one indirect-buffer command (one doorbell)."""
+The driver's `encode` (hcq/driver.py) gives the words and, for every word a slot's bits go into, its index.
+`bind(dev)` puts the words into device-visible memory once; a bound queue is submitted by patching only the
+words whose value changed and handing the device one indirect-buffer command (one doorbell)."""
 from __future__ import annotations
 
 
@@ -25,7 +25,7 @@ class HWQueue:
   def __init__(self, kind: str = "compute"):
     self.kind = kind
     self.cmds: list[tuple] = []
-    self.bound = None          # (memory, nwords, [(word index, Slot)], last values)
+    self.bound = None          # (the driver's bound handle, [(word index, Bits of a Slot)], last values)
 
   def exec(self, program, args_addr, global_size=(1, 1, 1), local_size=(1, 1, 1)):
     self.cmds.append(("exec", program, args_addr, tuple(global_size), tuple(local_size))); return self
@@ -43,29 +43,26 @@ class HWQueue:
   def describe(self) -> str:
     parts = []
     for c in self.cmds[-4:]:
-      if c[0] == "exec": parts.append(f"exec {getattr(c[1], 'name', c[1])}")
+      if c[0] == "exec": parts.append(f"exec {c[1].name}")
       elif c[0] in ("signal", "wait"): parts.append(f"{c[0]} {c[1].name} {c[2]}")
       else: parts.append(c[0])
     return ", ".join(parts)
 
   def bind(self, dev) -> "HWQueue":
-    words = dev.driver.encode(self.cmds)
-    slots = [(i, w) for i, w in enumerate(words) if not isinstance(w, int)]
-    mem = dev.driver.bind(self.kind, [w if isinstance(w, int) else 0 for w in words])
-    self.bound = (mem, len(words), slots, [None] * len(slots))
+    encoded = dev.driver.encode(self.kind, self.cmds)
+    self.bound = (dev.driver.bind(self.kind, encoded), encoded.patches, [None] * len(encoded.patches))
     return self
 
   def submit(self, dev, var_vals: dict | None = None) -> "HWQueue":
     var_vals = var_vals or {}
     if self.bound is None:
-      words = [w if isinstance(w, int) else w.resolve(var_vals) for w in dev.driver.encode(self.cmds)]
-      dev.driver.submit(self.kind, words)
+      dev.driver.submit(self.kind, dev.driver.encode(self.kind, self.cmds).resolved(var_vals))
     else:
-      mem, nwords, slots, last = self.bound
+      handle, patches, last = self.bound
       patch = []
-      for k, (i, slot) in enumerate(slots):
-        v = slot.resolve(var_vals)
+      for k, (i, part) in enumerate(patches):
+        v = part.resolve(var_vals)
         if v != last[k]: patch.append((i, v)); last[k] = v
-      dev.driver.submit_bound(self.kind, mem, nwords, patch)
+      dev.driver.submit_bound(self.kind, handle, patch)
     dev.last_command = f"{self.kind} queue: {self.describe()}"
     return self

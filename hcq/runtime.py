@@ -1,29 +1,13 @@
-"""ExecItems and the loop that runs them on a device's queues."""
+"""The loop that runs ExecItems on a device's queues."""
 from __future__ import annotations
-import time
-from dataclasses import dataclass, field
-from .device import Device
-from .program import Program
-from . import trace as _trace   # CAPTURE=/PROFILE= hooks (tools)
+from .device import Device, device_ns
+from .exec_item import ExecItem, kernel_args, enqueue as _enqueue   # ExecItem, kernel_args: imported from here too
+from .signal import Signal
+from . import hooks
+from . import trace   # noqa: F401  installs the CAPTURE=/PROFILE= hooks (hcq/hooks.py) when one is set
 from baregrad.drivers import settings
 
 DEBUG = settings.DEBUG
-
-
-@dataclass(eq=False)
-class ExecItem:
-  """One compiled program (or a copy when program is None) with its buffers and variable values."""
-  program: Program | None
-  bufs: list
-  var_vals: dict = field(default_factory=dict)
-  meta: dict = field(default_factory=dict)     # name, flops, bytes
-
-  @property
-  def name(self) -> str: return self.program.name if self.program is not None else self.meta.get("name", "copy")
-
-
-def kernel_args(item: ExecItem) -> list[int]:
-  return [b.addr for b in item.bufs] + [item.var_vals[v] for v in item.program.variables]
 
 
 capturing: list | None = None     # the JIT collects ExecItems here while it captures
@@ -38,7 +22,7 @@ def run_schedule(items: list[ExecItem], sync: bool = False):
 
 def _run_schedule(items: list[ExecItem], sync: bool):
   if capturing is not None: capturing.extend(items)
-  if _trace.active and _trace.on_run_schedule(items, sync): return   # CAPTURE/PROFILE hook (hcq/trace.py)
+  if hooks.active and hooks.installed.on_run_schedule(items, sync): return   # CAPTURE/PROFILE (hcq/trace.py)
   if DEBUG >= 1: return _run_timed(items)
   by_dev: dict[str, tuple] = {}
   def flush():
@@ -69,26 +53,16 @@ def cross_device_copy(dst, src):
   ddev.driver.view(dst.addr, dst.nbytes)[:] = sdev.driver.view(src.addr, src.nbytes)
 
 
-def _enqueue(dev, q, item: ExecItem):
-  if item.program is None:
-    dst, src = item.bufs
-    q.copy(dst.addr, src.addr, dst.nbytes)
-  else:
-    q.exec(item.program, dev.kernargs.put(kernel_args(item)), item.meta.get("global_size", (1, 1, 1)))
-
-
 def _run_timed(items: list[ExecItem]):
   for item in items:
     for b in item.bufs: b.ensure_allocated()
     dev = Device.get(item.bufs[0].device)
     q = dev.compute_queue()
-    from .signal import Signal
     t0, t1 = Signal(dev, "t0"), Signal(dev, "t1")
     q.timestamp(t0)
     _enqueue(dev, q, item)
     q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
-    from .trace import device_ns
     dt = max(device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp), 1) * 1e-9
     gflops = item.meta.get("flops", 0) / dt * 1e-9
     gbs = item.meta.get("bytes", 0) / dt * 1e-9

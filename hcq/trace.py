@@ -3,19 +3,23 @@
     CAPTURE=run.bgq   record every queue submission of ExecItems into a replayable file (hcq/capture.py)
     PROFILE=out.json  time every ExecItem with queue timestamps; write a Chrome trace at exit (Profiler below)
 
-The runtime's hot paths test one module flag, `active` (CAPTURE or PROFILE set), and call the `on_*`
-functions here only when it is true; the compiler tests `VIZ`. Nothing else runs when they are unset.
+When CAPTURE or PROFILE is set, importing this module installs the `on_*` functions below as the runtime's hooks
+(hcq/hooks.py: the runtime's hot paths test one flag there); hcq/runtime.py and hcq/graph.py import it. The compiler
+tests `VIZ`. Nothing else runs when they are unset.
 """
 from __future__ import annotations
 import atexit, json, os, sys, time
+from . import capture, hooks
+from .device import Device, device_ns   # device_ns: imported from here too (tools)
+from .exec_item import enqueue
+from .signal import Signal
 from baregrad.drivers import settings
 
 CAPTURE = settings.CAPTURE
 PROFILE = settings.PROFILE
 VIZ = settings.VIZ
 active = bool(CAPTURE or PROFILE)
-recorder = None     # hcq.capture.Recorder, made on first use
-profiler = None     # Profiler, made on first use
+profiler = None     # Profiler, made on first use (the capture's Recorder is capture.recorder)
 
 
 # ---- the Chrome trace event format (the JSON Perfetto and chrome://tracing load) ----
@@ -58,17 +62,10 @@ class TraceBuilder:
     os.replace(tmp, path)
 
 
-def device_ns(dev, ticks: int) -> int:
-  """A queue timestamp in nanoseconds: drivers whose clock is not in ns say so with `timestamp_hz`."""
-  hz = getattr(dev.driver, "timestamp_hz", None)
-  return ticks if not hz or hz == 1_000_000_000 else ticks * 1_000_000_000 // int(hz)
-
-
 def clock_offset(dev) -> int:
   """Nanoseconds to subtract from `dev`'s queue timestamps to get host `time.monotonic_ns()`. A timestamp the
   device writes between two host readings is taken as the same clock (0, e.g. the CPU device); otherwise the
   offset from the midpoint of the round trip."""
-  from .signal import Signal
   s = Signal(dev, "clock")
   h0 = time.monotonic_ns()
   value = dev.next_timeline()
@@ -108,9 +105,6 @@ class Profiler:
 
   def run(self, items: list, sync: bool):
     """The profiled version of hcq.runtime.run_schedule."""
-    from .device import Device
-    from .runtime import _enqueue
-    from .signal import Signal
     by_dev: dict[str, tuple] = {}
     for item in items:
       for b in item.bufs: b.ensure_allocated()
@@ -120,7 +114,7 @@ class Profiler:
       _, q, recs = by_dev[dev.name]
       t0, t1 = Signal(dev, "profile"), Signal(dev, "profile")
       q.timestamp(t0)
-      _enqueue(dev, q, item)
+      enqueue(dev, q, item)
       q.timestamp(t1)
       recs.append((item.name, "kernel" if item.program is not None else "copy", item_args(item), t0, t1))
     for dev, q, recs in by_dev.values():
@@ -132,7 +126,6 @@ class Profiler:
 
   def graph_built(self, graph, queue):
     """Put a timestamp before and after each command of a JIT graph's queue (before it is bound)."""
-    from .signal import Signal
     self._device(graph.dev)
     cmds, recs, items = [], [], iter(graph.items)
     for cmd in queue.cmds:
@@ -187,14 +180,11 @@ class Profiler:
     print(f"PROFILE: wrote {self.count} events to {self.path}", file=sys.stderr)
 
 
-# ---- hooks called by the runtime (only when `active`) ----
+# ---- hooks called by the runtime (installed in hcq/hooks.py when `active`) ----
 
-def _recorder():
-  global recorder
-  if recorder is None:
-    from .capture import Recorder
-    recorder = Recorder(CAPTURE)
-  return recorder
+def _recorder() -> capture.Recorder:
+  if capture.recorder is None: capture.recorder = capture.Recorder(CAPTURE)
+  return capture.recorder
 
 
 def _profiler():
@@ -237,3 +227,15 @@ def on_synchronize(dev, timeout):
     if end - start > 2000: p.host_wait(dev, start, end, value)
     p.harvest()
   if CAPTURE: _recorder().sync(dev)
+
+
+class _Hooks:
+  """The functions above, as the object hcq/hooks.py calls."""
+  on_run_schedule = staticmethod(on_run_schedule)
+  on_graph_build = staticmethod(on_graph_build)
+  on_graph_replay = staticmethod(on_graph_replay)
+  on_copyin = staticmethod(on_copyin)
+  on_synchronize = staticmethod(on_synchronize)
+
+
+if active: hooks.install(_Hooks())

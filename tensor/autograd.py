@@ -1,5 +1,8 @@
 """Reverse-mode gradients on the UOp graph: each op's rule turns the gradient of its output into gradients
-of its sources, as more lazy Tensor ops (so the backward pass fuses and schedules like anything else)."""
+of its sources, as more lazy Tensor ops (so the backward pass fuses and schedules like anything else).
+
+The rules build those ops with the class of the gradients they are given (`type(seed)`: Tensor), so this
+module sits below tensor/tensor.py and never imports it."""
 from __future__ import annotations
 import math
 from baregrad.compiler.uop import UOp, Ops
@@ -15,9 +18,8 @@ def _sum_to(g, shape):
 
 
 def op_gradients(node: UOp, out, g):
-  """Gradients (as Tensors, or None) for each source of `node`, given g = d loss / d node."""
-  from .tensor import Tensor
-  src = [Tensor(s) for s in node.src]
+  """Gradients (as Tensors, or None) for each source of `node`, given g = d loss / d node (a Tensor, as `out`)."""
+  src = [type(g)(s) for s in node.src]
   op = node.op
   if op is Ops.ADD: return (g, g)
   if op is Ops.MUL: return (g * src[1], g * src[0])
@@ -61,8 +63,9 @@ def op_gradients(node: UOp, out, g):
 
 
 def gradients(loss: UOp, targets: list[UOp], seed) -> dict[UOp, object]:
-  """d loss / d target for every target that loss depends on (targets missing from the graph are left out)."""
-  from .tensor import Tensor
+  """d loss / d target for every target that loss depends on (targets missing from the graph are left out).
+  `seed` (d loss / d loss, a Tensor) gives the class the gradients are built with."""
+  tensor = type(seed)
   order = loss.toposort()
   target_set = set(targets)
   # only walk nodes that lead to a target
@@ -74,7 +77,7 @@ def gradients(loss: UOp, targets: list[UOp], seed) -> dict[UOp, object]:
     g = grads.get(node)
     if g is None or node in target_set and not node.src: continue
     if node.op is Ops.DETACH or not any(s in leads for s in node.src): continue
-    for s, sg in zip(node.src, op_gradients(node, Tensor(node), g)):
+    for s, sg in zip(node.src, op_gradients(node, tensor(node), g)):
       if sg is None or s not in leads: continue
       if sg.shape != s.shape: sg = sg.reshape(s.shape)
       if s.dtype is not None and s.dtype.is_float and sg.dtype != s.dtype: sg = sg.cast(s.dtype)

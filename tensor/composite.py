@@ -15,7 +15,6 @@ from typing import Sequence
 import numpy as np
 
 from baregrad.compiler.dtype import DType, dtypes, promote, to_dtype
-from baregrad.compiler.opt import matmul_pack_width
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
@@ -32,12 +31,6 @@ def _in_float32(fn):
       return fn(self.cast(dtypes.float32), *args, **kwargs).cast(self.dtype)
     return fn(self, *args, **kwargs)
   return wrapper
-
-
-def _prod(xs) -> int:
-  out = 1
-  for x in xs: out *= x
-  return out
 
 
 def _norm_dim(dim, ndim: int, op: str, shape=None, extra: int = 0) -> int:
@@ -163,13 +156,13 @@ class ComposedOps:
     s = _norm_dim(start_dim, self.ndim, "flatten", self.shape)
     e = _norm_dim(end_dim, self.ndim, "flatten", self.shape)
     if s > e: raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
-    return self.reshape(*self.shape[:s], _prod(self.shape[s:e + 1]), *self.shape[e + 1:])
+    return self.reshape(*self.shape[:s], math.prod(self.shape[s:e + 1]), *self.shape[e + 1:])
 
   def unflatten(self, dim, sizes):
     d = _norm_dim(dim, self.ndim, "unflatten", self.shape)
     sizes = tuple(int(s) for s in sizes)
     if not sizes: raise ValueError(f"unflatten: sizes must not be empty (shape {self.shape}, dim {dim})")
-    known = _prod(s for s in sizes if s != -1)
+    known = math.prod(s for s in sizes if s != -1)
     if sizes.count(-1) > 1 or any(s < -1 for s in sizes) or \
        (sizes.count(-1) == 0 and known != self.shape[d]) or \
        (sizes.count(-1) == 1 and (known == 0 or self.shape[d] % known)):
@@ -423,7 +416,7 @@ class ComposedOps:
     """New full value for an int/slice/None/... index: the value is moved into place with pads."""
     kept = [1 if kind == "none" else val[2] for kind, val, _ in entries if kind != "int"]
     v = self._broadcast_value(v, kept, f"tensor shape {self.shape}")
-    if _prod(kept) == 0: return None
+    if math.prod(kept) == 0: return None
     v = v.reshape(*[1 if kind == "int" else val[2] for kind, val, _ in entries if kind != "none"])
     lo_hi, mask = [], None
     for d, ((kind, val, _), size) in enumerate(zip([e for e in entries if e[0] != "none"], self.shape)):
@@ -591,13 +584,13 @@ class ComposedOps:
     """Mean over `axis`. The dtype follows numpy: float tensors keep theirs (float16/bfloat16 accumulate in
     float32), int and bool tensors give float64. An empty axis gives NaN."""
     x = self._float64()
-    count = _prod(self.shape[a] for a in self._axes(axis, "mean"))
+    count = math.prod(self.shape[a] for a in self._axes(axis, "mean"))
     return x._acc_sum(axis, keepdim=keepdim) / count
 
   def var(self, axis=None, keepdim=False, correction=1):
     """Variance with `correction` (numpy's ddof); dtype as mean()."""
     x = self._float64()
-    count = _prod(self.shape[a] for a in self._axes(axis, "var"))
+    count = math.prod(self.shape[a] for a in self._axes(axis, "var"))
     d = x - x.mean(axis, keepdim=True)
     return (d * d)._acc_sum(axis, keepdim=keepdim) / max(0, count - correction)
 
@@ -671,16 +664,11 @@ class ComposedOps:
     except ValueError:
       raise ValueError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast") from None
     n, m = a2.shape[-2], b2.shape[-1]
-    w = matmul_pack_width(self.device, promote(a2.dtype, b2.dtype), n, k, m)
-    if w:
-      # the right operand in (m/w, k, w) strips (see matmul_pack_width); the product sums over k per strip
-      bp = b2.reshape(*b2.shape[:-1], m // w, w).transpose(-2, -3).contiguous()
-      x = a2.reshape(*a2.shape[:-1], 1, k, 1)
-      out = (x * bp.reshape(*b2.shape[:-2], 1, m // w, k, w))._acc_sum(-2)
-    else:
-      x = a2.reshape(*a2.shape[:-1], 1, k)
-      y = b2.transpose(-1, -2).reshape(*b2.shape[:-2], 1, m, k)
-      out = (x * y)._acc_sum(-1)
+    # the same graph on every device: (..., n, 1, k) * (..., 1, m, k) summed over k. How a device lays the
+    # operands out is the compiler's choice (compiler/pack.py packs large CPU matmuls)
+    x = a2.reshape(*a2.shape[:-1], 1, k)
+    y = b2.transpose(-1, -2).reshape(*b2.shape[:-2], 1, m, k)
+    out = (x * y)._acc_sum(-1)
     out_shape = list(batch) + ([n] if a.ndim > 1 else []) + ([m] if b.ndim > 1 else [])
     return out.reshape(*out_shape)
 

@@ -22,7 +22,7 @@ array of that shape as "too big"; strides and index arithmetic overflow 64 bits)
 a PiB of F32 — more than any machine holds — and keeps every byte offset below 2**51.
 """
 from __future__ import annotations
-import json, os, reprlib, struct
+import json, math, os, reprlib, struct
 import numpy as np
 from baregrad.compiler.dtype import DType, dtypes
 from .tensor import Tensor
@@ -124,9 +124,7 @@ def parse_header(raw: bytes, file_size: int, source: str = "<bytes>"):
     if not 0 <= begin <= end <= data_len:
       fail(f"{where}: data_offsets [{begin}, {end}] are outside the data area of {data_len} bytes "
            f"(need 0 <= begin <= end <= {data_len})")
-    count = 1
-    for s in shape: count *= s
-    want = count * DTYPES[dt][0].itemsize
+    want = math.prod(shape) * DTYPES[dt][0].itemsize
     if end - begin != want:
       fail(f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, but {dt} of shape {_short(shape)} needs {want}")
     entries[name] = (dt, tuple(shape), (begin, end))

@@ -11,16 +11,11 @@ from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import run_schedule
 from baregrad.drivers import settings
 from .composite import ComposedOps, sum_dtype
+from .autograd import gradients
 
 Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
 SPLIT_REDUCE = settings.SPLIT_REDUCE   # reductions this long into <= 64 outputs split in two
 SPLIT_GROUPS = 256
-
-
-def _prod(xs) -> int:
-  out = 1
-  for x in xs: out *= x
-  return out
 
 
 def _shape_args(shape: tuple, op: str) -> tuple[int, ...]:
@@ -100,7 +95,7 @@ class Tensor(ComposedOps):
   def device(self) -> str: return self.uop.device
   @property
   def ndim(self) -> int: return len(self.shape)
-  def numel(self) -> int: return _prod(self.shape)
+  def numel(self) -> int: return math.prod(self.shape)
   def element_size(self) -> int: return self.dtype.itemsize
   def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
   def size(self, dim=None):
@@ -133,7 +128,7 @@ class Tensor(ComposedOps):
     shape = _shape_args(shape, "empty")
     dev = Device.default() if device is None else canonical(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    buf = Buffer(dev, _prod(shape), dt)
+    buf = Buffer(dev, math.prod(shape), dt)
     return Tensor(UOp(Ops.BUFFER, dt, (), buf)).reshape(shape)
 
   @staticmethod
@@ -158,7 +153,7 @@ class Tensor(ComposedOps):
     """uint32 random bits from Threefry-2x32 (20 rounds), keyed by the seed, counter-based: the same seed gives
     the same bits on every device."""
     shape = _shape_args(tuple(shape), "rand")
-    n = _prod(shape)
+    n = math.prod(shape)
     seed, counter = Tensor._seed
     Tensor._seed[1] = counter + n
     dev = Device.default() if device is None else canonical(device)
@@ -180,15 +175,15 @@ class Tensor(ComposedOps):
     shape = _shape_args(shape, "reshape")
     if shape.count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
     if -1 in shape:
-      known = _prod(s for s in shape if s != -1)
+      known = math.prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known != 0:
         raise ValueError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) "
                          f"into {_fmt(shape)}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if any(s < 0 for s in shape): raise ValueError(f"reshape: negative dimension in {_fmt(shape)}")
-    if _prod(shape) != self.numel():
+    if math.prod(shape) != self.numel():
       raise ValueError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) into "
-                       f"{_fmt(shape)} ({_prod(shape)} elements)")
+                       f"{_fmt(shape)} ({math.prod(shape)} elements)")
     if shape == self.shape: return self
     src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
     return Tensor(src if src.shape == shape else UOp(Ops.RESHAPE, self.dtype, (src,), shape))
@@ -408,10 +403,7 @@ class Tensor(ComposedOps):
   def sqrt(self): return self._float_unary(Ops.SQRT)
   def reciprocal(self): return self._float_unary(Ops.RECIP)
   def trunc(self): return self._alu(Ops.TRUNC) if self.dtype.is_float else self
-  def floor(self):
-    if not self.dtype.is_float: return self
-    t = self.trunc()
-    return (self < t).where(t - 1, t)
+  def floor(self): return self._alu(Ops.FLOOR) if self.dtype.is_float else self
   def ceil(self):
     if not self.dtype.is_float: return self
     t = self.trunc()
@@ -467,7 +459,7 @@ class Tensor(ComposedOps):
   def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
     axes = self._reduce_axes(axis, op.name.lower())
     if not axes: return self
-    reduced = _prod(self.shape[a] for a in axes)
+    reduced = math.prod(self.shape[a] for a in axes)
     if reduced >= SPLIT_REDUCE and self.numel() // max(reduced, 1) <= 64:
       out = self._split_reduce(op, axes, reduced)
     else:
@@ -539,7 +531,6 @@ class Tensor(ComposedOps):
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d self / d t into t.grad for every tensor t with requires_grad that self depends on."""
-    from .autograd import gradients
     if _no_grad_depth(): raise RuntimeError("backward() inside Tensor.no_grad()")
     if gradient is None:
       if self.numel() != 1:

@@ -3,7 +3,7 @@
 
 A record is `(name, kernel AST, [(param dtype, element count)])`. The op suite is recorded by running it in a
 subprocess on the CPU device with `compiler.schedule.get_program` wrapped; its own failures do not matter here."""
-import os, pickle, subprocess, sys, tempfile
+import math, os, pickle, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
 
@@ -18,10 +18,7 @@ _op_suite: list | None = None
 
 
 def _numel(p: UOp) -> int:
-  if p.op is Ops.BUFFER: return p.arg.size
-  n = 1
-  for s in p.shape: n *= s
-  return n
+  return p.arg.size if p.op is Ops.BUFFER else math.prod(p.shape)
 
 
 def record(spec: KernelSpec) -> tuple:

@@ -1,14 +1,17 @@
 """Kernel optimizations on the CPU device, checked against numpy: every single opt BEAM may try and a set of
 opt sequences give the same numbers as no opts; the C renderer's vector lanes and the packed matmul layout
-compute what numpy computes; the matmul kernel really is vectorized (its source uses the vector types)."""
+compute what numpy computes; the matmul kernel really is vectorized (its source uses the vector types); the
+Tensor layer's matmul graph is the same on every host, and the scheduler packs it for the CPU."""
 import dataclasses, itertools, random
 import numpy as np
 import pytest
 from baregrad.tensor import Tensor
 from baregrad.compiler.dtype import dtypes
+from baregrad.compiler.uop import Ops
 from baregrad.compiler.schedule import normalize
 from baregrad.compiler.rangeify import rangeify, KernelSpec
-from baregrad.compiler.opt import Opt, OptError, apply_opts, hand_coded_opts, matmul_pack_width
+from baregrad.compiler.opt import Opt, OptError, apply_opts, hand_coded_opts
+from baregrad.compiler.pack import matmul_pack_width, matmul_operands, pack_matmuls
 from baregrad.compiler.search import actions
 from baregrad.compiler.codegen import get_program
 from baregrad.hcq.buffer import Buffer
@@ -108,13 +111,35 @@ def test_large_matmul_is_packed_and_vectorized():
   w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
   assert w in (8, 16)
   r = rng(4)
-  a, b = r.random((256, 256), dtype=np.float32), r.random((256, 256), dtype=np.float32)
+  a, b = r.random((256, 192), dtype=np.float32), r.random((192, 256), dtype=np.float32)
   items = (Tensor(a) @ Tensor(b)).schedule()
   assert len(items) == 2, [i.program.name for i in items]                 # the packing copy, then the product
   src = items[-1].program.source
   assert f"bg_f32x{w}" in src and "acc0[" in src, src
   run_schedule(items, sync=True)
+  strips = read(items[0].bufs[0]).reshape(256 // w, 192, w)               # strips[jb, kk, l] = b[kk, jb*w + l]
+  np.testing.assert_array_equal(strips, b.reshape(192, 256 // w, w).transpose(1, 0, 2))
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)
+
+
+@pytest.mark.parametrize("avx512", [False, True])
+def test_matmul_graph_does_not_depend_on_the_host(monkeypatch, avx512):
+  """The Tensor layer builds one matmul graph (a product summed over k, no copy) whatever the CPU; the scheduler's
+  rewrite packs it, with strips as wide as the host's vector registers."""
+  from baregrad.compiler import opt
+  a, b = Tensor(np.ones((256, 192), np.float32)), Tensor(np.ones((192, 256), np.float32))
+  plain = (a @ b).uop
+  monkeypatch.setattr(opt, "_AVX512", avx512)
+  assert (a @ b).uop is plain
+  nodes = plain.toposort()
+  assert not any(u.op is Ops.CONTIGUOUS for u in nodes)
+  (reduce,) = [u for u in nodes if u.op is Ops.REDUCE_AXIS]
+  x, y = matmul_operands(reduce)
+  assert x.shape == (256, 1, 192) and y.shape == (1, 256, 192)
+  w = 16 if avx512 else 8
+  packed = pack_matmuls(plain.sink()).toposort()
+  assert [u.shape for u in packed if u.op is Ops.CONTIGUOUS] == [(256 // w, 192, w)]
+  assert [u.src[0].shape for u in packed if u.op is Ops.REDUCE_AXIS] == [(256, 256 // w, 192, w)]
 
 
 def test_packed_matmul_gradients_match_numpy():
@@ -127,12 +152,23 @@ def test_packed_matmul_gradients_match_numpy():
 
 
 def test_no_packing_without_opts(monkeypatch):
+  """OPT=0 schedules the plain matmul (one kernel); other devices, integer and small matmuls are never packed."""
   from baregrad.compiler import codegen
-  assert matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
+  r = rng(8)
+  a, b = r.random((128, 96), dtype=np.float32), r.random((96, 128), dtype=np.float32)
+  codegen.clear_programs()
+  assert len((Tensor(a) @ Tensor(b)).schedule()) == 2
+  codegen.clear_programs()
   monkeypatch.setattr(codegen, "OPT", 0)
-  assert matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024) == 0
+  items = (Tensor(a) @ Tensor(b)).schedule()
+  assert len(items) == 1, [i.program.name for i in items]
+  run_schedule(items, sync=True)
+  np.testing.assert_allclose(read(items[0].bufs[0]).reshape(128, 128), a.astype(np.float64) @ b, rtol=1e-4)
+  codegen.clear_programs()
+  assert matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
   assert matmul_pack_width("NV", dtypes.float32, 1024, 1024, 1024) == 0
   assert matmul_pack_width("CPU", dtypes.int32, 1024, 1024, 1024) == 0
+  assert matmul_pack_width("CPU", dtypes.float32, 64, 48, 64) == 0
 
 
 @pytest.mark.parametrize("lanes", [2, 4, 8, 16, 32])

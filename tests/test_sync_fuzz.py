@@ -213,7 +213,7 @@ class Fuzzer:
   def ring_of(self, queue):
     """Queues that are one hardware queue: the CPU device's compute and copy queues feed one command processor."""
     name, kind = queue
-    return (name, kind if getattr(self.devs[name].driver, "copy_queue", False) else "compute")
+    return (name, kind if self.devs[name].driver.has_copy_queue else "compute")
 
   def const(self, i): return self.mem.addr + i * BLOCK
   def slot(self, i): return self.mem.addr + i * BLOCK + CELL

@@ -1,6 +1,6 @@
 """`baregrad info`: every device baregrad knows, its versions and properties, or why it is unavailable.
 
-Availability comes from `hcq.device.probe` (the driver's own `probe()` where it has one); the host facts
+Availability comes from `hcq.device.probe` (the driver class's `probe()`); the host facts
 here (device nodes, kernel driver versions, CPU features) explain what the machine offers."""
 from __future__ import annotations
 import os, platform, re, sys

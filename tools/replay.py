@@ -86,8 +86,8 @@ def check_device(cap: Capture, device: str | None) -> tuple[str, str]:
     raise ReplayError(f"{cap.path} holds CPU code for {info['machine']}; this machine is {platform.machine()}")
   if "target" in info:
     dev = _open(target, cap)
-    have = getattr(dev.driver, "target", None) or getattr(dev.driver, "arch", None)
-    if have is not None and str(have) != info["target"]:
+    have = dev.driver.target
+    if have is not None and have != info["target"]:
       raise ReplayError(f"{cap.path} holds {kind} code for {info['target']}; this {kind} device is {have}")
   return name, target
 

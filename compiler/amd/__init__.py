@@ -1,1 +1,1 @@
-"""RDNA3 (gfx1100) assembler and disassembler, written without LLVM."""
+"""RDNA3 (gfx1100) instruction objects, their encoder, register allocation; the tables are drivers/amd/isa.py."""

@@ -1,22 +1,24 @@
-"""Virtual registers, linear-scan register allocation and s_waitcnt insertion for the AMD renderer.
+"""Operand legalization, linear-scan register allocation and s_waitcnt insertion for the AMD renderer.
 
-The instruction selector (compiler/render_amd.py) writes a list of `Inst`s whose operands are virtual
-registers (`Reg`, or one dword of one: `Sub`), immediates (`Imm`) and fixed register names ("vcc_lo",
-"exec_lo", "s[0:1]", ...). `allocate` then
+The instruction selector (compiler/render_amd.py) writes a list of `Inst`s and `Label`s (compiler/amd/inst.py)
+whose operands are virtual registers (`Reg`, or one dword of one: `Sub`), constants and fixed registers
+(VCC_LO, EXEC_LO, the kernarg pointer ...). `legalize` moves the scalar operands a VALU instruction cannot read
+(the constant bus limit) into new virtual VGPRs; `allocate` then
   1. numbers the instructions and takes each virtual register's live interval as [first mention,
      last mention]; an interval that crosses a loop boundary (a backward branch and its target label)
      is stretched over the whole loop, so values carried around a loop stay put for every iteration;
   2. gives each interval the lowest free physical registers of its file (VGPRs; SGPRs with tuples
-     aligned to min(size, 4) as `compiler/amd/asm.py` requires), a register being free again only
+     aligned to min(size, 4) as the encoder requires), a register being free again only
      after the instruction of its last mention (no overlap of a destination with the sources of the
      same instruction, which some gfx11 instructions forbid, e.g. v_mad_u64_u32);
-  3. `finish` writes text and inserts `s_waitcnt vmcnt(0)` before the first instruction that touches a
-     register a global load has not finished writing, and before every label and branch while a load
-     is outstanding (RDNA3 ISA guide, "Data Dependency Resolution": VMEM loads return asynchronously
+  3. `insert_waits` puts `s_waitcnt vmcnt(0)` before the first instruction that touches a register a
+     global load has not finished writing, and before every label and branch while a load is
+     outstanding (RDNA3 ISA guide, "Data Dependency Resolution": VMEM loads return asynchronously
      and are tracked by VM_CNT; the shader must wait on the counter before it reads the result).
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from .inst import Inst, Label, Neg, Abs, Reg, Sub, Imm, base_reg, waitcnt
+from .encode import encodings, is_literal
 
 MAX_VGPRS = 256     # RDNA3 wave32: v0..v255
 MAX_SGPRS = 106     # s0..s105 (RDNA3 ISA guide, "SGPRs"); vcc is separate
@@ -26,102 +28,61 @@ class RegisterPressureError(RuntimeError):
   pass
 
 
-class Reg:
-  """A virtual register of `size` consecutive dwords in file 'v' or 's'."""
-  __slots__ = ("file", "size", "id", "phys", "fixed")
-
-  def __init__(self, file: str, size: int, id: int, phys: int | None = None):
-    self.file, self.size, self.id, self.phys, self.fixed = file, size, id, phys, phys is not None
-
-  def __getitem__(self, i: int) -> "Sub":
-    if not 0 <= i < self.size: raise IndexError(f"dword {i} of a {self.size}-dword register")
-    return Sub(self, i)
-
-  def text(self) -> str:
-    p = self.phys
-    if self.size == 1: return f"{self.file}{p}"
-    return f"{self.file}[{p}:{p + self.size - 1}]"
-
-  def __repr__(self): return f"%{self.file}{self.id}x{self.size}" + (f"={self.phys}" if self.phys is not None else "")
+_first_source: dict[str, int] = {}
 
 
-@dataclass(frozen=True)
-class Sub:
-  """Dword `index` of a virtual register."""
-  reg: Reg
-  index: int
-
-  def text(self) -> str: return f"{self.reg.file}{self.reg.phys + self.index}"
-
-
-@dataclass(frozen=True)
-class Imm:
-  """An integer immediate (the bits of a 32-bit operand, or a small 64-bit inline constant)."""
-  value: int
-
-  def text(self) -> str:
-    v = self.value
-    return str(v) if -16 <= v <= 64 else hex(v & 0xFFFFFFFF) if v >= 0 else str(v)
+def _dests(name: str) -> int:
+  """How many destination operands (a VGPR, a carry-out SGPR, vcc) come before a mnemonic's sources."""
+  if name not in _first_source:
+    ops = encodings(name)[0].operands
+    _first_source[name] = next((i for i, op in enumerate(ops) if op.field.startswith("src")), len(ops))
+  return _first_source[name]
 
 
-def is_inline(value: int) -> bool:
-  """Integer inline constants -16..64 (RDNA3 ISA guide, "Scalar ALU operands": codes 128-208)."""
-  return -16 <= value <= 64
+def _literal(a) -> bool: return isinstance(a, Imm) and isinstance(a.value, int) and is_literal(a.value)
 
 
-# float bit patterns with inline codes 240-248 (0.5, -0.5, 1, -1, 2, -2, 4, -4, 1/(2*pi)), as f32 bits
-INLINE_F32_BITS = {0x3F000000, 0xBF000000, 0x3F800000, 0xBF800000, 0x40000000, 0xC0000000, 0x40800000, 0xC0800000,
-                   0x3E22F983}
+def _scalar(a) -> Reg | None:
+  r = base_reg(a)
+  return r if r is not None and r.file == "s" else None
 
 
-@dataclass(frozen=True)
-class Neg:
-  """A VALU source with the VOP3 negate modifier (`-v1`)."""
-  x: object
-
-  def text(self) -> str: return "-" + self.x.text()
-
-
-@dataclass(frozen=True)
-class Abs:
-  """A VALU source with the VOP3 absolute-value modifier (`|v1|`)."""
-  x: object
-
-  def text(self) -> str: return "|" + self.x.text() + "|"
-
-
-def base_reg(a):
-  """The virtual register an operand mentions, if any."""
-  if isinstance(a, (Neg, Abs)): a = a.x
-  if isinstance(a, Reg): return a
-  if isinstance(a, Sub): return a.reg
-  return None
-
-
-@dataclass
-class Inst:
-  op: str                 # mnemonic, "label" for a label line
-  args: tuple = ()        # destinations then sources (Reg, Sub, Imm or str)
-  mods: str = ""          # trailing modifiers ("offset:4", "glc", ...)
-  load: bool = False      # a VMEM load: its first operand is written asynchronously
-  target: str = ""        # branch target label
-
-  def regs(self):
-    for a in self.args:
-      if (r := base_reg(a)) is not None: yield r
-
-
-def _loops(code: list[Inst]) -> list[tuple[int, int]]:
-  labels = {inst.args[0]: i for i, inst in enumerate(code) if inst.op == "label"}
-  out = []
-  for i, inst in enumerate(code):
-    if inst.target and labels.get(inst.target, i + 1) <= i: out.append((labels[inst.target], i))
+def legalize(code: list, new_vgpr) -> list:
+  """At most one literal and two scalar values (SGPRs + literal) per VALU instruction (gfx10+ constant bus
+  limit, RDNA3 ISA guide "VALU Instruction Operands"): extra ones are first copied into VGPRs that
+  `new_vgpr(size)` makes. An SGPR read twice (or both dwords of a pair) counts once."""
+  out: list = []
+  for x in code:
+    if isinstance(x, Inst) and x.name.startswith("v_"):
+      ndst, args = _dests(x.name), list(x.operands)
+      for i in [i for i in range(ndst, len(args)) if _literal(args[i])][1:]:
+        t = new_vgpr(1)
+        out.append(Inst("v_mov_b32", (t, args[i])))
+        args[i] = t
+      while len({id(r) for a in args[ndst:] if (r := _scalar(a)) is not None}) + any(map(_literal, args[ndst:])) > 2:
+        a = next((a for a in args[ndst:] if isinstance(a, (Reg, Sub)) and a.file == "s" and not base_reg(a).fixed), None)
+        if a is None: raise RuntimeError(f"AMD renderer: cannot satisfy the constant bus limit for {x}")
+        t = new_vgpr(a.size)
+        for k in range(a.size): out.append(Inst("v_mov_b32", (t[k], a[k]) if a.size > 1 else (t, a)))
+        args = [t if y is a else y for y in args]
+      if args != list(x.operands): x = Inst(x.name, tuple(args), x.mods)
+    out.append(x)
   return out
 
 
-def live_intervals(code: list[Inst]) -> dict[Reg, list[int]]:
+def _loops(code: list) -> list[tuple[int, int]]:
+  labels = {x.name: i for i, x in enumerate(code) if isinstance(x, Label)}
+  out = []
+  for i, x in enumerate(code):
+    if isinstance(x, Inst) and (t := x.target) is not None and labels.get(t.name, i + 1) <= i:
+      out.append((labels[t.name], i))
+  return out
+
+
+def live_intervals(code: list) -> dict[Reg, list[int]]:
   iv: dict[Reg, list[int]] = {}
   for i, inst in enumerate(code):
+    if isinstance(inst, Label): continue
     for r in inst.regs():
       if r.fixed: continue
       if r not in iv: iv[r] = [i, i]
@@ -138,7 +99,7 @@ def live_intervals(code: list[Inst]) -> dict[Reg, list[int]]:
   return iv
 
 
-def allocate(code: list[Inst], reserved_v: int, reserved_s: int) -> tuple[int, int]:
+def allocate(code: list, reserved_v: int, reserved_s: int) -> tuple[int, int]:
   """Give every virtual register physical ones; returns (VGPRs used, SGPRs used)."""
   iv = live_intervals(code)
   order = sorted(iv, key=lambda r: (iv[r][0], r.id))
@@ -157,7 +118,7 @@ def allocate(code: list[Inst], reserved_v: int, reserved_s: int) -> tuple[int, i
       limit = MAX_VGPRS if r.file == "v" else MAX_SGPRS
       raise RegisterPressureError(
         f"AMD renderer: out of {'VGPRs' if r.file == 'v' else 'SGPRs'} ({live} of {limit} live at instruction "
-        f"{start}: {code[start].op}); the kernel keeps too many values live at once: split it (fewer fused ops) "
+        f"{start}: {code[start].name}); the kernel keeps too many values live at once: split it (fewer fused ops) "
         f"or reduce the upcast/unroll")
     for q in range(p, p + r.size): regs[q] = end
     r.phys = p
@@ -165,37 +126,24 @@ def allocate(code: list[Inst], reserved_v: int, reserved_s: int) -> tuple[int, i
   return used["v"], used["s"]
 
 
-def _fmt(a) -> str:
-  if isinstance(a, str): return a
-  return a.text()
-
-
 def _phys(inst: Inst) -> set:
   out = set()
-  for a in inst.args:
+  for a in inst.operands:
     if isinstance(a, (Neg, Abs)): a = a.x
-    if isinstance(a, Reg): out.update((a.file, a.phys + k) for k in range(a.size))
-    elif isinstance(a, Sub): out.add((a.reg.file, a.reg.phys + a.index))
+    if isinstance(a, (Reg, Sub)): out.update((a.file, a.phys + k) for k in range(a.size))
   return out
 
 
-def finish(code: list[Inst]) -> list[str]:
-  """Assembly lines, with s_waitcnt vmcnt(0) inserted where a pending load's result is touched."""
-  lines: list[str] = []
+def insert_waits(code: list) -> list:
+  """The code with s_waitcnt vmcnt(0) inserted where a pending load's result is touched (registers allocated)."""
+  out: list = []
   pending: set = set()
-  for inst in code:
-    if pending and (inst.op == "label" or inst.target or inst.op == "s_endpgm" or _phys(inst) & pending):
-      lines.append("  s_waitcnt vmcnt(0)")
+  for x in code:
+    if pending and (isinstance(x, Label) or x.target is not None or x.name == "s_endpgm" or _phys(x) & pending):
+      out.append(Inst("s_waitcnt", (waitcnt(vmcnt=0),)))
       pending.clear()
-    if inst.op == "label":
-      lines.append(f"{inst.args[0]}:")
-      continue
-    text = "  " + inst.op
-    if inst.args: text += " " + ", ".join(_fmt(a) for a in inst.args)
-    if inst.target: text += (", " if inst.args else " ") + inst.target
-    if inst.mods: text += " " + inst.mods
-    lines.append(text)
-    if inst.load:
-      a = inst.args[0]
-      pending |= {(a.file, a.phys + k) for k in range(a.size)} if isinstance(a, Reg) else {(a.reg.file, a.reg.phys + a.index)}
-  return lines
+    out.append(x)
+    if isinstance(x, Inst) and x.is_vector_load:
+      a = x.operands[0]
+      pending |= {(a.file, a.phys + k) for k in range(a.size)}
+  return out

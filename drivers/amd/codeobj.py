@@ -356,6 +356,31 @@ def write_code_object(name: str, code: bytes, kd, kernarg_size: int, args_meta=(
   return bytes(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelMeta:
+  """What a compiler knows about a kernel besides its code, handed to `write_kernel` as data: register counts,
+  segment sizes, the launch registers it reads (workgroup ids in s2.., work-item ids in v0) and argument
+  metadata (dicts as write_code_object takes them). `descriptor` overrides KernelDescriptor fields by name."""
+  name: str
+  vgprs: int
+  sgprs: int
+  kernarg_size: int
+  args: tuple = ()
+  lds_size: int = 0
+  workgroup_ids: int = 3
+  workitem_dims: int = 3
+  descriptor: tuple[tuple[str, int], ...] = ()
+
+
+def write_kernel(meta: KernelMeta, code: bytes) -> bytes:
+  """The code object of one kernel: its descriptor from `meta`, `code` with the entry at byte 0."""
+  kd = KernelDescriptor.for_kernel(meta.vgprs, kernarg_size=meta.kernarg_size, lds_size=meta.lds_size,
+                                   workgroup_ids=meta.workgroup_ids, workitem_dims=meta.workitem_dims,
+                                   **dict(meta.descriptor))
+  return write_code_object(meta.name, code, kd, meta.kernarg_size, meta.args, sgpr_count=meta.sgprs,
+                           vgpr_count=meta.vgprs)
+
+
 # ---- reading ----
 
 def read_code_object(data: bytes):

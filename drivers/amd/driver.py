@@ -11,17 +11,19 @@ EMU=1 the emulated KFD + gfx1100 of drivers/emu/kfd_*.py serves the same calls) 
     signals: RELEASE_MEM / SDMA FENCE write the value; their interrupt (RELEASE_MEM INT_SEL, SDMA TRAP) signals a
              KFD event that `wait_value` sleeps on (WAIT_EVENTS) after polling with back-off.
 
-hcq hands the driver a generic command list; `encode` turns it into neutral command words (one op + operands)
-and `submit`/`bind` translate those into PM4 (kind "compute") or SDMA (kind "copy") packets. Bound queues (JIT
-replay) live in GPU memory and are started by one INDIRECT_BUFFER / SDMA INDIRECT packet.
+hcq hands the driver a generic command list; `encode` turns it into PM4 (kind "compute") or SDMA (kind "copy")
+packets, with the dwords that hold symbolic values located by the packet tables (drivers/encoded.py), and
+`submit` writes them into the ring. Bound queues (JIT replay) live in GPU memory and are started by one
+INDIRECT_BUFFER / SDMA INDIRECT packet.
 """
 from __future__ import annotations
 import os, time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import cffi
 import numpy as np
 
 from .. import kernel as kernel_mod
+from ..encoded import Encoded, Encoder, lo32, hi32
 from . import kfd, pm4, sdma
 from .kfd import ffi as kfd_ffi
 from .ring import Ring
@@ -83,22 +85,15 @@ class LoadedProgram:
 class BoundQueue:
   kind: str
   memory: Memory
-  words: np.ndarray                   # the packets in GPU memory (uint32 view)
+  words: np.ndarray                   # the packets in GPU memory (uint32 view); hcq patches words by index
   ndwords: int
-  patch_map: dict = field(default_factory=dict)   # neutral word index -> [(dword index, shift, add)]
-  label: str = "a bound queue"                     # what it runs, for fault reports
-
-
-# ---- neutral command words: op, operands (what hcq's encode produces) ----
-EXEC, COPY, SIGNAL, WAIT, TIMESTAMP, BARRIER = range(1, 7)
-OP_LEN = {EXEC: 13, COPY: 4, SIGNAL: 3, WAIT: 3, TIMESTAMP: 2, BARRIER: 1}
-OP_NAMES = {EXEC: "exec", COPY: "copy", SIGNAL: "signal", WAIT: "wait", TIMESTAMP: "timestamp", BARRIER: "barrier"}
+  label: str = "a bound queue"        # what it runs, for fault reports
 
 
 class AMDDriver:
   name = "AMD"
   timestamp_hz = TIMESTAMP_HZ
-  copy_queue = True        # an SDMA queue beside the PM4 compute queue (hcq graphs put copies there)
+  has_copy_queue = True    # an SDMA queue beside the PM4 compute queue (hcq graphs put copies there)
 
   def __init__(self, kernel=None, timeout: float = 30.0):
     if kernel is None:
@@ -114,7 +109,7 @@ class AMDDriver:
     if not nodes: raise AMDError("AMD: KFD topology lists no GPU node (/sys/devices/virtual/kfd/kfd/topology/nodes/*/gpu_id)")
     self.node: GPUNode = nodes[0]
     self.gpu_id = self.node.gpu_id
-    self.arch = self.node.target
+    self.target = self.node.target     # gfx1100: what the programs are assembled for
     self.drm_fd = kernel.open(self.node.render_node)
     self._ioctl("ACQUIRE_VM", drm_fd=self.drm_fd, gpu_id=self.gpu_id)
     if self.version >= KFD_MIN_RUNTIME_ENABLE:
@@ -134,6 +129,7 @@ class AMDDriver:
     self.copy = self._create_queue("copy", kfd.QUEUE_TYPE_SDMA, 1 << 18)
     self.queue_types = {"compute": kfd.QUEUE_TYPE_COMPUTE, "copy": kfd.QUEUE_TYPE_SDMA}
     self.programs: dict[int, LoadedProgram] = {}
+    self._stage = None             # GTT staging buffer + signal of copyin/copyout, made on first use
 
   # ---- ioctls ----
   def _ioctl(self, name: str, **fields):
@@ -163,6 +159,10 @@ class AMDDriver:
     self.memory[va] = mem
     return mem
 
+  def map_host(self, addr: int, nbytes: int) -> Memory:
+    """Let the queues address host memory another device allocated (page-aligned), at its own address: a userptr BO."""
+    return self.alloc_userptr(addr, nbytes)
+
   def alloc_userptr(self, addr: int, nbytes: int) -> Memory:
     """Map existing page-aligned host memory for the GPU at its own address."""
     if addr % PAGE or nbytes % PAGE: raise ValueError(f"userptr {addr:#x}+{nbytes:#x} must be page aligned")
@@ -188,7 +188,7 @@ class AMDDriver:
   STAGING = 4 << 20
 
   def _staging(self):
-    if getattr(self, "_stage", None) is None:
+    if self._stage is None:
       self._stage = (self.alloc(self.STAGING, "gtt"), self.alloc(PAGE, "gtt"))
       self._stage_value = 0
     return self._stage
@@ -196,7 +196,7 @@ class AMDDriver:
   def _sdma_copy_sync(self, dst: int, src: int, nbytes: int):
     stage, sig = self._staging()
     self._stage_value += 1
-    self.submit("copy", [COPY, dst, src, nbytes, SIGNAL, sig.addr, self._stage_value])
+    self.submit("copy", self.encode("copy", [("copy", dst, src, nbytes), ("signal", sig, self._stage_value)]))
     if not self.wait_value(sig.addr, self._stage_value, self.timeout):
       self.check_faults(self.name)
       raise QueueTimeout(f"{self.name}: SDMA copy of {nbytes} bytes {src:#x} -> {dst:#x} did not finish in {self.timeout} s")
@@ -290,128 +290,97 @@ class AMDDriver:
     self.programs[prog.pgm_addr] = prog
     return prog.pgm_addr, prog
 
-  def unload_program(self, prog: LoadedProgram):
+  def unload_program(self, handle: LoadedProgram):
     """Free a program's code (hcq calls this once the device has finished the work that used it)."""
-    if self.programs.pop(prog.pgm_addr, None) is not None: self.free(prog.memory)
+    if self.programs.pop(handle.pgm_addr, None) is not None: self.free(handle.memory)
 
-  # ---- hcq commands -> neutral words ----
-  def encode(self, cmds: list[tuple]) -> list:
-    words: list = []
+  # ---- queues: hcq commands -> PM4 (compute queue) or SDMA (copy queue) packets ----
+  def encode(self, kind: str, cmds: list[tuple]) -> Encoded:
+    """The packets of `cmds` for the queue of `kind`. A symbolic value (an hcq Slot) goes into the packet fields as
+    its 32-bit halves (`lo32`/`hi32`): `pm4.pack_fields` places them by the packet tables and the Encoder records
+    where they landed, so the patch locations come from the tables that build the packets. No side effects."""
+    if kind not in self.queue_types: raise AMDError(f"AMD: no {kind!r} queue (the queues are {', '.join(self.queue_types)})")
+    out, sdma_queue = Encoder(), kind == "copy"
     for cmd in cmds:
-      kind = cmd[0]
-      if kind == "exec":
-        prog: LoadedProgram = cmd[1].handle
-        gsz, lsz = cmd[3], cmd[4]
-        if tuple(lsz) == (1, 1, 1): lsz = tuple(cmd[1].meta.get("local_size", (1, 1, 1)))
-        lsz = tuple(lsz) + (1,) * (3 - len(lsz)); gsz = tuple(gsz) + (1,) * (3 - len(gsz))
-        words += [EXEC, prog.pgm_addr, prog.rsrc1, prog.rsrc2, prog.rsrc3, prog.user_sgprs | int(prog.wave32) << 8,
-                  cmd[2], *gsz, *lsz]
-      elif kind == "copy": words += [COPY, cmd[1], cmd[2], cmd[3]]
-      elif kind == "signal": words += [SIGNAL, cmd[1].addr, cmd[2]]
-      elif kind == "wait": words += [WAIT, cmd[1].addr, cmd[2]]
-      elif kind == "timestamp": words += [TIMESTAMP, cmd[1].timestamp_addr]
-      elif kind == "barrier": words += [BARRIER]
-      else: raise ValueError(f"AMD queue: unknown command {kind!r}")
-    return words
-
-  # ---- neutral words -> packets ----
-  def _packets(self, kind: str, words: list) -> tuple[list[list], dict, dict]:
-    """(packets, patch map, labels) for `words` on the queue of `kind`; the patch map says, for every operand that may
-    be symbolic, which packet dwords hold it: neutral index -> [(packet dword index, shift, add)]; labels name the
-    kernel of each DISPATCH_DIRECT: packet index -> text."""
-    packets, pmap, labels, pos, i = [], {}, {}, 0, 0
-
-    def emit(p: list, refs=(), label: str | None = None):
-      nonlocal pos
-      for wi, off, shift, add in refs: pmap.setdefault(wi, []).append((pos + off, shift, add))
-      if label: labels[len(packets)] = label
-      packets.append(p); pos += len(p)
-
-    sdma_queue = kind == "copy"
-    while i < len(words):
-      op = words[i]
-      if op not in OP_LEN: raise AMDError(f"AMD {kind} queue: bad command word {op!r} at {i}")
-      a = words[i + 1:i + OP_LEN[op]]
-      if op == EXEC:
+      op = cmd[0]
+      if op == "exec":
         if sdma_queue: raise AMDError("AMD: exec on the copy (SDMA) queue; kernels run on the compute queue")
-        pgm, rsrc1, rsrc2, rsrc3, user, args_addr, gx, gy, gz, lx, ly, lz = a
-        emit(pm4.set_sh_reg("COMPUTE_PGM_LO", (pgm >> 8) & 0xFFFFFFFF, pgm >> 40))
-        emit(pm4.set_sh_reg("COMPUTE_PGM_RSRC1", rsrc1, rsrc2))
-        emit(pm4.set_sh_reg("COMPUTE_PGM_RSRC3", rsrc3))
-        emit(pm4.set_sh_reg("COMPUTE_TMPRING_SIZE", 0))
-        if user & 0xFF:
-          emit(pm4.set_sh_reg("COMPUTE_USER_DATA_0", args_addr & 0xFFFFFFFF, (args_addr >> 32) & 0xFFFFFFFF),
-               [(i + 6, 2, 0, 0), (i + 6, 3, 32, 0)])
-        emit(pm4.set_sh_reg("COMPUTE_START_X", 0, 0, 0))
-        emit(pm4.set_sh_reg("COMPUTE_NUM_THREAD_X", lx, ly, lz))
-        emit(pm4.set_sh_reg("COMPUTE_RESOURCE_LIMITS", 0))
-        prog = self.programs.get(pgm)
-        emit(pm4.packet("DISPATCH_DIRECT", dim_x=gx, dim_y=gy, dim_z=gz, compute_shader_en=1, force_start_at_000=1,
-                        cs_w32_en=user >> 8 & 1), label=f"kernel {prog.name if prog else f'at {pgm:#x}'}")
-        for p in self._pm4_barrier(): emit(p)     # dispatches in one queue run in order, as hcq expects
-      elif op == COPY:
-        dst, src, n = a
+        self._dispatch(out, *cmd[1:])
+      elif op == "copy":
+        _, dst, src, n = cmd
         if sdma_queue:
-          for off in range(0, n, sdma.COPY_MAX_BYTES):
-            c = min(sdma.COPY_MAX_BYTES, n - off)
-            emit(sdma.packet("COPY_LINEAR", count=c - 1, src_addr_lo=(src + off) & 0xFFFFFFFF, src_addr_hi=(src + off) >> 32,
-                             dst_addr_lo=(dst + off) & 0xFFFFFFFF, dst_addr_hi=(dst + off) >> 32),
-                 [(i + 2, 3, 0, off), (i + 2, 4, 32, off), (i + 1, 5, 0, off), (i + 1, 6, 32, off)])
+          for p in sdma.copy_linear_packets(dst, src, n): out.packet(p)
         else:
           for off in range(0, n, pm4.DMA_DATA_MAX_BYTES):
             c = min(pm4.DMA_DATA_MAX_BYTES, n - off)
-            emit(pm4.packet("DMA_DATA", src_addr_lo=(src + off) & 0xFFFFFFFF, src_addr_hi=(src + off) >> 32,
-                            dst_addr_lo=(dst + off) & 0xFFFFFFFF, dst_addr_hi=(dst + off) >> 32, byte_count=c,
-                            cp_sync=int(off + c >= n), raw_wait=1),
-                 [(i + 2, 2, 0, off), (i + 2, 3, 32, off), (i + 1, 4, 0, off), (i + 1, 5, 32, off)])
-      elif op == SIGNAL:
-        addr, value = a
-        if sdma_queue:   # two 32-bit FENCEs, low word first (as sdma_v6_0_ring_emit_fence): a 64-bit reader never
-          # sees more than the new value while the high word changes (high first would show new high : old low)
-          emit(sdma.packet("FENCE", addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32, data=value & 0xFFFFFFFF),
-               [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0), (i + 2, 3, 0, 0)])
-          emit(sdma.packet("FENCE", addr_lo=(addr + 4) & 0xFFFFFFFF, addr_hi=(addr + 4) >> 32, data=(value >> 32) & 0xFFFFFFFF),
-               [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0)])
-          emit(sdma.packet("TRAP", int_context=self.queue_event))
+            out.packet(pm4.packet("DMA_DATA", src_addr_lo=lo32(src + off), src_addr_hi=hi32(src + off), dst_addr_lo=lo32(dst + off),
+                                  dst_addr_hi=hi32(dst + off), byte_count=c, cp_sync=int(off + c >= n), raw_wait=1))
+      elif op == "signal": self._signal(out, sdma_queue, cmd[1].addr, cmd[2])
+      elif op == "wait": self._wait(out, kind, cmd[1].addr, cmd[2])
+      elif op == "timestamp":
+        addr = cmd[1].timestamp_addr
+        if sdma_queue: out.packet(sdma.packet("TIMESTAMP", addr_lo=lo32(addr), addr_hi=hi32(addr)))
         else:
-          emit(pm4.packet("RELEASE_MEM", event_type=pm4.CACHE_FLUSH_AND_INV_TS_EVENT, event_index=5, gcr_glm_wb=1,
-                          gcr_glm_inv=1, gcr_gl2_wb=1, gcr_seq=1, cache_policy=3, data_sel=pm4.DATA_SEL_64,
-                          int_sel=pm4.INT_SEL_AFTER_WRITE, addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32,
-                          data_lo=value & 0xFFFFFFFF, data_hi=(value >> 32) & 0xFFFFFFFF, int_ctxid=self.queue_event),
-               [(i + 1, 3, 0, 0), (i + 1, 4, 32, 0), (i + 2, 5, 0, 0), (i + 2, 6, 32, 0)])
-      elif op == WAIT:
-        addr, value = a
-        if addr & 7: raise AMDError(f"AMD {kind} queue: wait on a signal at {addr:#x}, which is not 8-byte aligned")
-        if sdma_queue:
-          # SDMA v6 has no 64-bit poll: high word >= the value's, then, if the high word equals it, low word >= the
-          # value's. It never passes early; it stalls only if the signal leaves the value's 2**32 epoch (jumps past
-          # its end) while the low word is polled and before the queue saw a low word >= the value's
-          lo_poll = sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=addr & 0xFFFFFFFF,
-                                addr_hi=addr >> 32, value=value & 0xFFFFFFFF, mask=0xFFFFFFFF, interval=10, retry_count=0xFFF)
-          emit(sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=(addr + 4) & 0xFFFFFFFF,
-                           addr_hi=(addr + 4) >> 32, value=(value >> 32) & 0xFFFFFFFF, mask=0xFFFFFFFF, interval=10,
-                           retry_count=0xFFF), [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0)])
-          emit(sdma.packet("COND_EXE", addr_lo=(addr + 4) & 0xFFFFFFFF, addr_hi=(addr + 4) >> 32,
-                           reference=(value >> 32) & 0xFFFFFFFF, exec_count=len(lo_poll)) + lo_poll,
-               [(i + 1, 1, 0, 4), (i + 1, 2, 32, 4), (i + 2, 3, 32, 0),
-                (i + 1, 6, 0, 0), (i + 1, 7, 32, 0), (i + 2, 8, 0, 0)])    # COND_EXE's 5 dwords, then the low poll
-        else:            # a 64-bit compare (WAIT_REG_MEM compares 32 bits)
-          emit(pm4.packet("WAIT_REG_MEM64", function=pm4.FUNC[">="], mem_space=1, addr_lo=addr & 0xFFFFFFFF,
-                          addr_hi=addr >> 32, reference=value & 0xFFFFFFFF, reference_hi=(value >> 32) & 0xFFFFFFFF,
-                          mask=0xFFFFFFFF, mask_hi=0xFFFFFFFF, poll_interval=4),
-               [(i + 1, 2, 0, 0), (i + 1, 3, 32, 0), (i + 2, 4, 0, 0), (i + 2, 5, 32, 0)])
-      elif op == TIMESTAMP:
-        (addr,) = a
-        if sdma_queue:
-          emit(sdma.packet("TIMESTAMP", addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32), [(i + 1, 1, 0, 0), (i + 1, 2, 32, 0)])
-        else:
-          emit(pm4.packet("RELEASE_MEM", event_type=pm4.BOTTOM_OF_PIPE_TS, event_index=5, data_sel=pm4.DATA_SEL_GPU_CLOCK,
-                          addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32), [(i + 1, 3, 0, 0), (i + 1, 4, 32, 0)])
-      elif op == BARRIER:
+          out.packet(pm4.packet("RELEASE_MEM", event_type=pm4.BOTTOM_OF_PIPE_TS, event_index=5, data_sel=pm4.DATA_SEL_GPU_CLOCK,
+                                addr_lo=lo32(addr), addr_hi=hi32(addr)))
+      elif op == "barrier":
         if not sdma_queue:
-          for p in self._pm4_barrier(): emit(p)
-      i += OP_LEN[op]
-    return packets, pmap, labels
+          for p in self._pm4_barrier(): out.packet(p)
+      else: raise ValueError(f"AMD queue: unknown command {op!r}")
+    return out.encoded
+
+  def _dispatch(self, out: Encoder, program, args_addr, global_size, local_size):
+    """SET_SH_REG the program, its resources, the kernarg pointer (user SGPRs 0-1) and the block size, then
+    DISPATCH_DIRECT and a barrier (dispatches in one queue run in order, as hcq expects)."""
+    prog: LoadedProgram = program.handle
+    if tuple(local_size) == (1, 1, 1): local_size = tuple(program.meta.get("local_size", (1, 1, 1)))
+    gx, gy, gz = tuple(global_size) + (1,) * (3 - len(global_size))
+    lx, ly, lz = tuple(local_size) + (1,) * (3 - len(local_size))
+    pgm = prog.pgm_addr
+    out.packet(pm4.set_sh_reg("COMPUTE_PGM_LO", (pgm >> 8) & 0xFFFFFFFF, pgm >> 40))
+    out.packet(pm4.set_sh_reg("COMPUTE_PGM_RSRC1", prog.rsrc1, prog.rsrc2))
+    out.packet(pm4.set_sh_reg("COMPUTE_PGM_RSRC3", prog.rsrc3))
+    out.packet(pm4.set_sh_reg("COMPUTE_TMPRING_SIZE", 0))
+    if prog.user_sgprs: out.packet(pm4.set_sh_reg("COMPUTE_USER_DATA_0", lo32(args_addr), hi32(args_addr)))
+    out.packet(pm4.set_sh_reg("COMPUTE_START_X", 0, 0, 0))
+    out.packet(pm4.set_sh_reg("COMPUTE_NUM_THREAD_X", lx, ly, lz))
+    out.packet(pm4.set_sh_reg("COMPUTE_RESOURCE_LIMITS", 0))
+    out.packet(pm4.packet("DISPATCH_DIRECT", dim_x=gx, dim_y=gy, dim_z=gz, compute_shader_en=1, force_start_at_000=1,
+                          cs_w32_en=int(prog.wave32)), label=f"kernel {prog.name}")
+    for p in self._pm4_barrier(): out.packet(p)
+
+  def _signal(self, out: Encoder, sdma_queue: bool, addr: int, value):
+    """Write the 64-bit `value` at `addr`, then interrupt (the event `wait_value` sleeps on)."""
+    if sdma_queue:   # two 32-bit FENCEs, low word first (as sdma_v6_0_ring_emit_fence): a 64-bit reader never
+      # sees more than the new value while the high word changes (high first would show new high : old low)
+      out.packet(sdma.packet("FENCE", addr_lo=lo32(addr), addr_hi=hi32(addr), data=lo32(value)))
+      out.packet(sdma.packet("FENCE", addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4), data=hi32(value)))
+      out.packet(sdma.packet("TRAP", int_context=self.queue_event))
+    else:
+      out.packet(pm4.packet("RELEASE_MEM", event_type=pm4.CACHE_FLUSH_AND_INV_TS_EVENT, event_index=5, gcr_glm_wb=1,
+                            gcr_glm_inv=1, gcr_gl2_wb=1, gcr_seq=1, cache_policy=3, data_sel=pm4.DATA_SEL_64,
+                            int_sel=pm4.INT_SEL_AFTER_WRITE, addr_lo=lo32(addr), addr_hi=hi32(addr), data_lo=lo32(value),
+                            data_hi=hi32(value), int_ctxid=self.queue_event))
+
+  def _wait(self, out: Encoder, kind: str, addr: int, value):
+    """Wait until the 64-bit word at `addr` is >= `value`."""
+    if isinstance(addr, int) and addr & 7:
+      raise AMDError(f"AMD {kind} queue: wait on a signal at {addr:#x}, which is not 8-byte aligned")
+    if kind == "copy":
+      # SDMA v6 has no 64-bit poll: high word >= the value's, then, if the high word equals it, low word >= the
+      # value's. It never passes early; it stalls only if the signal leaves the value's 2**32 epoch (jumps past
+      # its end) while the low word is polled and before the queue saw a low word >= the value's
+      lo_poll = sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=lo32(addr), addr_hi=hi32(addr),
+                            value=lo32(value), mask=0xFFFFFFFF, interval=10, retry_count=0xFFF)
+      out.packet(sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC[">="], addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4),
+                             value=hi32(value), mask=0xFFFFFFFF, interval=10, retry_count=0xFFF))
+      # COND_EXE and the low poll it guards are one packet: a ring never puts NOPs between them
+      out.packet(sdma.packet("COND_EXE", addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4), reference=hi32(value),
+                             exec_count=len(lo_poll)) + lo_poll)
+    else:            # a 64-bit compare (WAIT_REG_MEM compares 32 bits)
+      out.packet(pm4.packet("WAIT_REG_MEM64", function=pm4.FUNC[">="], mem_space=1, addr_lo=lo32(addr), addr_hi=hi32(addr),
+                            reference=lo32(value), reference_hi=hi32(value), mask=0xFFFFFFFF, mask_hi=0xFFFFFFFF,
+                            poll_interval=4))
 
   @staticmethod
   def _pm4_barrier() -> list[list[int]]:
@@ -420,27 +389,25 @@ class AMDDriver:
             pm4.packet("ACQUIRE_MEM", coher_size=0xFFFFFFFF, coher_size_hi=0xFFFFFF, poll_interval=10, gli_inv=1,
                        glm_inv=1, glm_wb=1, glk_inv=1, glv_inv=1, gl1_inv=1, gl2_inv=1, gl2_wb=1)]
 
-  def submit(self, kind: str, words: list[int]):
+  def submit(self, kind: str, encoded: Encoded):
+    """Write resolved packets into the ring of `kind` and ring its doorbell."""
+    if encoded.patches: raise AMDError(f"AMD {kind} queue: submit of commands with unresolved symbolic values (resolve them first)")
     if self.fault: self.check_faults(self.name)
-    packets, _, labels = self._packets(kind, words)
-    self.ring_of(kind).write(packets, labels)
+    self.ring_of(kind).write(encoded.packet_words(), encoded.packet_labels())
 
-  # ---- bound queues (JIT replay) ----
-  def bind(self, kind: str, words: list[int]) -> BoundQueue:
-    packets, pmap, labels = self._packets(kind, words)
-    flat = [w for p in packets for w in p]
+  # ---- bound queues (JIT replay): the packets stay in GPU memory, a submit is one indirect-buffer packet ----
+  def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
+    flat = encoded.words
     mem = self.alloc(4 * max(len(flat), 1), "gtt")
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(flat), 1)), dtype=np.uint32)
     view[:len(flat)] = np.array(flat, dtype=np.uint64).astype(np.uint32)
-    label = f"a bound queue: {', '.join(labels.values())}" if labels else "a bound queue"
-    return BoundQueue(kind, mem, view, len(flat), pmap, label)
+    labels = list(encoded.labels.values())
+    label = f"a bound queue: {', '.join(labels)}" if labels else "a bound queue"
+    return BoundQueue(kind, mem, view, len(flat), label)
 
-  def submit_bound(self, kind: str, bound: BoundQueue, nwords: int, patch: list[tuple[int, int]]):
+  def submit_bound(self, kind: str, bound: BoundQueue, patch: list[tuple[int, int]]):
     if self.fault: self.check_faults(self.name)
-    for i, v in patch:
-      refs = bound.patch_map.get(i)
-      if refs is None: raise AMDError(f"AMD: bound {kind} queue: command word {i} cannot be patched (only addresses and values)")
-      for d, shift, add in refs: bound.words[d] = ((v + add) >> shift) & 0xFFFFFFFF
+    for i, v in patch: bound.words[i] = v
     addr = bound.memory.addr
     if kind == "copy":
       p = sdma.packet("INDIRECT", ib_base_lo=addr & 0xFFFFFFFF, ib_base_hi=addr >> 32, ib_size=bound.ndwords)
@@ -477,7 +444,7 @@ class AMDDriver:
                        timeout=0)
     if args.wait_result != kfd.WAIT_COMPLETE: return False
     mem = events[0].memory_exception_data
-    detail = getattr(self.kernel, "fault", lambda: None)()     # the emulated KFD's dmesg line (drivers/emu/README.md)
+    detail = self.kernel.fault()     # the emulated KFD's dmesg line (drivers/emu/README.md); None from the real kernel
     detail = f"; dmesg: {detail}" if detail else ""
     if mem.va or mem.failure.NotPresent or mem.failure.ReadOnly:
       what = ("page not present" if mem.failure.NotPresent else "write to read-only page" if mem.failure.ReadOnly
@@ -538,10 +505,9 @@ class AMDDriver:
     return False
 
   def close(self):
-    for ring in (getattr(self, "compute", None), getattr(self, "copy", None)):
-      if ring is not None:
-        try: self._ioctl("DESTROY_QUEUE", queue_id=ring.queue_id)
-        except OSError: pass
+    for ring in (self.compute, self.copy):
+      try: self._ioctl("DESTROY_QUEUE", queue_id=ring.queue_id)
+      except OSError: pass
     for mem in list(self.memory.values()):      # the queues are gone: nothing reads this memory any more
       try: self.free(mem)
       except OSError: pass

@@ -17,6 +17,7 @@ Sources (Linux, drivers/gpu/drm/amd):
     poll interval; a 64-bit compare of the 8-byte-aligned memory word.
 """
 from __future__ import annotations
+from ..encoded import Bits
 
 PACKET_TYPE3 = 3
 SHADER_TYPE_COMPUTE = 1 << 1          # PACKET3_COMPUTE(): bit 1 of the header
@@ -110,17 +111,20 @@ def header(opcode: int, body_dwords: int) -> int:
 
 def pack_fields(layout, fields: dict, name: str) -> list:
   """Pack fields into dwords by a layout of dwords [(field, low bit, width), ...] (PM4 and SDMA both use this).
-  A dword that is one full-width field may hold a symbolic value (an object with `resolve`); symbolic values
-  elsewhere are an error."""
+  A dword that is one full-width field may hold 32 `Bits` of a symbolic value (drivers/encoded.py): it stays in the
+  dword's place, which is how an encoder learns where the value goes; symbolic values elsewhere are an error."""
   words, seen = [], set()
   for dword in layout:
-    if len(dword) == 1 and dword[0][2] == 32 and dword[0][0] in fields and not isinstance(fields[dword[0][0]], int):
-      words.append(fields[dword[0][0]]); seen.add(dword[0][0]); continue
+    if len(dword) == 1 and dword[0][2] == 32 and isinstance(fields.get(dword[0][0]), Bits):
+      v = fields[dword[0][0]]
+      if v.width != 32: raise PacketError(f"{name}.{dword[0][0]}: {v!r} is not 32 bits of a value")
+      words.append(v); seen.add(dword[0][0]); continue
     value = 0
     for field, lo, width in dword:
       if field not in fields: continue
       v = fields[field]; seen.add(field)
-      if not isinstance(v, int): raise PacketError(f"{name}.{field}: a symbolic value must fill a whole dword")
+      if not isinstance(v, int): raise PacketError(f"{name}.{field}={v!r}: a symbolic value goes in as 32 Bits "
+                                                  "(drivers/encoded.py) of a field that fills a whole dword")
       if not 0 <= v < (1 << width): raise PacketError(f"{name}.{field}={v:#x} does not fit in {width} bits")
       value |= v << lo
     words.append(value)
@@ -136,7 +140,7 @@ def packet(name: str, **fields) -> list:
 
 
 def set_sh_reg(register: str, *values) -> list:
-  """SET_SH_REG: consecutive registers from `register`."""
+  """SET_SH_REG: consecutive registers from `register` (a value may be 32 `Bits` of a symbolic value)."""
   return [header(OPCODES["SET_SH_REG"], 1 + len(values)), sh_offset(register), *values]
 
 

@@ -6,6 +6,7 @@ amdgpu/sdma_v6_0.c (`copy_max_bytes = 0x400000`), well inside the 30-bit COUNT f
 """
 from __future__ import annotations
 from .pm4 import pack_fields, PacketError   # one field packer for both packet families
+from ..encoded import lo32, hi32
 
 OP = {"NOP": 0, "COPY": 1, "WRITE": 2, "INDIRECT": 4, "FENCE": 5, "TRAP": 6, "POLL_REGMEM": 8, "COND_EXE": 9,
       "ATOMIC": 10, "CONST_FILL": 11, "TIMESTAMP": 13}
@@ -47,14 +48,20 @@ def packet(name: str, **fields) -> list:
   return pack_fields(layout, {"op": op, "sub_op": sub_op, **fields}, f"SDMA {name}")
 
 
-def copy_linear(dst: int, src: int, nbytes: int) -> list[int]:
-  """COPY_LINEAR packets for `nbytes`, split into legal chunks."""
-  out: list[int] = []
+def copy_linear_packets(dst, src, nbytes: int) -> list[list]:
+  """One COPY_LINEAR packet per legal chunk of `nbytes`; `dst` and `src` may be symbolic (their Bits go into the
+  address dwords, drivers/encoded.py)."""
+  out = []
   for off in range(0, nbytes, COPY_MAX_BYTES):
     n = min(COPY_MAX_BYTES, nbytes - off)
-    out += packet("COPY_LINEAR", count=n - 1, src_addr_lo=(src + off) & 0xFFFFFFFF, src_addr_hi=(src + off) >> 32,
-                  dst_addr_lo=(dst + off) & 0xFFFFFFFF, dst_addr_hi=(dst + off) >> 32)
+    out.append(packet("COPY_LINEAR", count=n - 1, src_addr_lo=lo32(src + off), src_addr_hi=hi32(src + off),
+                      dst_addr_lo=lo32(dst + off), dst_addr_hi=hi32(dst + off)))
   return out
+
+
+def copy_linear(dst: int, src: int, nbytes: int) -> list[int]:
+  """COPY_LINEAR packets for `nbytes`, split into legal chunks, as one list of dwords."""
+  return [w for p in copy_linear_packets(dst, src, nbytes) for w in p]
 
 
 def nop(dwords: int) -> list[int]:

@@ -6,6 +6,7 @@ import os, weakref
 import cffi
 from . import cc, elf
 import numpy as np
+from ..encoded import Encoded, stream
 from . import processor
 from .processor import CommandProcessor, Op, header, ProcessorFault, address_space
 
@@ -22,6 +23,12 @@ class Memory:
 
 class CPUDriver:
   name = "CPU"
+  target = None                  # programs are host machine code (a capture records the machine instead)
+  timestamp_hz = 1_000_000_000   # the command processor writes CLOCK_MONOTONIC nanoseconds
+  has_copy_queue = False         # one command processor runs both queues' packets, in order
+
+  @classmethod
+  def probe(cls) -> dict: return {"available": True}
 
   def __init__(self):
     self.processor = CommandProcessor(checked=True)   # packets touch only our allocations and loaded kernels
@@ -71,37 +78,45 @@ class CPUDriver:
     weakref.finalize(image, address_space.remove_entry, entry)   # unloaded with its image
     return entry, image
 
+  def unload_program(self, handle):
+    """Nothing to do: the image unloads itself (its finalizer) once hcq drops the last reference to it, which is
+    after the device finished the work that used it."""
+
   # ---- queues ----
-  def encode(self, cmds: list[tuple]) -> list:
-    """Queue commands -> packet words; symbolic values (hcq Slots) stay in place for the caller to resolve."""
+  def encode(self, kind: str, cmds: list[tuple]) -> Encoded:
+    """Queue commands -> 64-bit packet words (processor.py), one stream (both kinds of queue feed the one command
+    processor); a symbolic value (an hcq Slot) fills its operand word, which `stream` lists as a patch. No side
+    effects."""
     words: list = []
     for cmd in cmds:
-      kind = cmd[0]
-      if kind == "exec":
+      op = cmd[0]
+      if op == "exec":
         threads = cmd[1].meta.get("threads", 1)
         ops = (Op.EXEC, cmd[1].entry, cmd[2]) if threads == 1 else (Op.EXEC_MT, cmd[1].entry, cmd[2], threads)
-      elif kind == "copy": ops = (Op.COPY, cmd[1], cmd[2], cmd[3])
-      elif kind == "signal": ops = (Op.SIGNAL, cmd[1].addr, cmd[2])
-      elif kind == "wait": ops = (Op.WAIT, cmd[1].addr, cmd[2])
-      elif kind == "timestamp": ops = (Op.TIMESTAMP, cmd[1].timestamp_addr)
-      elif kind == "barrier": ops = (Op.BARRIER,)
-      else: raise ValueError(f"CPU queue: unknown command {kind!r}")
+      elif op == "copy": ops = (Op.COPY, cmd[1], cmd[2], cmd[3])
+      elif op == "signal": ops = (Op.SIGNAL, cmd[1].addr, cmd[2])
+      elif op == "wait": ops = (Op.WAIT, cmd[1].addr, cmd[2])
+      elif op == "timestamp": ops = (Op.TIMESTAMP, cmd[1].timestamp_addr)
+      elif op == "barrier": ops = (Op.BARRIER,)
+      else: raise ValueError(f"CPU queue: unknown command {op!r}")
       words.append(header(ops[0], len(ops)))
       words.extend(ops[1:])
-    return words
+    return stream(words, 64)
 
-  def submit(self, kind: str, words: list[int]):
-    self.processor.write(words)
+  def submit(self, kind: str, encoded: Encoded):
+    if encoded.patches: raise ValueError(f"CPU {kind} queue: submit of commands with unresolved symbolic values")
+    self.processor.write(encoded.words)
 
   # ---- bound queues (JIT replay): packets live in memory, the ring gets one INDIRECT packet ----
-  def bind(self, kind: str, words: list[int]):
+  def bind(self, kind: str, encoded: Encoded):
+    words = encoded.words
     mem = self.alloc(8 * len(words))
     view = np.frombuffer(self.view(mem.addr, 8 * len(words)), dtype=np.uint64)
     view[:] = np.array(words, dtype=np.uint64)
-    return (mem, view)
+    return (mem, view, len(words))
 
-  def submit_bound(self, kind: str, bound, nwords: int, patch: list[tuple[int, int]]):
-    mem, view = bound
+  def submit_bound(self, kind: str, bound, patch: list[tuple[int, int]]):
+    mem, view, nwords = bound
     for i, v in patch: view[i] = v
     self.processor.write([header(Op.INDIRECT, 3), mem.addr, nwords])
 

@@ -370,10 +370,16 @@ class EmulatedKFD:
       self.cond.notify_all()
 
   def fault(self) -> str | None:
-    """What stopped the live queues, as the kernel log says it (the driver adds it to its fault message when the
-    kernel interface has this method: only the emulated one does)."""
+    """What stopped the live queues, as the kernel log says it (the driver adds it to its fault message; the real
+    kernel interface returns None)."""
     dead = [f"{q.describe()}: {q.dead}" for q in list(self.queues.values()) if q.dead]
     return "; ".join(dead) or None
+
+  def register_program(self, code_addr: int, source: str | None, name: str, param_base: int, params: list) -> None:
+    """Nothing: the emulated gfx1100 runs the machine code the driver uploaded (drivers/kernel.py Kernel)."""
+
+  def unregister_program(self, code_addr: int) -> None:
+    """Nothing (see register_program)."""
 
   def clock(self) -> int:
     """The GPU clock counter: 100 MHz."""

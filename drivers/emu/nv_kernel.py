@@ -124,9 +124,10 @@ class EmulatedNVKernel:
     return self.files[fd]
 
   # ---- the side channel and faults ----
-  def register_program(self, code_addr: int, ptx: str, name: str, param_base: int, params: list):
+  def register_program(self, code_addr: int, source: str | None, name: str, param_base: int, params: list):
     """The driver hands over the PTX of the cubin it uploaded at `code_addr` (drivers/emu/README.md)."""
-    self.gpu.programs[code_addr] = EmulatedProgram(ptx, name, param_base, params)
+    if source is None: raise ValueError(f"emulated NV GPU: no PTX for kernel {name}: the emulator runs PTX, not SASS")
+    self.gpu.programs[code_addr] = EmulatedProgram(source, name, param_base, params)
 
   def unregister_program(self, code_addr: int):
     self.gpu.programs.pop(code_addr, None)

@@ -9,8 +9,10 @@ described to RM as an OS descriptor (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) and mappe
 address: one address for host and GPU, `view()` is a plain pointer.
 
 Queues: HWQueue commands become pushbuffer methods (pushbuf.py): `exec` -> a QMD (qmd.py) + SEND_PCAS, `copy` ->
-DMA-copy class methods, `signal`/`wait`/`timestamp` -> host semaphore release/acquire. `submit` writes the
-pushbuffer, one GPFIFO entry per segment, GPPut in USERD and the work-submit token to the usermode doorbell.
+DMA-copy class methods, `signal`/`wait`/`timestamp` -> host semaphore release/acquire. `encode` only builds the words
+(a launch's SEND_PCAS_A word is a `Launch` fixup); `submit`/`bind` write each launch's QMD and constant bank 0 into
+launch memory and fill in its address. `submit` writes the pushbuffer, one GPFIFO entry per segment, GPPut in USERD
+and the work-submit token to the usermode doorbell.
 A driver-owned fence semaphore per channel (released after each submission) tells when launch memory is free.
 
 Kernel arguments: the kernel reads its parameters from constant bank 0 (at the cubin's parameter base); the
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 import cffi
 import numpy as np
 from .. import kernel as kernel_mod
+from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from . import rm, qmd, pushbuf as pb
 from .cubin import compile_ptx, load_cubin
 from .rm import ffi
@@ -147,7 +150,8 @@ def check_version(version: str):
 
 class NVDriver:
   name = "NV"
-  copy_queue = True        # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
+  has_copy_queue = True    # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
+  timestamp_hz = 1_000_000_000   # semaphore release timestamps are the GPU's globaltimer, in ns
 
   def __init__(self, kernel=None, timeout: float = 30.0):
     self.k = kernel if kernel is not None else kernel_mod.interface("NV")
@@ -186,7 +190,7 @@ class NVDriver:
       raise NVError(f"NV device: the GPU lists no supported compute/copy class (supported: Ampere, Ada, Hopper; "
                     f"GPU classes: {sorted(hex(c) for c in listed)})")
     self.compute_class, self.copy_class = compute[0], copy[0]
-    self.arch, self.qmd_version, channel_class, usermode_class = rm.COMPUTE_CLASSES[self.compute_class]
+    self.target, self.qmd_version, channel_class, usermode_class = rm.COMPUTE_CLASSES[self.compute_class]   # sm_90, ...
     self.qmd_table = qmd.TABLES[self.qmd_version]
     gid = ffi.new("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS *")
     gid.flags = rm.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY
@@ -219,9 +223,8 @@ class NVDriver:
     self.rm.control(self.group, rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, sp)
     self._arenas: list = []          # launch/pushbuffer memory: [memory, offset, live blocks]
     self._inflight: list = []        # (channel, fence value, arena) of eager blocks
-    self._pending: list = []         # blocks and parameter copies of the last encode()
     self._ptx: dict[bytes, str] = {}
-    self.sass_version = int(self.arch[3:], 16)   # sm_90 -> 0x90 (SASS_VERSION holds the sm as two hex digits)
+    self.sass_version = int(self.target[3:], 16)   # sm_90 -> 0x90 (SASS_VERSION holds the sm as two hex digits)
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
 
   # ---- kernel plumbing ----
@@ -318,9 +321,15 @@ class NVDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
+  def map_host(self, addr: int, nbytes: int):
+    """Not possible: the GPU addresses only memory this driver allocated (host pages it described to RM and mapped
+    through UVM at a VA it chose), so memory several devices share must be allocated here."""
+    raise NotImplementedError(f"{self.name}: the driver cannot map host memory it did not allocate; allocate the shared "
+                              f"memory on {self.name} (Device.alloc_shared) and map it on the other devices")
+
   # ---- programs ----
   def compile(self, src: str) -> bytes:
-    binary = compile_ptx(src, self.arch)
+    binary = compile_ptx(src, self.target)
     self._ptx[binary] = src
     return binary
 
@@ -330,20 +339,19 @@ class NVDriver:
     kern = kernels[name]
     mem = self.alloc(len(kern.text) + 256)
     self.view(mem.addr, len(kern.text))[:] = kern.text
-    register = getattr(self.k, "register_program", None)    # emulated GPUs run the PTX: the side channel (drivers/emu/README.md)
-    if register is not None:
-      if binary not in self._ptx: raise NVError(f"NV emulator: no PTX known for kernel {name} (compile it with this driver)")
-      register(mem.addr, self._ptx[binary], name, kern.param_base, [(p.ordinal, p.offset, p.size) for p in kern.params])
+    # the emulated GPU runs the PTX, not the SASS: the side channel (drivers/emu/README.md); the real kernel ignores it
+    if self.k.emulated and binary not in self._ptx:
+      raise NVError(f"NV emulator: no PTX known for kernel {name} (compile it with this driver)")
+    self.k.register_program(mem.addr, self._ptx.get(binary), name, kern.param_base, [(p.ordinal, p.offset, p.size) for p in kern.params])
     kern.memory = mem
     return mem.addr, kern
 
-  def unload_program(self, kern):
+  def unload_program(self, handle):
     """Free a program's code (hcq calls this once the device has finished the work that used it)."""
-    if getattr(kern, "memory", None) is None: return
-    unregister = getattr(self.k, "unregister_program", None)
-    if unregister is not None: unregister(kern.memory.addr)
-    self.free(kern.memory)
-    kern.memory = None
+    if handle.memory is None: return
+    self.k.unregister_program(handle.memory.addr)
+    self.free(handle.memory)
+    handle.memory = None
 
   # ---- launch memory: arenas of blocks, freed when the channel's fence passes ----
   def _block(self, nbytes: int) -> tuple[int, list]:
@@ -372,61 +380,76 @@ class NVDriver:
   def _u64(self, addr: int) -> int: return struct.unpack("<Q", self.view(addr, 8))[0]
 
   # ---- queues ----
-  def encode(self, cmds: list[tuple]) -> list:
-    """HWQueue commands -> 32-bit pushbuffer words (symbolic halves of hcq Slots stay for the caller to resolve)."""
+  def encode(self, kind: str, cmds: list[tuple]) -> Encoded:
+    """HWQueue commands -> 32-bit pushbuffer words. A symbolic value (an hcq Slot) goes into the method data as its
+    32-bit halves (patches); a launch's SEND_PCAS_A data is a `Launch` fixup: its QMD is written into launch
+    memory, and its address into that word, when the words are submitted or bound. No side effects."""
+    if kind not in self.channels: raise NVError(f"NV: no {kind!r} channel (the channels are {', '.join(self.channels)})")
     p = pb.Pushbuffer()
-    self._pending = []
     for cmd in cmds:
-      kind = cmd[0]
-      if kind == "exec": self._encode_exec(p, *cmd[1:])
-      elif kind == "copy":
+      op = cmd[0]
+      if op == "exec": self._encode_exec(p, *cmd[1:])
+      elif op == "copy":
         _, dst, src, nbytes = cmd
         p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
         for off in range(0, nbytes, 1 << 30):
           n = min(1 << 30, nbytes - off)
-          p.method(pb.SUBC_COPY, pb.OFFSET_IN_UPPER, *_split(_add(src, off)), *_split(_add(dst, off)))
+          p.method(pb.SUBC_COPY, pb.OFFSET_IN_UPPER, hi32(src + off), lo32(src + off), hi32(dst + off), lo32(dst + off))
           p.method(pb.SUBC_COPY, pb.LINE_LENGTH_IN, n, 1)
           p.method(pb.SUBC_COPY, pb.LAUNCH_DMA, pb.DMA_DATA_TRANSFER_TYPE_NON_PIPELINED | pb.DMA_FLUSH_ENABLE |
                    pb.DMA_SRC_MEMORY_LAYOUT_PITCH | pb.DMA_DST_MEMORY_LAYOUT_PITCH)
-      elif kind == "signal": self._semaphore(p, cmd[1].addr, cmd[2], pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_RELEASE_TIMESTAMP)
-      elif kind == "wait": self._semaphore(p, cmd[1].addr, cmd[2], pb.SEM_OPERATION_ACQ_STRICT_GEQ)
-      elif kind == "timestamp":   # a 16-byte release: payload (0) at the signal, the timestamp after it
+      elif op == "signal": self._semaphore(p, cmd[1].addr, cmd[2], pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_RELEASE_TIMESTAMP)
+      elif op == "wait": self._semaphore(p, cmd[1].addr, cmd[2], pb.SEM_OPERATION_ACQ_STRICT_GEQ)
+      elif op == "timestamp":   # a 16-byte release: payload (0) at the signal, the timestamp after it
         self._semaphore(p, cmd[1].timestamp_addr - 8, 0, pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_RELEASE_TIMESTAMP)
-      elif kind == "barrier": p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
-      else: raise ValueError(f"NV queue: unknown command {kind!r}")
-    return p.words
+      elif op == "barrier": p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
+      else: raise ValueError(f"NV queue: unknown command {op!r}")
+    return Encoder().packet(p.words).encoded      # one pushbuffer segment (one GPFIFO entry)
 
   def _semaphore(self, p: pb.Pushbuffer, addr, value, operation: int):
-    p.method(0, pb.SEM_ADDR_LO, *reversed(_split(addr)), *reversed(_split(value)), operation | pb.SEM_PAYLOAD_SIZE_64BIT)
+    p.method(0, pb.SEM_ADDR_LO, lo32(addr), hi32(addr), lo32(value), hi32(value), operation | pb.SEM_PAYLOAD_SIZE_64BIT)
 
   def _encode_exec(self, p: pb.Pushbuffer, program, args_addr, global_size, local_size):
     kern = program.handle
     if not isinstance(args_addr, int): raise NVError(f"NV queue: exec of {program.name} needs a concrete kernarg address")
     block = tuple(local_size) if tuple(local_size) != (1, 1, 1) else tuple(program.meta.get("local_size", (1, 1, 1)))
     cb_size = (max(kern.cbank0_size, kern.param_base + 8) + 255) // 256 * 256
-    addr, arena = self._block(qmd.QMD_BYTES + cb_size)
-    cbuf0 = addr + qmd.QMD_BYTES
-    fields = qmd.launch_fields(self.qmd_version, program=program.entry, cbuf0=cbuf0, cbuf0_size=cb_size, grid=global_size,
-                               block=block, registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
+    p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
+    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, tuple(global_size), block, args_addr, cb_size))
+    p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
+
+  def _place(self, encoded: Encoded) -> tuple[list[int], list, list]:
+    """Write the QMD and constant bank 0 of every launch in `encoded` into launch memory and fill in the words that
+    name them: (words, the arenas the launches took, the (kernarg, bank 0, bytes) copies of their parameters)."""
+    words, arenas, copies = list(encoded.words), [], []
+    for i, launch in encoded.fixups:
+      addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size)
+      copies += self._write_launch(addr, launch)
+      words[i] = launch.word(addr)
+      arenas.append(arena)
+    return words, arenas, copies
+
+  def _write_launch(self, addr: int, launch: "Launch") -> list[tuple[int, int, int]]:
+    """The QMD at `addr` and constant bank 0 after it; returns the copies that put the parameters into bank 0."""
+    kern, cbuf0, cb_size = launch.kern, addr + qmd.QMD_BYTES, launch.cb_size
+    fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbuf0=cbuf0, cbuf0_size=cb_size, grid=launch.grid,
+                               block=launch.block, registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
                                local_size=kern.stack_size, sass_version=self.sass_version)
     self.view(addr, qmd.QMD_BYTES)[:] = qmd.pack(self.qmd_table, fields)
     self.view(cbuf0, cb_size)[:] = bytes(cb_size)
-    struct.pack_into("<3I", self.view(cbuf0, 12), 0, *block)   # %ntid in the driver area (c[0x0][0x0..0xb], as ptxas reads it)
-    copies = [(args_addr + 8 * ordinal, cbuf0 + kern.param_base + offset, size) for ordinal, offset, size in ((p.ordinal, p.offset, p.size) for p in kern.params)]
-    self._copy_params(copies)
-    self._pending.append((arena, copies))
-    p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
-    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, addr >> 8)
-    p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
+    struct.pack_into("<3I", self.view(cbuf0, 12), 0, *launch.block)   # %ntid in the driver area (c[0x0][0x0..0xb], as ptxas reads it)
+    return [(launch.args_addr + 8 * prm.ordinal, cbuf0 + kern.param_base + prm.offset, prm.size) for prm in kern.params]
 
   def _copy_params(self, copies):
     for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
 
-  def submit(self, kind: str, words: list[int]):
+  def submit(self, kind: str, encoded: Encoded):
+    """Place the launches, copy their parameters from the kernarg memory, write the pushbuffer, ring the doorbell."""
+    if encoded.patches: raise NVError(f"NV {kind} channel: submit of commands with unresolved symbolic values (resolve them first)")
     if self._faulted(): self.check_faults(self.name)
-    ch = self.channels[kind]
-    pending, self._pending = self._pending, []
-    self._submit_words(ch, words, [a for a, _ in pending])
+    words, arenas, copies = self._place(encoded)
+    self._copy_params(copies)
+    self._submit_words(self.channels[kind], words, arenas)
 
   def _submit_words(self, ch: Channel, words: list[int], arenas=()):
     entries = []
@@ -470,25 +493,24 @@ class NVDriver:
       time.sleep(sleep); sleep = min(sleep * 2, 1e-3)
 
   # ---- bound queues (JIT replay): the pushbuffer stays in memory, a submit is one GPFIFO entry ----
-  def bind(self, kind: str, words: list[int]):
-    pending, self._pending = self._pending, []      # launch blocks of this encode stay with the bound queue
+  def bind(self, kind: str, encoded: Encoded) -> "BoundPushbuffer":
+    words, arenas, copies = self._place(encoded)    # launch blocks stay with the bound queue
     mem = self.alloc(4 * max(len(words), 1))
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
     view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
-    return (mem, view, [c for _, copies in pending for c in copies], pending)
+    return BoundPushbuffer(mem, view, len(words), copies, arenas)
 
-  def submit_bound(self, kind: str, bound, nwords: int, patch: list[tuple[int, int]]):
+  def submit_bound(self, kind: str, bound: "BoundPushbuffer", patch: list[tuple[int, int]]):
+    """Patch the words, copy the launches' parameters from the kernarg memory (a replay patched them), submit."""
     if self._faulted(): self.check_faults(self.name)
-    mem, view, copies, _ = bound
-    for i, v in patch: view[i] = v
-    self._copy_params(copies)
-    self._ring(self.channels[kind], [(mem.addr, nwords)], [])
+    for i, v in patch: bound.words[i] = v
+    self._copy_params(bound.copies)
+    self._ring(self.channels[kind], [(bound.memory.addr, bound.nwords)], [])
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
     deadline, sleep = time.monotonic() + timeout, 1e-5
-    poll = getattr(self.k, "fault", None)
     while self._u64(addr) < value:
-      if poll is not None and poll() is not None: return False
+      if self.k.fault() is not None: return False     # the emulated GPU stopped a channel (the real kernel: None)
       if time.monotonic() > deadline:
         self._stalled = (addr, value, self._u64(addr), timeout)
         return False
@@ -499,12 +521,12 @@ class NVDriver:
   def _faulted(self) -> bool:
     """Whether RM wrote the channels' error notifier (or the emulated GPU reports a fault)."""
     status = struct.unpack_from("<H", self.view(self.error_notifier.addr + 14, 2))[0]
-    return bool(status) or getattr(self.k, "fault", lambda: None)() is not None
+    return bool(status) or self.k.fault() is not None
 
   def check_faults(self, device_name: str):
     """Raise a channel error: a memory fault (Xid 31) on every call from now on; any other error once, after
     reallocating the channels (ChannelReset). Raise ChannelTimeout for a wait that timed out on a blocked channel."""
-    detail = getattr(self.k, "fault", lambda: None)()     # the emulated GPU's account (drivers/emu/README.md)
+    detail = self.k.fault()     # the emulated GPU's account (drivers/emu/README.md); None from the real kernel
     info32, info16, status = struct.unpack_from("<IHH", self.view(self.error_notifier.addr, 16), 8)
     if status or info32 or detail:
       message = (f"{device_name}: GPU channel error {info32} ({rm.RC_ERRORS.get(info32, 'unknown error')}; error notifier "
@@ -579,22 +601,33 @@ class NVDriver:
       for fd in (self.fd_uvm_mm, self.fd_uvm, self.fd_dev, self.fd_ctl): self.k.close(fd)
     except (NVError, OSError): pass
 
-
-class _Half:
-  """The low or high 32 bits of a symbolic 64-bit value (an hcq Slot), resolved at submit time."""
-  __slots__ = ("value", "high")
-  def __init__(self, value, high: bool): self.value, self.high = value, high
-  def resolve(self, var_vals) -> int:
-    v = self.value.resolve(var_vals)
-    return (v >> 32) & 0xFFFFFFFF if self.high else v & 0xFFFFFFFF
-  def __repr__(self): return f"{'hi' if self.high else 'lo'}32({self.value!r})"
+  @classmethod
+  def probe(cls) -> dict:
+    if not kernel_mod.emulated() and not os.path.exists("/dev/nvidiactl"):
+      return {"available": False, "reason": "no /dev/nvidiactl (the NVIDIA kernel driver is not loaded, or there is no "
+                                            "NVIDIA GPU; set EMU=1 for the emulated GPU)"}
+    return {"available": True, "emulated": kernel_mod.emulated()}
 
 
-def _split(v) -> tuple:
-  """(high, low) 32-bit words of a 64-bit int or Slot."""
-  if isinstance(v, int): return (v >> 32) & 0xFFFFFFFF, v & 0xFFFFFFFF
-  return _Half(v, True), _Half(v, False)
+@dataclass(eq=False)
+class Launch(Fixup):
+  """A grid launch: the SEND_PCAS_A word that names its QMD, filled in when bind/submit has written the QMD and
+  constant bank 0 into launch memory (`NVDriver._place`)."""
+  name: str
+  program: int           # code address
+  kern: object           # the cubin kernel (cubin.py): registers, shared memory, parameters
+  grid: tuple
+  block: tuple
+  args_addr: int         # the kernel arguments in hcq's kernarg memory, one 64-bit word each
+  cb_size: int           # bytes of constant bank 0
+
+  def word(self, qmd_addr: int) -> int: return qmd_addr >> 8     # SEND_PCAS_A: QMD_ADDRESS_SHIFTED8
 
 
-def _add(v, n: int):
-  return v + n if n else v
+@dataclass(eq=False)
+class BoundPushbuffer:
+  memory: NVMemory
+  words: np.ndarray      # the pushbuffer in memory (uint32 view); hcq patches words by index
+  nwords: int
+  copies: list           # (kernarg address, bank 0 address, bytes) of every launch's parameters, copied per submit
+  arenas: list           # the launch memory the bound queue holds

@@ -83,7 +83,8 @@ def decode_gp_entry(w0: int, w1: int) -> tuple[int, int]:
 
 
 class Pushbuffer:
-  """Words of methods; a value may stay symbolic (an hcq Slot, 64-bit) and is split by `split64` later."""
+  """Words of methods. A data word may be 32 `Bits` of a symbolic value or a driver's `Fixup` (drivers/encoded.py):
+  it stays in its place in `words`, which is how the encoder learns where it goes."""
 
   def __init__(self): self.words: list = []
 
@@ -91,7 +92,3 @@ class Pushbuffer:
     self.words.append(method_header(subchannel, method, len(data)))
     self.words.extend(data)
     return self
-
-
-def lo32(v) -> object: return v & 0xFFFFFFFF if isinstance(v, int) else ("lo32", v)
-def hi32(v) -> object: return v >> 32 if isinstance(v, int) else ("hi32", v)

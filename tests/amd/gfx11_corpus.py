@@ -7,8 +7,8 @@ Each instruction gets one all-register form, then one variant per (operand, cons
 from __future__ import annotations
 import re
 
-from baregrad.compiler.amd import isa
-from baregrad.compiler.amd.isa import Inst
+from baregrad.drivers.amd import isa
+from baregrad.drivers.amd.isa import Inst
 
 REGS = {
   "s32": ["s1", "s7", "vcc_lo", "s105", "m0", "exec_lo", "null", "ttmp3", "exec_hi", "vcc_hi"],

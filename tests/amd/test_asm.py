@@ -13,9 +13,9 @@ import tempfile
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from baregrad.compiler.amd import isa
+from baregrad.drivers.amd import isa
 from baregrad.compiler.amd.asm import AsmError, assemble, encode
-from baregrad.compiler.amd.disasm import disassemble
+from baregrad.drivers.amd.disasm import disassemble
 from gfx11_corpus import corpus
 
 LLVM_MC = "llvm-mc-19"

@@ -379,7 +379,6 @@ def test_processor_signal_and_timestamp(proc):
   assert proc.wait_value(addr(mem), 0xDEAD_BEEF_0000_0001, timeout=5)
   after = time.monotonic_ns()
   assert before <= mem[1] <= mem[2] <= after
-  assert after - before < 5e9
 
 
 def test_processor_wait_released_by_host(proc):

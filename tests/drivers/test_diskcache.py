@@ -273,7 +273,7 @@ def timed(monkeypatch):
   """BEAM with a stand-in for the timed runs (more opts: faster): counts the candidates it times."""
   from baregrad.compiler import search
   calls = []
-  def fake_time(spec, opts, repeats=3):
+  def fake_time(spec, opts, compile_kernel, repeats=3):
     calls.append(tuple(opts))
     return 1.0 / (1 + len(opts))
   monkeypatch.setattr(search, "time_program", fake_time)
@@ -286,13 +286,14 @@ def beam_entry(cache):
 
 def test_beam_entry_is_written_and_reused(cache, beam_spec, timed):
   from baregrad.compiler.search import beam_search, actions
+  from baregrad.compiler.codegen import get_program
   from baregrad.compiler.opt import apply_opts, cpu_threads
-  opts = beam_search(beam_spec, 2, depth=2)
+  opts = beam_search(beam_spec, 2, get_program, depth=2)
   assert timed and len(opts) == 2
   assert beam_entry(cache) == [[o.op, o.axis, o.amount] for o in opts]
   assert opts[0] in actions(beam_spec.ast, cpu_threads()) and apply_opts(beam_spec.ast, opts) is not None
   timed.clear()
-  assert beam_search(beam_spec, 2, depth=2) == opts and not timed   # from the cache: nothing timed
+  assert beam_search(beam_spec, 2, get_program, depth=2) == opts and not timed   # from the cache: nothing timed
 
 
 BAD_BEAM = {
@@ -316,44 +317,48 @@ BAD_BEAM = {
 @pytest.mark.parametrize("bad", list(BAD_BEAM))
 def test_beam_entry_that_does_not_apply_is_searched_again(cache, beam_spec, timed, bad):
   from baregrad.compiler.search import beam_search
-  opts = beam_search(beam_spec, 2, depth=2)
+  from baregrad.compiler.codegen import get_program
+  opts = beam_search(beam_spec, 2, get_program, depth=2)
   entry = only_entry(cache / "beam")
   entry.write_bytes(frame(BAD_BEAM[bad]))
   timed.clear()
-  assert beam_search(beam_spec, 2, depth=2) == opts and timed   # a fresh search
+  assert beam_search(beam_spec, 2, get_program, depth=2) == opts and timed   # a fresh search
   assert beam_entry(cache) == [[o.op, o.axis, o.amount] for o in opts]   # and the entry is rewritten
   timed.clear()
-  assert beam_search(beam_spec, 2, depth=2) == opts and not timed
+  assert beam_search(beam_spec, 2, get_program, depth=2) == opts and not timed
 
 
 def test_beam_damaged_entry_is_searched_again(cache, beam_spec, timed):
   from baregrad.compiler.search import beam_search
-  opts = beam_search(beam_spec, 2, depth=2)
+  from baregrad.compiler.codegen import get_program
+  opts = beam_search(beam_spec, 2, get_program, depth=2)
   entry = only_entry(cache / "beam")
   entry.write_bytes(flip_middle(entry.read_bytes()))
   timed.clear()
-  assert beam_search(beam_spec, 2, depth=2) == opts and timed
+  assert beam_search(beam_spec, 2, get_program, depth=2) == opts and timed
   assert beam_entry(cache) == [[o.op, o.axis, o.amount] for o in opts]
 
 
 def test_beam_with_an_unwritable_cache_warns(tmp_path, monkeypatch, beam_spec, timed):
   from baregrad.compiler.search import beam_search
+  from baregrad.compiler.codegen import get_program
   blocker = tmp_path / "a-file"
   blocker.write_bytes(b"")
   monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(blocker / "cache"))
   with pytest.warns(UserWarning, match="cannot create it"):
-    opts = beam_search(beam_spec, 2, depth=2)
+    opts = beam_search(beam_spec, 2, get_program, depth=2)
   assert timed and len(opts) == 2
 
 
 def test_beam_with_an_unsafe_cache_warns_and_searches(cache, beam_spec, timed):
   from baregrad.compiler.search import beam_search
+  from baregrad.compiler.codegen import get_program
   cache.mkdir()
   os.chmod(cache, 0o777)
   with pytest.warns(UserWarning, match="writable by other users"):
-    opts = beam_search(beam_spec, 2, depth=2)
+    opts = beam_search(beam_spec, 2, get_program, depth=2)
   timed.clear()
-  assert beam_search(beam_spec, 2, depth=2) == opts and timed   # nothing cached in an unsafe directory
+  assert beam_search(beam_spec, 2, get_program, depth=2) == opts and timed   # nothing cached in an unsafe directory
   assert not (cache / "beam").exists()
 
 
@@ -364,9 +369,9 @@ def test_beam_real_timing_round_trip(cache, beam_spec):
   from baregrad.compiler.codegen import get_program
   from baregrad.hcq.buffer import Buffer
   from baregrad.hcq.runtime import ExecItem, run_schedule
-  opts = beam_search(beam_spec, 2, depth=1)
+  opts = beam_search(beam_spec, 2, get_program, depth=1)
   assert beam_entry(cache) == [[o.op, o.axis, o.amount] for o in opts]
-  prog = get_program(dataclasses.replace(beam_spec, opts=tuple(beam_search(beam_spec, 2, depth=1))))
+  prog = get_program(dataclasses.replace(beam_spec, opts=tuple(beam_search(beam_spec, 2, get_program, depth=1))))
   x = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)
   inp = Buffer("CPU", x.size, beam_spec.params[1].dtype).copyin(x.tobytes())
   out = Buffer("CPU", 64, beam_spec.params[0].dtype)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel, GPU_UUID
+from baregrad.drivers.encoded import Encoded
 from baregrad.drivers.nv import pushbuf as pb
 from baregrad.drivers.nv.driver import NVDriver, NVError
 from baregrad.hcq.device import Device
@@ -23,7 +24,7 @@ def dev():
 
 def test_open_device(dev):
   d = dev.driver
-  assert d.k.emulated and d.arch == "sm_90" and d.qmd_version == (4, 0) and d.version.startswith("580.")
+  assert d.k.emulated and d.target == "sm_90" and d.qmd_version == (4, 0) and d.version.startswith("580.")
   assert d.uuid == GPU_UUID and d.compute_class == 0xCBC0 and d.copy_class == 0xC8B5
   client = d.k.clients[d.rm.root]
   assert client[d.channels["compute"].handle].cls == 0xC86F and client[d.group].cls == 0xA06C
@@ -92,6 +93,34 @@ def test_jit_replay(dev):
   assert f.graph is not None
 
 
+def test_encode_has_no_side_effects_and_launches_are_placed_at_submit(dev):
+  """encode writes no QMD and takes no launch memory; the SEND_PCAS_A word is a fixup that bind/submit fill in
+  with the address of the QMD they wrote; a symbolic value's halves are patches at SEM_PAYLOAD_LO/HI's data."""
+  from baregrad.drivers.nv import qmd
+  from baregrad.hcq.queue import Slot
+  d = dev.driver
+  x = Tensor(np.arange(64, dtype=np.float32), device="NV")
+  prog = (x * 2).schedule()[0].program
+  out, args, sig = d.alloc(256), d.alloc(64), Signal(dev, "launch")
+  np.frombuffer(d.view(args.addr, 16), np.uint64)[:] = [out.addr, x._buffer().addr]
+  arenas = [(a[0].addr, a[1], a[2]) for a in d._arenas]
+  enc = d.encode("compute", [("exec", prog, args.addr, prog.meta.get("global_size", (1, 1, 1)), (1, 1, 1)),
+                             ("signal", sig, Slot("v"))])
+  assert [(a[0].addr, a[1], a[2]) for a in d._arenas] == arenas       # no launch memory taken
+  (at, launch), = enc.fixups
+  _, subc, method, count = pb.decode_header(enc.words[at - 1])
+  assert (subc, method, count, enc.words[at]) == (pb.SUBC_COMPUTE, pb.SEND_PCAS_A, 1, 0)
+  sem = next(i for i, w in enumerate(enc.words) if pb.decode_header(w)[2:] == (pb.SEM_ADDR_LO, 5))
+  assert [(i, part.shift, part.width) for i, part in enc.patches] == [(sem + 3, 0, 32), (sem + 4, 32, 32)]
+  words, _, copies = d._place(enc.resolved({"v": 5}))
+  launched = qmd.read_launch(d.qmd_version, bytes(d.view(words[at] << 8, qmd.QMD_BYTES)))
+  assert launched["program"] == prog.entry and launched["cbuf0"] == (words[at] << 8) + qmd.QMD_BYTES
+  assert [c[0] for c in copies] == [args.addr, args.addr + 8]     # bank 0 gets the kernarg words at submit
+  d.submit("compute", enc.resolved({"v": 5}))
+  sig.wait(5, timeout=30)
+  assert np.array_equal(np.frombuffer(d.view(out.addr, 256), np.float32), np.arange(64, dtype=np.float32) * 2)
+
+
 @pytest.fixture
 def fresh():
   """A driver on its own emulated GPU: a faulted channel stays stopped, as on hardware."""
@@ -106,14 +135,14 @@ def _wait_fault(d, timeout=5.0):
 
 
 def test_unknown_method_names_channel_and_method(fresh):
-  fresh.submit("compute", [pb.method_header(pb.SUBC_COMPUTE, 0x1234, 1), 0xABCD])
+  fresh.submit("compute", Encoded([pb.method_header(pb.SUBC_COMPUTE, 0x1234, 1), 0xABCD]))
   msg = _wait_fault(fresh)
   assert "channel 'compute'" in msg and "0x1234" in msg and "HOPPER_COMPUTE_A" in msg
 
 
 def test_bad_address_names_address(fresh):
   dst = fresh.alloc(4096)
-  fresh.submit("copy", fresh.encode([("copy", dst.addr, 0xDEAD0000, 64)]))
+  fresh.submit("copy", fresh.encode("copy", [("copy", dst.addr, 0xDEAD0000, 64)]))
   msg = _wait_fault(fresh)
   assert "channel 'copy'" in msg and "0xdead0000" in msg
 
@@ -121,7 +150,7 @@ def test_bad_address_names_address(fresh):
 def test_unknown_method_surfaces_through_signal_wait():
   from baregrad.hcq.signal import SignalTimeout
   d = NVDriver(kernel=EmulatedNVKernel())
-  d.submit("compute", [pb.method_header(0, 0x00F0, 1), 1])     # an unknown host method
+  d.submit("compute", Encoded([pb.method_header(0, 0x00F0, 1), 1]))     # an unknown host method
   addr = d.alloc(16).addr
   assert d.wait_value(addr, 1, timeout=5) is False              # returns early: the GPU faulted
   with pytest.raises(NVError, match="unknown host method 0x00f0"): d.check_faults("NV")

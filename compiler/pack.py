@@ -1,0 +1,74 @@
+"""Matmul packing: a rewrite of the Tensor graph, before rangeify, for the CPU device.
+
+The Tensor layer builds every matmul the same way on every device: REDUCE_AXIS(ADD) over the last axis of
+MUL(A, B), shapes (..., n, m, k), with A broadcast along m and B along n. Its kernel reads B's elements for
+neighbouring columns k apart, rows 4*m bytes apart, which alias to a few cache sets and miss in L1 and L2.
+On the CPU a large one is rewritten here: B is first copied (a kernel of its own) into strips of shape
+(m/W, k, W), and the product walks one contiguous W-wide strip per column block:
+
+    B (k, m) --copy--> strips (m/W, k, W);  out[i, jb*W + l] = sum over kk of A[i, kk] * strips[jb, kk, l]
+
+The copy costs O(k*m); it pays for itself once the product is big enough (`matmul_pack_width`).
+compiler/schedule.py applies `pack_matmuls` when kernel optimizations are on (OPT)."""
+from __future__ import annotations
+from .uop import UOp, Ops
+from .dtype import dtypes
+from .pattern import substitute
+from .opt import has_avx512
+
+
+def matmul_pack_width(device: str, dtype, n: int, k: int, m: int) -> int:
+  """Lanes W of the packed layout the CPU device wants for the right operand of an (n,k)@(k,m) matmul, or 0:
+  one strip row is one vector register (64 bytes with AVX-512, else 32)."""
+  if device != "CPU" or dtype not in (dtypes.float32, dtypes.float64): return 0
+  w = (64 if has_avx512() else 32) // dtype.itemsize
+  if m % w or m < 2 * w or k < 16 or n < 4 or n * k * m < (1 << 20): return 0
+  return w
+
+
+def matmul_operands(node: UOp) -> tuple[UOp, UOp] | None:
+  """(A, B) before their broadcasts when `node` is a matmul's reduction (REDUCE_AXIS(ADD) over the last axis of
+  MUL(EXPAND(A), EXPAND(B)) with A of shape (..., n, 1, k) and B of shape (..., 1, m, k)), else None."""
+  if node.op is not Ops.REDUCE_AXIS or node.arg[0] is not Ops.ADD: return None
+  product = node.src[0]
+  rank = len(product.shape)
+  if product.op is not Ops.MUL or rank < 3 or node.arg[1] != (rank - 1,): return None
+  n, m, k = product.shape[-3:]
+  for a, b in (product.src, product.src[::-1]):
+    if a.op is Ops.EXPAND and b.op is Ops.EXPAND:
+      if a.src[0].shape[-3:] == (n, 1, k) and b.src[0].shape[-3:] == (1, m, k): return a.src[0], b.src[0]
+  return None
+
+
+def _reshape(u: UOp, shape: tuple) -> UOp:
+  """u viewed as `shape` (a RESHAPE of a RESHAPE is one RESHAPE, as Tensor.reshape builds it)."""
+  src = u.src[0] if u.op is Ops.RESHAPE else u
+  return src if src.shape == shape else UOp(Ops.RESHAPE, u.dtype, (src,), shape)
+
+
+def _packed_matmul(node: UOp, a: UOp, b: UOp, w: int) -> UOp:
+  """The reduction `node` of A @ B, computed from B copied into (..., m/w, k, w) strips; same shape as node."""
+  *batch, n, m, k = node.src[0].shape
+  dtype = node.src[0].dtype
+  nb = len(batch)
+  strips = _reshape(b, (*b.shape[:-3], m // w, w, k))
+  strips = UOp(Ops.PERMUTE, b.dtype, (strips,), (*range(nb + 1), nb + 2, nb + 1))   # (..., m/w, k, w)
+  strips = _reshape(UOp(Ops.CONTIGUOUS, b.dtype, (strips,)), (*b.shape[:-3], 1, m // w, k, w))
+  rows = _reshape(a, (*a.shape[:-3], n, 1, k, 1))
+  full = (*batch, n, m // w, k, w)
+  product = UOp(Ops.MUL, dtype, (UOp(Ops.EXPAND, a.dtype, (rows,), full), UOp(Ops.EXPAND, b.dtype, (strips,), full)))
+  total = UOp(Ops.REDUCE_AXIS, node.dtype, (product,), (Ops.ADD, (nb + 2,)))   # (..., n, m/w, 1, w)
+  return UOp(Ops.RESHAPE, node.dtype, (total,), node.shape)
+
+
+def pack_matmuls(sink: UOp) -> UOp:
+  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top)."""
+  order = sink.toposort()
+  mapping = {}
+  for node in order:
+    if (operands := matmul_operands(node)) is None: continue
+    a, b = operands
+    n, m, k = node.src[0].shape[-3:]
+    if a.dtype != b.dtype or node.dtype != a.dtype: continue
+    if w := matmul_pack_width(node.device, node.dtype, n, k, m): mapping[node] = _packed_matmul(node, a, b, w)
+  return substitute(sink, mapping, order) if mapping else sink

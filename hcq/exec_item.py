@@ -1,0 +1,30 @@
+"""ExecItem: one compiled program (or a copy) with its buffers and variable values, the unit the runtime and the
+JIT handle, and how one is put on a device's queue."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from .program import Program
+
+
+@dataclass(eq=False)
+class ExecItem:
+  """One compiled program (or a copy when program is None) with its buffers and variable values."""
+  program: Program | None
+  bufs: list
+  var_vals: dict = field(default_factory=dict)
+  meta: dict = field(default_factory=dict)     # name, flops, bytes
+
+  @property
+  def name(self) -> str: return self.program.name if self.program is not None else self.meta.get("name", "copy")
+
+
+def kernel_args(item: ExecItem) -> list[int]:
+  return [b.addr for b in item.bufs] + [item.var_vals[v] for v in item.program.variables]
+
+
+def enqueue(dev, q, item: ExecItem):
+  """Add `item` to queue `q` of `dev`: a copy, or the program with its arguments in the device's kernarg memory."""
+  if item.program is None:
+    dst, src = item.bufs
+    q.copy(dst.addr, src.addr, dst.nbytes)
+  else:
+    q.exec(item.program, dev.kernargs.put(kernel_args(item)), item.meta.get("global_size", (1, 1, 1)))
