@@ -273,11 +273,14 @@ def _float_arith(c: Compiler, ins: Instr, t: str, kind: str, a, b, cc=None):
     return {"add": np.add, "sub": np.subtract, "mul": np.multiply}[kind](a, b)
   to64 = (lambda v: _half_in(t, v).astype(np.float64)) if t in ("f16", "bf16") else (lambda v: np.asarray(v).astype(np.float64))
   a64, b64 = to64(a), to64(b)
-  if kind == "add": s, e = F.two_sum(a64, b64)
-  elif kind == "sub": s, e = F.two_sum(a64, -b64)
-  elif kind == "mul": s, e = a64 * b64, np.zeros_like(a64 * b64)
-  else: s, e = F.two_sum(a64 * b64, to64(cc))
-  return _round_pair(s, e, t, mode)
+  if kind == "mul": return _round_pair(a64 * b64, np.zeros_like(a64 * b64), t, mode)
+  if kind == "add": x, y = a64, b64                     # the exact addends
+  elif kind == "sub": x, y = a64, -b64
+  else: x, y = a64 * b64, to64(cc)
+  out = _round_pair(*F.two_sum(x, y), t, mode)
+  negative_zero = F.exact_zero_is_negative(x, y, mode)     # sign of an exact zero sum (IEEE 754-2008, 6.3)
+  if t == "bf16": return np.where(negative_zero, np.uint16(0x8000), out).astype(np.uint16)
+  return np.where(negative_zero, out.dtype.type(-0.0), out).astype(out.dtype)
 
 
 def _check_float_mode(c: Compiler, ins: Instr, t: str):

@@ -50,6 +50,17 @@ def f64_sign_residual(s, e):
   return np.where(inexact, bits.view(np.float64), s)
 
 
+def exact_zero_is_negative(x, y, mode: str):
+  """Where the exact sum x + y (x, y: the float64 addends, e.g. a product and c for fma) is zero and the result must
+  be -0 (IEEE 754-2008, 6.3, which PTX's add/sub/fma follow): a zero sum of operands of opposite signs, or x - x,
+  is +0 in every rounding direction but toward -inf (.rm), where it is -0; x + x is x, zeros included. Round to
+  nearest and the other directions already give +0 from the float64 sum; only .rm needs the -0."""
+  x, y = np.asarray(x), np.asarray(y)
+  if mode != "rm": return np.zeros(np.broadcast(x, y).shape, bool)
+  both_plus_zero = (x == 0) & (y == 0) & ~np.signbit(x) & ~np.signbit(y)
+  return (x == -y) & ~both_plus_zero
+
+
 def to_f32_from_f64(x, mode: str = "rn"):
   x = np.asarray(x, np.float64)
   return directed(x.astype(np.float32), x, mode, np.float32)
@@ -60,7 +71,7 @@ def f32_fma(a, b, c, mode: str = "rn"):
   p = a64 * b64                                     # exact
   s, e = two_sum(p, c64)
   odd = f64_sign_residual(s, e)
-  return to_f32_from_f64(odd, mode)
+  return np.where(exact_zero_is_negative(p, c64, mode), np.float32(-0.0), to_f32_from_f64(odd, mode)).astype(np.float32)
 
 
 def f32_add(a, b, mode: str, sub: bool = False):
@@ -68,7 +79,8 @@ def f32_add(a, b, mode: str, sub: bool = False):
   a64, b64 = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
   if sub: b64 = -b64
   s, e = two_sum(a64, b64)
-  return to_f32_from_f64(f64_sign_residual(s, e), mode)
+  return np.where(exact_zero_is_negative(a64, b64, mode), np.float32(-0.0),
+                  to_f32_from_f64(f64_sign_residual(s, e), mode)).astype(np.float32)
 
 
 def f32_mul(a, b, mode: str):

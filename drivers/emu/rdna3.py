@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from baregrad.drivers.amd import isa
-from baregrad.drivers.amd.codeobj import read_code_object
+from baregrad.drivers.amd.codeobj import KernelDescriptor, read_code_object
 from .memory import Memory, MemoryFault, HostMemory  # noqa: F401  (re-exported for users)
 from .rdna3_mem import compile_ds, compile_smem, compile_vmem
 from .rdna3_salu import compile_salu
-from .rdna3_state import (ALL, EXEC, LANE, U32, U64, VCC, EmulatorError, IllegalInstruction, Waves, mask_to_bits)
+from .rdna3_state import (ALL, EXEC, LANE, U32, U64, VCC, EmulatorError, FloatMode, IllegalInstruction, Waves,
+                          mask_to_bits, unemulated_float_mode)
 from .rdna3_valu import compile_valu
 
 __all__ = ["dispatch", "Memory", "HostMemory", "MemoryFault", "IllegalInstruction", "EmulatorError",
@@ -91,6 +92,7 @@ _SOPP_NOOPS = {"s_nop", "s_waitcnt", "s_delay_alu", "s_clause", "s_sleep", "s_se
                "s_wakeup", "s_round_mode", "s_denorm_mode", "s_set_inst_prefetch_distance", "s_wait_idle",
                "s_wait_event", "s_ttracedata", "s_ttracedata_imm", "s_incperflevel", "s_decperflevel", "s_setkill",
                "s_cbranch_cdbgsys", "s_cbranch_cdbguser", "s_cbranch_cdbgsys_or_user", "s_cbranch_cdbgsys_and_user"}
+_MODE_AS_EMULATED = {"s_round_mode": 0x0, "s_denorm_mode": 0xF}
 _BRANCH_COND = {
   "s_cbranch_scc0": lambda w, sel: w.scc[sel] == 0, "s_cbranch_scc1": lambda w, sel: w.scc[sel] != 0,
   "s_cbranch_vccz": lambda w, sel: w.S[VCC][sel] == 0, "s_cbranch_vccnz": lambda w, sel: w.S[VCC][sel] != 0,
@@ -104,6 +106,8 @@ class Program:
   def __init__(self, code: bytes, entry: int, kd, name: str = "kernel"):
     self.code, self.entry, self.kd, self.name = code, entry, kd, name
     self.n_vgprs = (kd.granulated_workitem_vgpr_count + 1) * 8
+    self.float_mode = FloatMode.of(kd)
+    self.unemulated_mode = unemulated_float_mode(kd)      # dispatch refuses to run the kernel when set
     self._cache: dict[int, Compiled] = {}
 
   def at(self, pc: int) -> Compiled:
@@ -134,6 +138,11 @@ class Program:
     name, fmt = inst.name, inst.fmt
     nxt = pc + size
     if fmt == "SOPP":
+      if name in ("s_round_mode", "s_denorm_mode") and get("simm16") & 0xF != _MODE_AS_EMULATED[name]:
+        # s_round_mode: [1:0] f32, [3:2] f16/f64 rounding (0: nearest even); s_denorm_mode: [1:0] f32, [3:2] f16/f64
+        # denormals (3: kept) (RDNA3 ISA guide, 16.5 "SOPP Instructions"): only the modes the emulator computes in
+        raise EmulatorError(f"{name} {get('simm16') & 0xF:#x}: the emulator rounds to nearest even and keeps "
+                            f"denormals ({name} {_MODE_AS_EMULATED[name]:#x}); other modes are not emulated")
       if name in _SOPP_NOOPS: return Compiled(name, size, NORMAL, lambda w, sel: None)
       if name in ("s_endpgm", "s_endpgm_saved", "s_sethalt"): return Compiled(name, size, END)
       if name == "s_barrier": return Compiled(name, size, BARRIER)
@@ -155,7 +164,8 @@ class Program:
       def dest(w, sel): return (w.read_s64(src, sel) - np.uint64(w.code_base)).astype(np.int64)
       return Compiled(name, size, JUMP, run=getpc if name == "s_swappc_b64" else None, dest=dest)
     if fmt in ("SOP1", "SOP2", "SOPC", "SOPK"): run = compile_salu(inst, get, literal)
-    elif fmt in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3P"): run = compile_valu(inst, get, literal, self.n_vgprs)
+    elif fmt in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3P"):
+      run = compile_valu(inst, get, literal, self.n_vgprs, self.float_mode)
     elif fmt == "SMEM": run = compile_smem(inst, get)
     elif fmt in ("GLOBAL", "FLAT", "SCRATCH"): run = compile_vmem(inst, get, self.n_vgprs)
     elif fmt == "DS": run = compile_ds(inst, get, self.n_vgprs)
@@ -188,6 +198,7 @@ def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_siz
   instruction steps (one step runs one instruction for a group of waves) per batch; exceeding it
   raises InstructionBudgetExceeded. Returns the number of steps executed."""
   prog = code_object if isinstance(code_object, Program) else load_program(bytes(code_object))
+  if prog.unemulated_mode: raise EmulatorError(f"kernel {prog.name!r}: {prog.unemulated_mode}")
   kd = prog.kd
   grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
   block = tuple(int(b) for b in (tuple(block) + (1, 1, 1))[:3])
@@ -322,7 +333,7 @@ def coverage() -> tuple[list[str], list[str]]:
 
   Each instruction is compiled once with all fields zero (registers s0/v0) to see whether the
   emulator can run it."""
-  prog = Program(b"\0" * 16, 0, type("KD", (), {"granulated_workitem_vgpr_count": 31})())
+  prog = Program(b"\0" * 16, 0, KernelDescriptor.for_kernel(vgprs=256))
   have, missing = [], []
   for (fmt, _), inst in sorted(isa.BY_OPCODE.items(), key=lambda kv: (kv[0][0], kv[0][1])):
     label = f"{inst.name} ({fmt})"

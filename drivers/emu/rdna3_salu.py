@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rdna3_state import EXEC, U32, U64, I32, I64, scalar_source
+from .rdna3_state import EXEC, U32, U64, I32, I64, EmulatorError, scalar_source
 from .rdna3_valu import _top_bit, bit_reverse32
 
 M32, M64 = np.uint64(0xFFFFFFFF), np.uint64(0xFFFFFFFFFFFFFFFF)
+HW_REG_MODE = 1        # hwreg id of MODE (s_getreg/s_setreg simm16[5:0])
 OPS: dict[str, object] = {}
 
 
@@ -209,6 +210,11 @@ def compile_salu(inst, get, literal):
     if name in ("s_getreg_b32",):
       dst = get("sdst")
       return lambda w, sel: w.write_s(dst, sel, np.uint32(0))
+    if name == "s_setreg_b32" and imm & 0x3F == HW_REG_MODE:
+      # the float semantics read MODE once, from the kernel descriptor (rdna3_state.FloatMode): a kernel that
+      # changes its IEEE, DX10_CLAMP, denorm or round mode would run with the wrong ones, so it is refused
+      raise EmulatorError("s_setreg_b32 hwreg(HW_REG_MODE): changing MODE in a kernel is not emulated (the float "
+                          "modes come from the kernel descriptor only)")
     if name in ("s_setreg_b32", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_expcnt", "s_waitcnt_lgkmcnt",
                 "s_subvector_loop_begin", "s_subvector_loop_end"):
       return lambda w, sel: None

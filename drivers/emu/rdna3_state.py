@@ -10,6 +10,8 @@ share one PC; readers return arrays of shape (k,) for scalars and (k, 32) for la
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from baregrad.drivers.amd import isa
@@ -27,6 +29,33 @@ SHARED_BASE, PRIVATE_BASE = 0x0001_0000_0000_0000, 0x0002_0000_0000_0000
 
 class EmulatorError(RuntimeError):
   pass
+
+
+class FloatMode(NamedTuple):
+  """The MODE register bits that the VALU's float semantics read (RDNA3 ISA guide, "Mode Register" (MODE)). A
+  wave starts with the values of COMPUTE_PGM_RSRC1.IEEE_MODE and DX10_CLAMP (LLVM AMDGPUUsage, "COMPUTE_PGM_RSRC1").
+  - ieee: V_MIN/V_MAX and the min3/max3/med3/minmax/maxmin forms return a signalling NaN operand quieted
+    (pseudocode "if WAVE_MODE.IEEE then if isSignalNAN(S0) ..."); without it any NaN operand gives the other one.
+  - dx10_clamp: the clamp output modifier turns a NaN result into 0.0 ("DX10 style treatment of NaNs: when set,
+    clamp NaN to zero, otherwise pass NaN through")."""
+  ieee: bool
+  dx10_clamp: bool
+
+  @classmethod
+  def of(cls, kd) -> "FloatMode":
+    return cls(ieee=bool(kd.enable_ieee_mode), dx10_clamp=bool(kd.enable_dx10_clamp))
+
+
+def unemulated_float_mode(kd) -> str | None:
+  """Why the emulator cannot run a kernel with this descriptor's float modes, or None. Its arithmetic keeps
+  denormals and rounds to nearest even (numpy), which is FLOAT_DENORM_MODE_32/16_64 = 3 ("keep input and output
+  denormals") and FLOAT_ROUND_MODE_32/16_64 = 0 ("round to nearest even") in COMPUTE_PGM_RSRC1 (LLVM AMDGPUUsage,
+  "Floating Point Denorm Mode Enumeration Values" and "Floating Point Rounding Mode Enumeration Values")."""
+  modes = {"float_denorm_mode_32": 3, "float_denorm_mode_16_64": 3, "float_round_mode_32": 0, "float_round_mode_16_64": 0}
+  wrong = [f"{field} = {getattr(kd, field)}" for field, want in modes.items() if getattr(kd, field) != want]
+  if not wrong: return None
+  return (f"the kernel descriptor sets {', '.join(wrong)}: the emulator only runs kernels that keep denormals "
+          f"(denorm mode 3) and round to nearest even (round mode 0)")
 
 
 class IllegalInstruction(EmulatorError):

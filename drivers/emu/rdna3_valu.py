@@ -8,7 +8,8 @@ carry and compare outputs, inactive lanes of compare results read as 0).
 Each entry of OPS is (output type, input types, fn): fn takes typed numpy arrays of shape
 (k, 32) (or broadcastable) and returns a typed result; the compiler converts raw register bits
 to and from those types and applies the modifiers. Special shapes (carry, compare, lane ops,
-packed math) are compiled by the functions further down.
+packed math) are compiled by the functions further down. The float min/max family and the clamp
+modifier depend on the wave's MODE bits (rdna3_state.FloatMode, from the kernel descriptor).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import re
 
 import numpy as np
 
-from .rdna3_state import (EXEC, F16, F32, F64, I16, I32, I64, LANE, U16, U32, U64, VCC, EmulatorError,
+from .rdna3_state import (EXEC, F16, F32, F64, I16, I32, I64, LANE, U16, U32, U64, VCC, EmulatorError, FloatMode,
                           bits_to_mask, check_vgpr, mask_to_bits, vector_source)
 
 DTYPES = {"f32": F32, "i32": I32, "u32": U32, "f16": F16, "i16": I16, "u16": U16, "f64": F64, "i64": I64, "u64": U64}
@@ -31,25 +32,99 @@ def _op(names: str, out: str, ins: str, fn) -> None:
 
 # ---- numeric helpers ----
 
-def _fmin(a, b):   # IEEE minNum: a NaN input yields the other operand
-  return np.where(np.isnan(a), b, np.where(np.isnan(b), a, np.minimum(a, b)))
+_UINT_OF = {2: U16, 4: U32, 8: U64}
 
 
-def _fmax(a, b):
-  return np.where(np.isnan(a), b, np.where(np.isnan(b), a, np.maximum(a, b)))
+def _raw(x):
+  """The bits of a float array (a view, so NaN payloads and signalling NaNs stay exactly as they are)."""
+  return x.view(_UINT_OF[x.dtype.itemsize])
+
+
+def _pick(cond, a, b):
+  """np.where(cond, a, b) on the bits: a signalling NaN is copied, never quieted by a float move."""
+  return np.where(cond, _raw(a), _raw(b)).view(a.dtype)
+
+
+def _quiet_bit(x):
+  raw = _raw(x)
+  return raw.dtype.type(1) << raw.dtype.type(np.finfo(x.dtype).nmant - 1)
+
+
+def _signalling(x):
+  """isSignalNAN: a NaN whose mantissa's top bit is clear."""
+  return np.isnan(x) & ((_raw(x) & _quiet_bit(x)) == 0)
+
+
+def _quieted(x):
+  """cvtToQuietNAN: the same NaN with the quiet bit set (payload and sign kept)."""
+  return (_raw(x) | _quiet_bit(x)).view(x.dtype)
+
+
+def _minmax(is_max: bool, ieee: bool):
+  """V_MIN_F32 / V_MAX_F32 (RDNA3 ISA guide, 16.7 "VOP2 Instructions"; V_MIN/V_MAX_F16, _F64, V_PK_MIN/MAX_F16
+  and the three-operand forms are defined through them). With MODE.IEEE: a signalling NaN operand gives that
+  NaN quieted (S0 checked first), else a quiet NaN in S1 gives S0 and one in S0 gives S1 (IEEE 754-2008
+  minNum/maxNum); without MODE.IEEE any NaN operand gives the other operand. Numbers compare with -0.0 < +0.0
+  (LT_NEG_ZERO / GT_NEG_ZERO)."""
+  def fn(a, b):
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    with np.errstate(invalid="ignore"):
+      if is_max: take_a = (a > b) | ((a == b) & ~np.signbit(a) & np.signbit(b))
+      else: take_a = (a < b) | ((a == b) & np.signbit(a) & ~np.signbit(b))
+    r = _pick(take_a, a, b)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if not ieee:
+      return _pick(nan_b, a, _pick(nan_a, b, r))                 # isNAN(S1) is tested first
+    snan_a, snan_b = _signalling(a), _signalling(b)
+    r = _pick(nan_a & ~snan_a, b, r)
+    r = _pick(nan_b & ~snan_b, a, r)                              # isQuietNAN(S1) before isQuietNAN(S0)
+    r = _pick(snan_b, _quieted(b), r)
+    return _pick(snan_a, _quieted(a), r)
+  return fn
+
+
+def _med3_float(ieee: bool):
+  """V_MED3_F32 (RDNA3 ISA guide, 16.12 "VOP3 & VOP3SD Instructions"): any NaN operand gives
+  v_min3(S0, S1, S2); else the v_max of the two operands other than the one equal to v_max3(S0, S1, S2)."""
+  vmin, vmax = _minmax(False, ieee), _minmax(True, ieee)
+  def fn(a, b, c):
+    a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
+    top = vmax(vmax(a, b), c)
+    with np.errstate(invalid="ignore"):
+      r = _pick(top == a, vmax(b, c), _pick(top == b, vmax(a, c), vmax(a, b)))
+    return _pick(np.isnan(a) | np.isnan(b) | np.isnan(c), vmin(vmin(a, b), c), r)
+  return fn
 
 
 def _med3(a, b, c, fmin, fmax):
   return fmax(fmin(a, b), fmin(fmax(a, b), c))
 
 
+def _flushed(x):
+  """Denormals replaced by a zero of the same sign (NaN bits kept)."""
+  x = np.asarray(x)
+  with np.errstate(invalid="ignore"):
+    tiny = (x != 0) & (np.abs(x) < np.finfo(x.dtype).tiny)
+  return _pick(tiny, np.copysign(np.zeros_like(x), x), x)
+
+
+def _transcendental_f32(fn):
+  """V_RCP_F32, V_RSQ_F32, V_SQRT_F32, V_EXP_F32, V_LOG_F32 (RDNA3 ISA guide, 16.8 "VOP1 Instructions"): "1ULP
+  accuracy, denormals are flushed", for inputs and results alike and whatever MODE's denorm setting (compilers
+  scale denormal operands around these instructions for that reason). Computed correctly rounded in float32."""
+  return lambda a: _flushed(fn(_flushed(a)))
+
+
 def _cvt_int(x, lo, hi, dtype):
-  """float -> integer with truncation, saturation and NaN -> 0 (v_cvt_i32_f32 & co)."""
+  """float -> integer with truncation, saturation and NaN -> 0 (v_cvt_i32_f32 & co: "out-of-range floating point
+  values (including infinity) saturate. NAN is converted to 0", RDNA3 ISA guide, 16.8 "VOP1 Instructions")."""
   x = np.asarray(x, F64)
   return np.where(np.isnan(x), 0, np.clip(np.trunc(np.nan_to_num(x)), lo, hi)).astype(I64).astype(dtype)
 
 
 def _fract(x):
+  """V_FRACT_F32 (16.8): S0 + -floor(S0), "result clamped to 0x3f7fffff" (the largest value below 1.0); inf and
+  NaN give NaN."""
   one_below = np.nextafter(x.dtype.type(1), x.dtype.type(0))
   r = np.minimum(x - np.floor(x), one_below)
   return np.where(np.isinf(x), x.dtype.type(np.nan), r)
@@ -59,11 +134,14 @@ def _rndne(x): return np.rint(x)
 
 
 def _frexp_mant(x):
+  """V_FREXP_MANT_F32 (16.8): inf and NaN give S0; otherwise the significand of C's frexp(), in [0.5, 1) (denormals
+  normalized, +-0 gives +-0), so that S0 = significand * 2**exponent."""
   m, _ = np.frexp(x)
   return np.where(np.isfinite(x), m, x).astype(x.dtype)
 
 
 def _frexp_exp(x):
+  """V_FREXP_EXP_I32_F32 (16.8): inf and NaN give 0; otherwise the exponent of C's frexp() (0 for +-0)."""
   _, e = np.frexp(x)
   return np.where(np.isfinite(x), e, 0).astype(I32)
 
@@ -199,35 +277,55 @@ for _t in ("f16", "f32", "f64"):
   _op(f"v_rndne_{_t}", _t, _t, _rndne)
   _op(f"v_fract_{_t}", _t, _t, _fract)
   _op(f"v_frexp_mant_{_t}", _t, _t, _frexp_mant)
+for _t in ("f16", "f64"):     # "denormals are supported" (V_RCP_F64 & co, V_SQRT_F16 & co)
   _op(f"v_rcp_{_t}", _t, _t, lambda a: a.dtype.type(1) / a)
   _op(f"v_rsq_{_t}", _t, _t, lambda a: a.dtype.type(1) / np.sqrt(a))
   _op(f"v_sqrt_{_t}", _t, _t, np.sqrt)
+_op("v_rcp_f32", "f32", "f32", _transcendental_f32(lambda a: np.float32(1) / a))
+_op("v_rsq_f32", "f32", "f32", _transcendental_f32(lambda a: np.float32(1) / np.sqrt(a)))
+_op("v_sqrt_f32", "f32", "f32", _transcendental_f32(np.sqrt))
 _op("v_rcp_iflag_f32", "f32", "f32", lambda a: np.float32(1) / a)
 _op("v_frexp_exp_i32_f32", "i32", "f32", _frexp_exp)
 _op("v_frexp_exp_i32_f64", "i32", "f64", _frexp_exp)
 _op("v_frexp_exp_i16_f16", "i16", "f16", lambda a: _frexp_exp(a).astype(I16))
+_op("v_exp_f16", "f16", "f16", np.exp2)
+_op("v_log_f16", "f16", "f16", np.log2)
+_op("v_exp_f32", "f32", "f32", _transcendental_f32(np.exp2))
+_op("v_log_f32", "f32", "f32", _transcendental_f32(np.log2))
 for _t in ("f16", "f32"):
-  _op(f"v_exp_{_t}", _t, _t, np.exp2)
-  _op(f"v_log_{_t}", _t, _t, np.log2)
   # v_sin/v_cos take the angle in revolutions (x * 2pi radians)
   _op(f"v_sin_{_t}", _t, _t, lambda a: np.sin(a.astype(F64) * (2 * np.pi)).astype(a.dtype))
   _op(f"v_cos_{_t}", _t, _t, lambda a: np.cos(a.astype(F64) * (2 * np.pi)).astype(a.dtype))
+
+# The float min/max family depends on MODE.IEEE: per mode, its functions by kind; compile_valu picks the kernel's.
+def _minmax_kinds(ieee: bool) -> dict:
+  vmin, vmax = _minmax(False, ieee), _minmax(True, ieee)
+  return {"min": vmin, "max": vmax, "min3": lambda a, b, c: vmin(vmin(a, b), c),
+          "max3": lambda a, b, c: vmax(vmax(a, b), c), "med3": _med3_float(ieee),
+          "maxmin": lambda a, b, c: vmin(vmax(a, b), c), "minmax": lambda a, b, c: vmax(vmin(a, b), c)}
+
+
+_MINMAX_BY_MODE = {ieee: _minmax_kinds(ieee) for ieee in (False, True)}
+_MINMAX_KIND: dict[str, str] = {}       # mnemonic -> kind, for the float min/max family
+
+
+def _minmax_op(name: str, kind: str, t: str, n: int) -> None:
+  _op(name, t, " ".join([t] * n), _MINMAX_BY_MODE[True][kind])
+  _MINMAX_KIND[name] = kind
+
 
 # VOP2 / VOP3 two- and three-source ops
 for _t in ("f16", "f32", "f64"):
   _op(f"v_add_{_t}", _t, f"{_t} {_t}", lambda a, b: a + b)
   _op(f"v_mul_{_t}", _t, f"{_t} {_t}", lambda a, b: a * b)
-  _op(f"v_min_{_t}", _t, f"{_t} {_t}", _fmin)
-  _op(f"v_max_{_t}", _t, f"{_t} {_t}", _fmax)
+  _minmax_op(f"v_min_{_t}", "min", _t, 2)
+  _minmax_op(f"v_max_{_t}", "max", _t, 2)
   _op(f"v_fma_{_t}", _t, f"{_t} {_t} {_t}", lambda a, b, c: _fma(a, b, c))
 for _t in ("f16", "f32"):
   _op(f"v_sub_{_t}", _t, f"{_t} {_t}", lambda a, b: a - b)
   _op(f"v_subrev_{_t}", _t, f"{_t} {_t}", lambda a, b: b - a)
-  _op(f"v_min3_{_t}", _t, f"{_t} {_t} {_t}", lambda a, b, c: _fmin(_fmin(a, b), c))
-  _op(f"v_max3_{_t}", _t, f"{_t} {_t} {_t}", lambda a, b, c: _fmax(_fmax(a, b), c))
-  _op(f"v_med3_{_t}", _t, f"{_t} {_t} {_t}", lambda a, b, c: _med3(a, b, c, _fmin, _fmax))
-  _op(f"v_maxmin_{_t}", _t, f"{_t} {_t} {_t}", lambda a, b, c: _fmin(_fmax(a, b), c))
-  _op(f"v_minmax_{_t}", _t, f"{_t} {_t} {_t}", lambda a, b, c: _fmax(_fmin(a, b), c))
+  for _kind in ("min3", "max3", "med3", "maxmin", "minmax"):
+    _minmax_op(f"v_{_kind}_{_t}", _kind, _t, 3)
   _op(f"v_div_fixup_{_t}", _t, f"{_t} {_t} {_t}", lambda q, d, n: _div_fixup(q, d, n))
 _op("v_div_fixup_f64", "f64", "f64 f64 f64", lambda q, d, n: _div_fixup(q, d, n))
 _op("v_div_fmas_f32", "f32", "f32 f32 f32", lambda a, b, c: _fma(a, b, c))
@@ -388,8 +486,8 @@ def _kind_bits(kind: str) -> int:
 class _Valu:
   """Decoded fields of one VALU instruction and the source readers built from them."""
 
-  def __init__(self, inst, get, literal, n_vgprs):
-    self.inst, self.get, self.literal, self.n_vgprs = inst, get, literal, n_vgprs
+  def __init__(self, inst, get, literal, n_vgprs, mode: FloatMode):
+    self.inst, self.get, self.literal, self.n_vgprs, self.mode = inst, get, literal, n_vgprs, mode
     self.vop3 = inst.fmt == "VOP3"
     self.vop3p = inst.fmt == "VOP3P"
     f = lambda name: get(name) if name in _fields(inst) else 0
@@ -433,12 +531,20 @@ def _modify(x, t, i, d: _Valu):
   return x
 
 
+def _clamp01(r, dx10_clamp: bool):
+  """The clamp output modifier on a float result: into [0.0, 1.0]; a NaN becomes 0.0 under MODE.DX10_CLAMP and
+  passes through otherwise (LLVM AMDGPUUsage, COMPUTE_PGM_RSRC1 "DX10_CLAMP")."""
+  r = np.asarray(r)
+  clipped = np.clip(r, r.dtype.type(0), r.dtype.type(1))
+  return np.where(np.isnan(r), r.dtype.type(0), clipped) if dx10_clamp else clipped
+
+
 def _output(r, t, d: _Valu):
   if t in FLOAT:
     if d.omod:
       r = r * r.dtype.type({1: 2.0, 2: 4.0, 3: 0.5}[d.omod])
     if d.clamp:
-      r = np.clip(r, r.dtype.type(0), r.dtype.type(1))
+      r = _clamp01(r, d.mode.dx10_clamp)
   return r
 
 
@@ -462,10 +568,11 @@ def _active(w, sel):
   return None if w.all_active(sel) else w.lanes(sel)
 
 
-def compile_valu(inst, get, literal, n_vgprs):
-  """A function run(w, sel) executing this VALU instruction, or None if unimplemented."""
+def compile_valu(inst, get, literal, n_vgprs, mode: FloatMode):
+  """A function run(w, sel) executing this VALU instruction, or None if unimplemented. `mode`: the wave's MODE
+  bits (from the kernel descriptor) that float results depend on."""
   name = inst.name
-  d = _Valu(inst, get, literal, n_vgprs)
+  d = _Valu(inst, get, literal, n_vgprs, mode)
   if name.startswith("v_cmp"): return _compile_cmp(d)
   if name.startswith("v_wmma"): return _compile_wmma(d)
   special = _SPECIAL.get(name)
@@ -482,6 +589,7 @@ def compile_valu(inst, get, literal, n_vgprs):
     if name.startswith("v_fmamk"): fn = lambda a, k, b, f=fn: f(a, k, b)
   elif name in OPS:
     out_t, in_ts, fn = OPS[name]
+    if name in _MINMAX_KIND: fn = _MINMAX_BY_MODE[mode.ieee][_MINMAX_KIND[name]]
   else:
     return None
   if len(readers) != len(in_ts):
@@ -535,6 +643,8 @@ _SATURATE = {
 
 
 # ---- compares: v_cmp_<op>_<type>, v_cmpx_<op>_<type>, v_cmp_class_<type> ----
+# RDNA3 ISA guide, 16.9 "VOPC Instructions", Table "Float Compare Operations": LT..GE and LG (<>) are false when an
+# operand is NaN, O/U test for NaN, NGE..NLT are the negations (true on NaN); integers have no LG/O/U/N* forms.
 
 _CMP = {
   "f": lambda a, b: np.zeros(np.broadcast(a, b).shape, bool), "t": lambda a, b: np.ones(np.broadcast(a, b).shape, bool),
@@ -548,7 +658,7 @@ _CMP = {
 
 
 def _class_mask(x, m):
-  """v_cmp_class: bit i of m tests class i (0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denormal,
+  """V_CMP_CLASS_F32 (16.9): bit i of m tests class i (0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denormal,
   5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf)."""
   info = np.finfo(x.dtype)
   raw = x.view({F16: U16, F32: U32, F64: U64}[x.dtype.type])
@@ -774,7 +884,7 @@ _SPECIAL = {
 
 _PK = {
   "v_pk_add_f16": ("f16", lambda a, b: a + b), "v_pk_mul_f16": ("f16", lambda a, b: a * b),
-  "v_pk_min_f16": ("f16", _fmin), "v_pk_max_f16": ("f16", _fmax),
+  "v_pk_min_f16": ("f16", _MINMAX_BY_MODE[True]["min"]), "v_pk_max_f16": ("f16", _MINMAX_BY_MODE[True]["max"]),
   "v_pk_fma_f16": ("f16", lambda a, b, c: _fma(a, b, c)),
   "v_pk_add_u16": ("u16", lambda a, b: a + b), "v_pk_sub_u16": ("u16", lambda a, b: a - b),
   "v_pk_add_i16": ("i16", lambda a, b: a + b), "v_pk_sub_i16": ("i16", lambda a, b: a - b),
@@ -786,6 +896,9 @@ _PK = {
   "v_pk_ashrrev_i16": ("i16", lambda a, b: b >> (a & np.int16(15))),
   "v_pk_mad_u16": ("u16", lambda a, b, c: a * b + c), "v_pk_mad_i16": ("i16", lambda a, b, c: a * b + c),
 }
+
+
+_PK_MINMAX_KIND = {"v_pk_min_f16": "min", "v_pk_max_f16": "max"}
 
 
 def _compile_packed(d: _Valu):
@@ -805,12 +918,13 @@ def _compile_packed(d: _Valu):
 
   if name in _PK:
     t, fn = _PK[name]
+    if name in _PK_MINMAX_KIND: fn = _MINMAX_BY_MODE[d.mode.ieee][_PK_MINMAX_KIND[name]]
 
     def run(w, sel):
       raws = [r(w, sel) for r in readers]
       lo = fn(*[np.asarray(half(x, i, bool((op_sel >> i) & 1), t)) for i, x in enumerate(raws)])
       hi = fn(*[np.asarray(half(x, i, bool((op_sel_hi >> i) & 1), t)) for i, x in enumerate(raws)])
-      if clamp and t in FLOAT: lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
+      if clamp and t in FLOAT: lo, hi = _clamp01(lo, d.mode.dx10_clamp), _clamp01(hi, d.mode.dx10_clamp)
       w.write_v(d.vdst(), sel, raw_bits(lo, t) | (raw_bits(hi, t) << np.uint32(16)), _active(w, sel))
     return run
 
@@ -827,7 +941,7 @@ def _compile_packed(d: _Valu):
     def run(w, sel):
       a, b, c = (src(r(w, sel), i) for i, r in enumerate(readers))
       r = _fma(a, b, c)
-      if clamp: r = np.clip(r, 0, 1)
+      if clamp: r = _clamp01(r, d.mode.dx10_clamp)
       if name == "v_fma_mix_f32": out = raw_bits(r, "f32")
       else:
         h = raw_bits(r.astype(F16), "f16")
@@ -852,7 +966,7 @@ def _compile_packed(d: _Valu):
       acc_t = "f32" if name.startswith("v_dot2_f32") else "f16"
       cv = typed(c, "f32") if acc_t == "f32" else typed(c, "f16").astype(F32)
       r = conv(a, 0, False) * conv(b, 1, False) + conv(a, 0, True) * conv(b, 1, True) + cv
-      if clamp: r = np.clip(r, 0, 1)
+      if clamp: r = _clamp01(r, d.mode.dx10_clamp)
       if acc_t == "f32": out = raw_bits(r, "f32")
       elif bf: out = (np.asarray(r, F32).view(U32) >> np.uint32(16))
       else: out = raw_bits(r.astype(F16), "f16")
