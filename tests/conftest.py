@@ -6,6 +6,8 @@ The suites never name a device: they use the default one, so the same files run 
 import os
 import sys
 
+import pytest
+
 # make the helpers_* modules importable however pytest was started
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -17,3 +19,15 @@ def pytest_report_header(config):
   except Exception as e:  # the header must never break collection
     device = f"unknown ({type(e).__name__}: {e})"
   return [f"baregrad default device: {device} (DEV={os.environ.get('DEV', '')!r}, EMU={os.environ.get('EMU', '')!r})"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+  import helpers_capture
+  helpers_capture.plan_session(config, items)     # the op suite runs once per session (helpers_capture's doc)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  import helpers_capture
+  with helpers_capture.recording(item):
+    yield

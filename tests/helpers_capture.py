@@ -1,9 +1,12 @@
 """The kernels of the op test suite, recorded once per pytest process and shared by the renderer tests
 (tests/amd/test_render.py, tests/nv/test_ptx.py), plus a matrix of every ALU op, cast and bitcast on every dtype.
 
-A record is `(name, kernel AST, [(param dtype, element count)])`. The op suite is recorded by running it in a
-subprocess on the CPU device with `compiler.schedule.get_program` wrapped; its own failures do not matter here."""
-import math, os, pickle, subprocess, sys, tempfile
+A record is `(name, kernel AST, [(param dtype, element count)])`. The kernels are recorded with
+`compiler.schedule.get_program` wrapped while the op suite runs on the CPU device; its own failures do not matter here.
+When the pytest session itself runs the whole op suite (the default run), tests/conftest.py records it in process
+(`plan_session`, `recording`) and moves the tests that read the records after it, so the suite runs once; otherwise
+(`pytest tests/amd`, a -k selection, another device) it is run once more in a subprocess on the CPU."""
+import contextlib, math, os, pickle, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np
 
@@ -15,6 +18,7 @@ from baregrad.compiler.rangeify import KernelSpec, rangeify
 TESTS = Path(__file__).resolve().parent
 OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
 _op_suite: list | None = None
+_in_process: dict | None = None     # {ast: record} filled while this session's op-suite tests run (plan_session)
 
 
 def _numel(p: UOp) -> int:
@@ -24,6 +28,43 @@ def _numel(p: UOp) -> int:
 def record(spec: KernelSpec) -> tuple:
   dts = {u.arg: u.dtype for u in spec.ast.toposort() if u.op is Ops.PARAM}
   return (spec.name, spec.ast, [(dts.get(i, dtypes.uint8), _numel(p)) for i, p in enumerate(spec.params)])
+
+
+def _reads_records(item) -> bool:
+  mod = getattr(item, "module", None)
+  return getattr(mod, "op_suite_records", None) is op_suite_records or hasattr(mod, "kernel_capture")
+
+
+def plan_session(config, items: list) -> None:
+  """Called from pytest_collection_modifyitems: when this session runs every op-suite file unfiltered, arrange to
+  record its kernels in process and move the tests that read them to the end (the order is otherwise kept)."""
+  global _in_process
+  readers = [it for it in items if _reads_records(it)]
+  opt = config.option
+  filtered = (getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
+              or getattr(opt, "lf", False) or getattr(opt, "failedfirst", False) or getattr(opt, "stepwise", False)
+              or any("::" in str(a) for a in config.args))
+  suite_files = {Path(str(it.path)).resolve() for it in items} & {TESTS / f for f in OP_SUITE}
+  if not readers or filtered or len(suite_files) != len(OP_SUITE): return
+  _in_process = {}
+  ids = {id(it) for it in readers}
+  items[:] = [it for it in items if id(it) not in ids] + readers
+
+
+@contextlib.contextmanager
+def recording(item):
+  """Around one test (setup, call, teardown): record the CPU kernels it compiles, if it is an op-suite test of a
+  session plan_session chose to record."""
+  if _in_process is None or Path(str(item.path)).resolve() not in {TESTS / f for f in OP_SUITE}:
+    yield; return
+  original = schedule.get_program
+
+  def capture(spec):
+    if spec.device == "CPU" and spec.ast not in _in_process: _in_process[spec.ast] = record(spec)
+    return original(spec)
+  schedule.get_program = capture
+  try: yield
+  finally: schedule.get_program = original
 
 
 def _capture_main(out: str, files: list[str]):
@@ -45,6 +86,8 @@ def _capture_main(out: str, files: list[str]):
 def op_suite_records() -> list:
   """Every distinct kernel the op suite compiles (recorded once per process; a copy each call)."""
   global _op_suite
+  if _op_suite is None and _in_process:      # this session ran the op suite on the CPU: its records, no second run
+    _op_suite = list(_in_process.values())
   if _op_suite is None:
     with tempfile.TemporaryDirectory(prefix="baregrad-kernels-") as d:
       out = Path(d) / "kernels.pkl"
