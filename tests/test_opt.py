@@ -134,8 +134,8 @@ def test_matmul_graph_does_not_depend_on_the_host(monkeypatch, avx512):
   nodes = plain.toposort()
   assert not any(u.op is Ops.CONTIGUOUS for u in nodes)
   (reduce,) = [u for u in nodes if u.op is Ops.REDUCE_AXIS]
-  x, y = matmul_operands(reduce)
-  assert x.shape == (256, 1, 192) and y.shape == (1, 256, 192)
+  x, y, perm = matmul_operands(reduce)
+  assert x.shape == (256, 1, 192) and y.shape == (1, 256, 192) and perm == (0, 1, 2)
   w = 16 if avx512 else 8
   packed = pack_matmuls(plain.sink()).toposort()
   assert [u.shape for u in packed if u.op is Ops.CONTIGUOUS] == [(256 // w, 192, w)]
@@ -149,6 +149,24 @@ def test_packed_matmul_gradients_match_numpy():
   ((A @ B) * Tensor(g.astype(np.float32))).sum().backward()
   np.testing.assert_allclose(A.grad.numpy(), g @ b.T, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(B.grad.numpy(), a.T @ g, rtol=1e-4, atol=1e-4)
+
+
+def test_two_layer_gradients_pack_each_matmul_once():
+  """Packing composes: the second layer's product reads the first one's packed result (no unpacked copy of it is
+  computed again), the gradient dX = dOut @ W.T is packed too, and every gradient matches numpy."""
+  r = rng(6)
+  x, w1, w2 = r.standard_normal((64, 128)), r.standard_normal((128, 128)) * 0.1, r.standard_normal((128, 128)) * 0.1
+  X, W1, W2 = (Tensor(v.astype(np.float32), requires_grad=True) for v in (x, w1, w2))
+  ((X @ W1).relu() @ W2).square().sum().backward()
+  names = [i.program.name for i in Tensor.schedule(X.grad, W1.grad, W2.grad)]
+  assert sum(n.startswith("r_") for n in names) == 6, names   # 2 forward, 4 gradient products (dh dX dW1 dW2)
+  assert sum(n.startswith("E_") for n in names) == 4, names   # strips of W1, W2 (forward), W2.T and W1.T (dh dX)
+  h = x @ w1
+  g2 = 2 * (np.maximum(h, 0) @ w2)
+  g1 = (g2 @ w2.T) * (h > 0)
+  np.testing.assert_allclose(X.grad.numpy(), g1 @ w1.T, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(W1.grad.numpy(), x.T @ g1, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(W2.grad.numpy(), np.maximum(h, 0).T @ g2, rtol=1e-4, atol=1e-4)
 
 
 def test_no_packing_without_opts(monkeypatch):
