@@ -11,6 +11,10 @@ from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import run_schedule
 from baregrad.drivers import settings
 from .composite import ComposedOps, sum_dtype
+from .elementwise import ElementwiseOps
+from .selection import SelectionOps
+from .spatial import SpatialOps
+from .losses import LossOps
 from .autograd import gradients
 
 Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
@@ -55,7 +59,7 @@ class BoundVariable:
   def __repr__(self): return f"{self.var.name}={self.value}"
 
 
-class Tensor(ComposedOps):
+class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   """A lazy n-dimensional array on a device."""
   __slots__ = ("uop", "_requires_grad", "grad")
   _seed: list = [0, 0]   # [seed, counter]

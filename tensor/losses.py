@@ -1,0 +1,9 @@
+"""Losses and attention (torch names and defaults).
+
+`LossOps` is a mixin that `Tensor` inherits; like tensor/composite.py, every method is a composition of the core
+ops, so it stays lazy and fuses like any other graph."""
+from __future__ import annotations
+
+
+class LossOps:
+  """Mixed into `Tensor`."""
