@@ -67,9 +67,18 @@ class dtypes:
 
   default_float = float32
   default_int = int32
+  # torch's and C's names (torch.half, torch.long, ...); they shadow the builtins below in this class body only
   half = float16
   float = float32
   double = float64
+  char = int8
+  uchar = uint8
+  short = int16
+  ushort = uint16
+  int = int32
+  uint = uint32
+  long = int64
+  ulong = uint64
 
   @staticmethod
   def all() -> list[DType]:
@@ -87,11 +96,21 @@ def _by_name(name: str) -> DType: return _BY_NAME[name] if name != "index" else 
 
 
 def to_dtype(x) -> DType:
-  """Accept a DType, a name ("float32"), a numpy dtype or a numpy scalar type."""
+  """Accept a DType, a name ("float32", "int64", torch's and C's aliases "float", "long", "half", also written
+  "torch.float32" or "dtypes.float32"), a numpy dtype or its string ("f4", "<i8"), or a numpy scalar type."""
   if isinstance(x, DType): return x
   if isinstance(x, str):
-    if x in _BY_NAME: return _BY_NAME[x]
-    raise TypeError(f"unsupported dtype {x!r}: baregrad supports {', '.join(d.name for d in dtypes.all())}")
+    name = x.strip()
+    for prefix in ("torch.", "dtypes.", "np.", "numpy."):
+      if name.startswith(prefix): name = name[len(prefix):]
+    if name in _BY_NAME: return _BY_NAME[name]
+    if isinstance(getattr(dtypes, name, None), DType) and name not in ("index", "default_float", "default_int"):
+      return getattr(dtypes, name)
+    try: npd = np.dtype(name)
+    except (TypeError, ValueError): npd = None
+    if npd is not None and npd in _BY_NP: return _BY_NP[npd]
+    raise TypeError(f"unsupported dtype {x!r}: baregrad supports {', '.join(d.name for d in dtypes.all())} "
+                    f"(and the aliases half, float, double, char, uchar, short, ushort, int, uint, long, ulong)")
   try:
     npd = np.dtype(x)
   except TypeError:

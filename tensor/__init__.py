@@ -1,7 +1,8 @@
 """baregrad.tensor: the lazy Tensor API."""
 from baregrad.compiler.dtype import dtypes, DType
 from .tensor import Tensor
+from .composite import ShapeError, DimError
 
 manual_seed = Tensor.manual_seed
 
-__all__ = ["Tensor", "dtypes", "DType", "manual_seed"]
+__all__ = ["Tensor", "dtypes", "DType", "manual_seed", "ShapeError", "DimError"]

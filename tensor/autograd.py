@@ -39,6 +39,7 @@ def op_gradients(node: UOp, out, g):
   if op is Ops.CAST:
     return (g.cast(node.src[0].dtype) if node.src[0].dtype.is_float else None,)
   if op in (Ops.CONTIGUOUS,): return (g,)
+  if op is Ops.ASSIGN: return (None, g)       # the target's old value is overwritten; the value flows through
   if op is Ops.RESHAPE: return (g.reshape(node.src[0].shape),)
   if op is Ops.PERMUTE:
     inv = [0] * len(node.arg)
@@ -58,7 +59,12 @@ def op_gradients(node: UOp, out, g):
       is_max = (x == out.expand(x.shape)).cast(g.dtype)
       count = is_max.sum(axis=axes, keepdim=True)
       return (is_max * (g / count).expand(x.shape),)
-    if rop is Ops.MUL: return ((g * out).expand(x.shape) / x,)
+    if rop is Ops.MUL:   # the product of the others: out / x without zeros, the one zero's cofactor, else 0
+      zero = x == 0
+      zeros = zero.cast(dtypes.int32).sum(axis=axes, keepdim=True).expand(x.shape)
+      others = zero.where(1, x).prod(axis=axes, keepdim=True).expand(x.shape)
+      cof = (zeros == 0).where(others / zero.where(1, x), (zero & (zeros == 1)).where(others, 0))
+      return (g.expand(x.shape) * cof,)
   return tuple(None for _ in node.src)   # comparisons, bit ops, integer ops, TRUNC, DETACH: no gradient
 
 

@@ -10,7 +10,6 @@ shapes and the dims a user passed.
 """
 from __future__ import annotations
 import math
-from typing import Sequence
 
 import numpy as np
 
@@ -18,6 +17,15 @@ from baregrad.compiler.dtype import DType, dtypes, promote, to_dtype
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
+
+
+class ShapeError(ValueError, RuntimeError):
+  """Shapes that do not fit an op. A ValueError, as numpy raises, and the RuntimeError PyTorch raises for the
+  same mistake, so code written for either catches it."""
+
+
+class DimError(IndexError, ValueError):
+  """A dim out of range: the IndexError numpy and PyTorch raise (and a ValueError, as baregrad raised before)."""
 
 
 # ---------------------------------------------------------------- small helpers (no tensors)
@@ -53,14 +61,6 @@ def _shape_arg(shape, op: str) -> tuple:
       raise ValueError(f"{op}: shape entries must be non-negative ints, got shape {tuple(shape)}")
     out.append(int(s))
   return tuple(out)
-
-
-def _pair(x, n: int, name: str, op: str) -> tuple:
-  if isinstance(x, (int, np.integer)) and not isinstance(x, bool): return (int(x),) * n
-  x = tuple(x)
-  if len(x) != n or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in x):
-    raise ValueError(f"{op}: {name} must be an int or a tuple of {n} ints, got {x!r}")
-  return tuple(int(v) for v in x)
 
 
 def sum_dtype(dtype: DType) -> DType:
@@ -193,7 +193,7 @@ class ComposedOps:
     if first.ndim == 0: raise ValueError("cat: zero-dimensional tensors cannot be concatenated; use stack")
     for t in tensors:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
-        raise ValueError(f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {dim}")
+        raise ShapeError(f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {dim}")
     out_dtype = first.dtype
     for t in tensors[1:]: out_dtype = promote(out_dtype, t.dtype)
     total = sum(t.shape[d] for t in tensors)
@@ -211,14 +211,21 @@ class ComposedOps:
     return out
 
   def stack(self, *others, dim=0):
+    """stack(a, b, ..., dim=0), a.stack(b, ...), or torch's stack([a, b], dim) with dim given by position."""
     tensors = list(self) if isinstance(self, (list, tuple)) else [self]
+    if isinstance(self, (list, tuple)) and others:     # torch.stack(tensors, dim)
+      if len(others) > 1 or isinstance(others[0], ComposedOps) or dim != 0:
+        raise TypeError(f"stack: after the list of tensors only dim may follow, got {others!r}")
+      dim, others = others[0], ()
     if len(others) == 1 and isinstance(others[0], (list, tuple)): others = others[0]
     tensors += list(others)
+    if not all(isinstance(t, ComposedOps) for t in tensors):
+      raise TypeError(f"stack: expected tensors, got {[type(t).__name__ for t in tensors]}")
     if not tensors: raise ValueError("stack: needs at least one tensor")
     first = tensors[0]
     for t in tensors:
       if tuple(t.shape) != tuple(first.shape):
-        raise ValueError(f"stack: all tensors must have the same shape, got {[tuple(t.shape) for t in tensors]}")
+        raise ShapeError(f"stack: all tensors must have the same shape, got {[tuple(t.shape) for t in tensors]}")
     d = _norm_dim(dim, first.ndim, "stack", first.shape, extra=1)
     return ComposedOps.cat(*[t.unsqueeze(d) for t in tensors], dim=d)
 
@@ -372,10 +379,13 @@ class ComposedOps:
     zero = False if x.dtype.is_bool else 0
     out = mask.where(x, zero)._acc_sum(tuple(range(x.ndim - k, x.ndim)))
     if out.dtype != self.dtype: out = out.cast(self.dtype)
-    # numpy rule: adjacent advanced indices (ints count) put the broadcast dims in their place, else first
-    adv = [i for i, (kind, _, _) in enumerate(entries) if kind in ("int", "tensor")]
+    # PyTorch's rule: index tensors next to each other (ints, which only drop their dim, do not separate them) put
+    # the broadcast dims in their place, else first. numpy counts ints as advanced indices too, so it differs when
+    # an int is apart from the tensors: x[1, :, idx] keeps idx's dims in place here, numpy moves them first.
+    kept_entries = [kind for kind, _, _ in entries if kind != "int"]
+    adv = [i for i, kind in enumerate(kept_entries) if kind == "tensor"]
     p = 0
-    if adv[-1] - adv[0] + 1 == len(adv): p = sum(1 for kind, _, _ in entries[:adv[0]] if kind in ("slice", "none"))
+    if adv[-1] - adv[0] + 1 == len(adv): p = sum(1 for kind in kept_entries[:adv[0]] if kind in ("slice", "none"))
     nr = len(rdims)
     order = [*range(p), *range(nr, nr + nb), *range(p, nr)]
     return out.permute(*order) if order != list(range(out.ndim)) else out
@@ -474,7 +484,12 @@ class ComposedOps:
   @_in_float32
   def tan(self): return self.sin() / self.cos()
   @_in_float32
-  def sigmoid(self): return ((-self._float()).exp() + 1).reciprocal()
+  def sigmoid(self):
+    """1 / (1 + exp(-x)) from z = exp(-|x|) <= 1, so no intermediate overflows: the value and the gradient at
+    extreme inputs are 0 or 1, never NaN."""
+    x = self._float()
+    z = (x >= 0).where(-x, x).exp()       # exp(-|x|), differentiable at 0 from both sides
+    return (x >= 0).where((z + 1).reciprocal(), z * (z + 1).reciprocal())
   @_in_float32
   def tanh(self): return (self._float() * 2).sigmoid() * 2 - 1
   def relu(self):
@@ -485,9 +500,13 @@ class ComposedOps:
   def square(self): return self * self
 
   @_in_float32
-  def gelu(self):
+  def gelu(self, approximate="none"):
+    """torch's gelu: x * Phi(x) = x/2 * (1 + erf(x / sqrt(2))) ("none"), or its tanh approximation ("tanh")."""
     x = self._float()
-    return 0.5 * x * ((math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh() + 1)
+    # (1 + tanh(y)) / 2 is sigmoid(2y): no cancellation in the negative tail
+    if approximate == "tanh": return x * ((2 * math.sqrt(2 / math.pi)) * (x + 0.044715 * x * x * x)).sigmoid()
+    if approximate != "none": raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * x * ((x * (1 / math.sqrt(2))).erf() + 1)
 
   @_in_float32
   def softplus(self, beta=1):
@@ -495,16 +514,20 @@ class ComposedOps:
     return (x.maximum(0) + ((-x.abs()).exp() + 1).log()) * (1 / beta)
 
   def clip(self, min_=None, max_=None):
+    """min(max(x, min_), max_) like numpy; NaN stays NaN. The gradient is 1 inside [min_, max_], the bounds
+    included (as torch.clamp), and 0 outside."""
     if min_ is None and max_ is None: raise ValueError("clip: at least one of min_ and max_ must be given")
     x = self
-    if min_ is not None: x = x.maximum(min_)
-    if max_ is not None: x = x.minimum(max_)
+    if min_ is not None: x = (x < min_).where(min_, x) if x.dtype.is_float else x.maximum(min_)
+    if max_ is not None: x = (x > max_).where(max_, x) if x.dtype.is_float else x.minimum(max_)
     return x
   clamp = clip
 
   def abs(self):
+    """|x|; abs(-0.0) is +0.0 and the gradient at 0 is 0 (as torch)."""
     if self.dtype.is_bool or self.dtype.is_unsigned: return self
-    return (self < 0).where(-self, self)
+    if not self.dtype.is_float: return (self < 0).where(-self, self)
+    return (self < 0).where(-self, (self == 0).where(0.0, self))
 
   def sign(self):
     if self.dtype.is_bool: return self
@@ -522,7 +545,7 @@ class ComposedOps:
   def erf(self):
     """Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
     x = self._float()
-    t = (x.abs() * 0.3275911 + 1).reciprocal()
+    t = ((x < 0).where(-x, x) * 0.3275911 + 1).reciprocal()   # |x| whose gradient at 0 is the right-hand one
     poly = ((((t * 1.061405429 - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
     y = 1 - poly * (-x * x).exp()
     return (x < 0).where(-y, y)
@@ -536,15 +559,23 @@ class ComposedOps:
       if n & 1: result = base if result is None else result * base
       n >>= 1
       if n: base = base * base
-    return result if result is not None else self.ones_like()
+    if result is not None: return result
+    # x ** 0 is 1 (inf and NaN included) yet stays a function of x, so x gets its zero gradient (as torch)
+    return (self == self).where(self.ones_like(), self.ones_like()) if self.dtype.is_float else self.ones_like()
 
   def _pow_float(self, e):
-    """self ** e for float tensors of one dtype: exp2(e * log2|b|) with the sign of a negative base."""
-    mag = (e * self.abs().log2()).exp2()
+    """self ** e for float tensors of one dtype: exp2(e * log2|b|) with the sign of a negative base (C's pow:
+    x ** 0 is 1, (-inf) ** e is inf or -inf for odd integer e). A zero base is taken apart (0 ** e is 0, 1 or inf)
+    so its gradients are finite: d/dx at x = 0 is 1 for e = 1 and 0 for other e > 0 (torch gives inf for
+    0 < e < 1), d/de of 0 ** e is 0 (as torch)."""
+    zero = self == 0
+    mag = (e * zero.where(1.0, self.abs()).log2()).exp2()
+    mag = zero.where((e > 0).where(self * (e == 1).where(1.0, 0.0), (e == 0).where(1.0, math.inf)), mag)
     e_int = e.trunc() == e
     odd = (e * 0.5).trunc() * 2 != e
-    res = (self < 0).where(e_int.where(odd.where(-mag, mag), math.nan), mag)
-    return (e == 0).where(1, res)
+    neg_ok = e_int | (self == -math.inf)                         # a negative base needs an integer exponent
+    res = (self < 0).where(neg_ok.where((e_int & odd).where(-mag, mag), math.nan), mag)
+    return ((e == 0) & ((self - self) != 0)).where(1, res)     # inf ** 0 and nan ** 0 are 1; elsewhere exact
 
   def pow(self, exponent):
     if isinstance(exponent, ComposedOps):
@@ -587,15 +618,16 @@ class ComposedOps:
     count = math.prod(self.shape[a] for a in self._axes(axis, "mean"))
     return x._acc_sum(axis, keepdim=keepdim) / count
 
-  def var(self, axis=None, keepdim=False, correction=1):
-    """Variance with `correction` (numpy's ddof); dtype as mean()."""
+  def var(self, axis=None, keepdim=False, correction=1, *, dim=None):
+    """Variance with `correction` (numpy's ddof); dtype as mean(). `dim` is torch's name for axis."""
+    if dim is not None: axis = dim
     x = self._float64()
     count = math.prod(self.shape[a] for a in self._axes(axis, "var"))
     d = x - x.mean(axis, keepdim=True)
     return (d * d)._acc_sum(axis, keepdim=keepdim) / max(0, count - correction)
 
-  def std(self, axis=None, keepdim=False, correction=1):
-    return self.var(axis, keepdim=keepdim, correction=correction).sqrt()
+  def std(self, axis=None, keepdim=False, correction=1, *, dim=None):
+    return self.var(axis if dim is None else dim, keepdim=keepdim, correction=correction).sqrt()
 
   def _arg_reduce(self, axis, keepdim, use_max: bool, op: str):
     if axis is None:
@@ -622,9 +654,10 @@ class ComposedOps:
     self._axes(axis, "all")
     return self._bool().logical_not().cast(dtypes.int32).sum(axis, keepdim=keepdim) == 0
 
-  def cumsum(self, axis=0):
+  def cumsum(self, axis=0, *, dim=None):
     """Running sum: each output is a sum over a lower-triangular mask (O(n^2), one kernel). The dtype follows
-    numpy, as for sum(): bool and ints narrower than 64 bits give int64 (unsigned: uint64)."""
+    numpy, as for sum(): bool and ints narrower than 64 bits give int64 (unsigned: uint64). `dim` is torch's name."""
+    if dim is not None: axis = dim
     if axis is None: return self.reshape(-1).cumsum(0)
     ax = _norm_dim(axis, self.ndim, "cumsum", self.shape)
     x = self.cast(sum_dtype(self.dtype))
@@ -654,15 +687,15 @@ class ComposedOps:
     other = self._as_tensor(other)
     a, b = self, other
     if a.ndim == 0 or b.ndim == 0:
-      raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+      raise ShapeError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     a2 = a.reshape(1, *a.shape) if a.ndim == 1 else a
     b2 = b.reshape(*b.shape, 1) if b.ndim == 1 else b
     k = a2.shape[-1]
     if b2.shape[-2] != k:
-      raise ValueError(f"matmul: inner dimensions differ for shapes {a.shape} and {b.shape} ({k} != {b2.shape[-2]})")
+      raise ShapeError(f"matmul: inner dimensions differ for shapes {a.shape} and {b.shape} ({k} != {b2.shape[-2]})")
     try: batch = tuple(type(self)._broadcast_shape(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
     except ValueError:
-      raise ValueError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast") from None
+      raise ShapeError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast") from None
     n, m = a2.shape[-2], b2.shape[-1]
     # the same graph on every device: (..., n, 1, k) * (..., 1, m, k) summed over k. How a device lays the
     # operands out is the compiler's choice (compiler/pack.py packs large CPU matmuls)
@@ -686,7 +719,7 @@ class ComposedOps:
     lhs, rhs = formula.split("->") if "->" in formula else (formula, None)
     terms = lhs.split(",")
     if len(terms) != len(operands):
-      raise ValueError(f"einsum: formula {formula!r} has {len(terms)} inputs but {len(operands)} operands were given")
+      raise ShapeError(f"einsum: formula {formula!r} has {len(terms)} inputs but {len(operands)} operands were given")
     for t in terms + ([rhs] if rhs is not None else []):
       if not all(c.isalpha() and c.isascii() for c in t.replace("...", "")):
         raise ValueError(f"einsum: term {t!r} of {formula!r} may only hold letters and '...'")
@@ -696,7 +729,7 @@ class ComposedOps:
       named = len(t.replace("...", ""))
       ell = op.ndim - named if "..." in t else 0
       if ell < 0 or ("..." not in t and named != op.ndim):
-        raise ValueError(f"einsum: term {t!r} does not match operand of shape {op.shape}")
+        raise ShapeError(f"einsum: term {t!r} does not match operand of shape {op.shape}")
       ell_counts.append(ell)
     n_ell = max(ell_counts)
     ell_letters = "".join(chr(0x3b1 + i) for i in range(n_ell))   # Greek: never a user letter
@@ -706,7 +739,7 @@ class ComposedOps:
     for t, x in zip(terms, operands):
       for c, s in zip(t, x.shape):
         if c in sizes and sizes[c] != s and not (c in ell_letters and 1 in (s, sizes[c])):
-          raise ValueError(f"einsum: letter {c!r} has size {s} in operand of shape {x.shape} but {sizes[c]} elsewhere")
+          raise ShapeError(f"einsum: letter {c!r} has size {s} in operand of shape {x.shape} but {sizes[c]} elsewhere")
         sizes[c] = max(sizes.get(c, s), s) if c in ell_letters else s
       # a letter repeated in one term takes the diagonal
       t = list(t)
@@ -777,104 +810,6 @@ class ComposedOps:
     ar = type(self).arange(num_classes, dtype=promote(self.dtype, dtypes.int32), device=self.device)
     return (self.reshape(*self.shape, 1) == ar).cast(dtypes.int32)
 
-  def _pool(self, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]):
-    """Sliding windows over the last len(kernel) dims: (..., L1, L2) -> (..., O1, O2, k1, k2).
-
-    For one dim of length L: k copies of the (padded) row are laid end to end and re-read with
-    rows of length L'+d, so row j starts d*j further on; every s-th column then is x[o*s + j*d].
-    Only movement ops, so the windows fuse into the consumer.
-    """
-    nd = len(kernel)
-    lead = self.ndim - nd
-    x = self
-    for k, s, d in zip(kernel, stride, dilation):
-      x = x.permute(*range(lead), *range(lead + 1, x.ndim), lead)   # this spatial dim to the end
-      *pre, L = x.shape
-      o = (L - d * (k - 1) - 1) // s + 1
-      row = max(L + d, o * s)
-      lp = row - d
-      copies = -(-k * row // lp)
-      if lp > L: x = x.pad([None] * len(pre) + [(0, lp - L)])
-      x = x.reshape(*pre, 1, lp).expand(*pre, copies, lp).reshape(*pre, copies * lp)
-      x = x.shrink([None] * len(pre) + [(0, k * row)]).reshape(*pre, k, row)
-      x = x.shrink([None] * (len(pre) + 1) + [(0, o * s)]).reshape(*pre, k, o, s)
-      x = x.shrink([None] * (len(pre) + 2) + [(0, 1)]).reshape(*pre, k, o)
-    # now (*lead, k1, o1, k2, o2, ...)
-    return x.permute(*range(lead), *[lead + 2 * i + 1 for i in range(nd)], *[lead + 2 * i for i in range(nd)])
-
-  @staticmethod
-  def _out_size(op, shape, padded, kernel, stride, dilation):
-    outs = []
-    for L, k, s, d in zip(padded, kernel, stride, dilation):
-      if k < 1 or s < 1 or d < 1:
-        raise ValueError(f"{op}: kernel {kernel}, stride {stride} and dilation {dilation} must be positive")
-      o = (L - d * (k - 1) - 1) // s + 1
-      if o < 1:
-        raise ValueError(f"{op}: input of shape {tuple(shape)} (padded spatial size {tuple(padded)}) is smaller than "
-                         f"the kernel {tuple(kernel)} with dilation {tuple(dilation)}")
-      outs.append(o)
-    return outs
-
-  def conv2d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    if self.ndim == 3:   # unbatched (C, H, W)
-      return self.reshape(1, *self.shape).conv2d(weight, bias, stride, padding, dilation, groups).squeeze(0)
-    if self.ndim != 4 or weight.ndim != 4:
-      raise ValueError(f"conv2d: expected NCHW input and OIHW weight, got shapes {self.shape} and {weight.shape}")
-    n, c, h, w = self.shape
-    cout, cg, kh, kw = weight.shape
-    if groups < 1 or c != cg * groups or cout % groups:
-      raise ValueError(f"conv2d: input {self.shape} with {c} channels, weight {weight.shape} and groups={groups} "
-                       f"do not fit (need channels == weight.shape[1] * groups and out channels divisible by groups)")
-    if bias is not None and tuple(bias.shape) != (cout,):
-      raise ValueError(f"conv2d: bias shape {bias.shape} must be ({cout},) for weight {weight.shape}")
-    sh, sw = _pair(stride, 2, "stride", "conv2d")
-    dh, dw = _pair(dilation, 2, "dilation", "conv2d")
-    if isinstance(padding, str):
-      if padding == "valid": pads = (0, 0, 0, 0)
-      elif padding == "same":
-        if (sh, sw) != (1, 1): raise ValueError("conv2d: padding='same' needs stride 1")
-        th, tw = dh * (kh - 1), dw * (kw - 1)
-        pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
-      else: raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
-    else:
-      ph, pw = _pair(padding, 2, "padding", "conv2d")
-      pads = (ph, ph, pw, pw)
-    if min(pads) < 0: raise ValueError(f"conv2d: padding {padding} must be non-negative")
-    padded = (h + pads[0] + pads[1], w + pads[2] + pads[3])
-    oh, ow = self._out_size("conv2d", self.shape, padded, (kh, kw), (sh, sw), (dh, dw))
-    x = self.pad([None, None, (pads[0], pads[1]), (pads[2], pads[3])]) if any(pads) else self
-    win = x._pool((kh, kw), (sh, sw), (dh, dw))                       # (N, C, OH, OW, kh, kw)
-    win = win.reshape(n, groups, 1, cg, oh, ow, kh, kw)
-    wt = weight.reshape(1, groups, cout // groups, cg, 1, 1, kh, kw)
-    out = (win * wt)._acc_sum((3, 6, 7)).reshape(n, cout, oh, ow)
-    return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
-
-  def _pool2d_args(self, op, kernel_size, stride, padding, dilation):
-    if self.ndim not in (3, 4): raise ValueError(f"{op}: expected a 3-D (C,H,W) or 4-D (N,C,H,W) input, got {self.shape}")
-    k = _pair(kernel_size, 2, "kernel_size", op)
-    s = k if stride is None else _pair(stride, 2, "stride", op)
-    p = _pair(padding, 2, "padding", op)
-    d = _pair(dilation, 2, "dilation", op)
-    if any(pi < 0 or pi > ki // 2 for pi, ki in zip(p, k)):
-      raise ValueError(f"{op}: padding {p} must be between 0 and half the kernel size {k}")
-    padded = (self.shape[-2] + 2 * p[0], self.shape[-1] + 2 * p[1])
-    self._out_size(op, self.shape, padded, k, s, d)
-    return k, s, p, d
-
-  def max_pool2d(self, kernel_size, stride=None, padding=0, dilation=1):
-    k, s, p, d = self._pool2d_args("max_pool2d", kernel_size, stride, padding, dilation)
-    x = self
-    if any(p):
-      fill = -math.inf if self.dtype.is_float else self.dtype.min
-      x = x.pad([None] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])], value=fill)
-    return x._pool(k, s, d).max((-2, -1))
-
-  def avg_pool2d(self, kernel_size, stride=None, padding=0):
-    k, s, p, d = self._pool2d_args("avg_pool2d", kernel_size, stride, padding, 1)
-    x = self._float()
-    if any(p): x = x.pad([None] * (x.ndim - 2) + [(p[0], p[0]), (p[1], p[1])])
-    return x._pool(k, s, d).mean((-2, -1))
-
   # ---------------------------------------------------------------- creation
 
   def zeros_like(self, dtype=None, device=None): return self.full_like(0, dtype=dtype, device=device)
@@ -933,6 +868,7 @@ class ComposedOps:
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
       raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.float32
+    if dt.is_bool: raise TypeError("linspace: dtype bool is not supported (as in torch); use a float or int dtype")
     if steps <= 1: return cls.full((steps,), start, dtype=dtypes.float32, device=device).cast(dt)
     step = (stop - start) / (steps - 1)
     i = cls.arange(steps, dtype=dtypes.float32, device=device)

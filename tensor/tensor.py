@@ -10,7 +10,7 @@ from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import run_schedule
 from baregrad.drivers import settings
-from .composite import ComposedOps, sum_dtype
+from .composite import ComposedOps, ShapeError, DimError, sum_dtype
 from .elementwise import ElementwiseOps
 from .selection import SelectionOps
 from .spatial import SpatialOps
@@ -181,12 +181,12 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if -1 in shape:
       known = math.prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known != 0:
-        raise ValueError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) "
+        raise ShapeError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) "
                          f"into {_fmt(shape)}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if any(s < 0 for s in shape): raise ValueError(f"reshape: negative dimension in {_fmt(shape)}")
     if math.prod(shape) != self.numel():
-      raise ValueError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) into "
+      raise ShapeError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) into "
                        f"{_fmt(shape)} ({math.prod(shape)} elements)")
     if shape == self.shape: return self
     src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
@@ -195,8 +195,10 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def permute(self, *order) -> Tensor:
     order = _shape_args(order, "permute")
     order = tuple(o + self.ndim if o < 0 else o for o in order)
+    if len(order) == self.ndim and any(not 0 <= o < self.ndim for o in order):
+      raise DimError(f"permute: order {order} names a dim out of range for shape {_fmt(self.shape)}")
     if sorted(order) != list(range(self.ndim)):
-      raise ValueError(f"permute: order {order} is not a permutation of the {self.ndim} dims of shape {_fmt(self.shape)}")
+      raise ShapeError(f"permute: order {order} is not a permutation of the {self.ndim} dims of shape {_fmt(self.shape)}")
     if order == tuple(range(self.ndim)): return self
     return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), order))
 
@@ -204,23 +206,46 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if shape == self.shape or (len(shape) == 1 and shape[0] == self.shape): return self
     shape = _shape_args(shape, "expand")
     if len(shape) < self.ndim:
-      raise ValueError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)} (fewer dims)")
+      raise ShapeError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)} (fewer dims)")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     new = tuple(s if s != -1 else o for s, o in zip(shape, x.shape))
     for s, o in zip(new, x.shape):
       if o != s and o != 1:
-        raise ValueError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)}")
+        raise ShapeError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)}")
     if new == x.shape: return x
     return Tensor(UOp(Ops.EXPAND, self.dtype, (x.uop,), new))
 
-  def pad(self, padding, value=0.0) -> Tensor:
+  def pad(self, padding, mode: str = "constant", value=0.0) -> Tensor:
+    """Pad each dim, or crop it where an amount is negative. `padding` is numpy-style, one (before, after) pair or
+    None per dim, or torch-style flat ints for the last dims, last dim first: (left, right, top, bottom, ...).
+    `mode` is torch.nn.functional.pad's: "constant" fills with `value`; "reflect" mirrors without repeating the
+    edge, "replicate" repeats the edge, "circular" wraps around (SpatialOps._pad_edges). Amounts are relative to
+    this tensor: a crop removes its own elements, never the other side's padding."""
     padding = tuple(padding)
-    if len(padding) != self.ndim:
-      raise ValueError(f"pad: need one (before, after) pair per dim of shape {_fmt(self.shape)}, got {padding}")
-    pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
-    if any(b < 0 or a < 0 for b, a in pads): raise ValueError(f"pad: padding must be non-negative, got {pads}")
+    if padding and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding):
+      if len(padding) % 2 or len(padding) > 2 * self.ndim:
+        raise ValueError(f"pad: flat padding {padding} needs an even number of ints, at most 2 per dim of shape "
+                         f"{_fmt(self.shape)} (left, right of the last dim first)")
+      last = [(int(padding[i]), int(padding[i + 1])) for i in range(0, len(padding), 2)]
+      pads = ((0, 0),) * (self.ndim - len(last)) + tuple(reversed(last))
+    else:
+      if len(padding) != self.ndim or not all(p is None or len(p) == 2 for p in padding):
+        raise ValueError(f"pad: need one (before, after) pair per dim of shape {_fmt(self.shape)}, or flat ints "
+                         f"(left, right, top, bottom, ...) for the last dims, got {padding}")
+      pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+      raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+    if mode != "constant" and value != 0:
+      raise ValueError(f"pad: mode {mode!r} takes no fill value (got value={value!r}); use mode='constant'")
+    for (b, a), s in zip(pads, self.shape):
+      if max(-b, 0) + max(-a, 0) > s:
+        raise ValueError(f"pad: padding {pads} crops more than the dims of shape {_fmt(self.shape)}")
     if all(p == (0, 0) for p in pads): return self
-    return Tensor(UOp(Ops.PAD, self.dtype, (self.uop,), (pads, truncate(value, self.dtype))))
+    grow = tuple((max(b, 0), max(a, 0)) for b, a in pads)
+    x = self
+    if mode != "constant": x = x._pad_edges(grow, mode)
+    elif any(b or a for b, a in grow): x = Tensor(UOp(Ops.PAD, self.dtype, (self.uop,), (grow, truncate(value, self.dtype))))
+    return x.shrink([(max(-b, 0), n - max(-a, 0)) for (b, a), n in zip(pads, x.shape)])
 
   def shrink(self, arg) -> Tensor:
     arg = tuple(arg)
@@ -236,7 +261,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     axis = _shape_args(axis, "flip")
     axes = tuple(sorted({a + self.ndim if a < 0 else a for a in axis}))
     if len(axes) != len(axis): raise ValueError(f"flip: duplicate value in axis {axis}")
-    if any(not 0 <= a < self.ndim for a in axes): raise ValueError(f"flip: axis {axis} out of range for shape {_fmt(self.shape)}")
+    if any(not 0 <= a < self.ndim for a in axes): raise DimError(f"flip: axis {axis} out of range for shape {_fmt(self.shape)}")
     axes = tuple(a for a in axes if self.shape[a] > 1)
     if not axes: return self
     return Tensor(UOp(Ops.FLIP, self.dtype, (self.uop,), axes))
@@ -250,7 +275,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     for dims in zip(*padded):
       big = {d for d in dims if d != 1}
       if len(big) > 1:
-        raise ValueError(f"shapes {' and '.join(_fmt(s) for s in shapes)} cannot be broadcast together")
+        raise ShapeError(f"shapes {' and '.join(_fmt(s) for s in shapes)} cannot be broadcast together")
       out.append(big.pop() if big else 1)
     return tuple(out)
 
@@ -297,7 +322,17 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     a, b = self._operands(other, reverse)
     if a.dtype.is_bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor or cast first")
     return a._alu(Ops.ADD, b._alu(Ops.NEG))
-  def div(self, other, reverse=False) -> Tensor:
+  def div(self, other, reverse=False, *, rounding_mode=None) -> Tensor:
+    """True division (ints and bools give float32), or torch's rounding_mode: "trunc" rounds the quotient toward
+    zero (ints: C's integer division, x / 0 gives 0 where torch raises), "floor" rounds it down (as idiv, //)."""
+    if rounding_mode == "floor": return self.idiv(other, reverse)
+    if rounding_mode == "trunc":
+      a, b = self._operands(other, reverse)
+      if a.dtype.is_float: return a._alu(Ops.MUL, b._alu(Ops.RECIP)).trunc()
+      if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
+      return a._alu(Ops.IDIV, b)
+    if rounding_mode is not None:
+      raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = self._operands(other, reverse, lambda d: d if d.is_float else dtypes.default_float)
     return a._alu(Ops.MUL, b._alu(Ops.RECIP))
   def idiv(self, other, reverse=False) -> Tensor:
@@ -333,9 +368,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     return self._binop(Ops.MAX, other)
   def minimum(self, other) -> Tensor:
     a, b = self._operands(other)
-    take_a = a._alu(Ops.CMPLT, b)
-    if a.dtype.is_float: take_a = take_a | a._alu(Ops.CMPNE, a)
-    return take_a.where(a, b)
+    if a.dtype.is_float: return -((-a)._alu(Ops.MAX, -b))   # NaN from either side; ties split the gradient
+    return a._alu(Ops.CMPLT, b).where(a, b)
 
   def _const_like(self, v) -> Tensor: return Tensor(_const(v, self.dtype, self.device)).expand(self.shape) if self.shape else Tensor(_const(v, self.dtype, self.device))
 
@@ -533,31 +567,61 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if value: _grad_tensors[id(self)] = self
     else: _grad_tensors.pop(id(self), None)
 
-  def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d self / d t into t.grad for every tensor t with requires_grad that self depends on."""
-    if _no_grad_depth(): raise RuntimeError("backward() inside Tensor.no_grad()")
+  def _grad_seed(self, gradient: Tensor | None, op: str) -> Tensor:
+    if _no_grad_depth(): raise RuntimeError(f"{op} inside Tensor.no_grad()")
     if gradient is None:
       if self.numel() != 1:
-        raise ValueError(f"backward() without a gradient needs a one-element tensor, got shape {_fmt(self.shape)}")
-      gradient = Tensor.ones(*self.shape, dtype=self.dtype, device=self.device)
-    elif gradient.shape != self.shape:
-      raise ValueError(f"backward: gradient shape {_fmt(gradient.shape)} differs from tensor shape {_fmt(self.shape)}")
-    nodes = self.uop.toposort()
+        raise ValueError(f"{op} without a gradient needs a one-element tensor, got shape {_fmt(self.shape)}")
+      return Tensor.ones(*self.shape, dtype=self.dtype, device=self.device)
+    if gradient.shape != self.shape:
+      raise ValueError(f"{op}: gradient shape {_fmt(gradient.shape)} differs from tensor shape {_fmt(self.shape)}")
+    return gradient
+
+  def _derivatives(self, tensors: list, seed: Tensor) -> dict[int, Tensor | None]:
+    """{id(t): d self / d t} for the given tensors: None where self does not depend on t, zeros where it depends on
+    t only through ops without a derivative (comparisons, x ** 0)."""
     # a realized tensor is a RESHAPE view of its BUFFER, and reshape() folds view chains, so graphs may reach the
     # buffer without passing through the tensor's own node: such tensors are found by their buffer
     by_uop: dict[UOp, list] = {}
-    for t in list(_grad_tensors.values()): by_uop.setdefault(_grad_key(t.uop), []).append(t)
+    for t in tensors: by_uop.setdefault(_grad_key(t.uop), []).append(t)
     targets: dict[UOp, list] = {}
-    for n in nodes:
+    for n in _undetached(self.uop):
       for cand in (n, _grad_key(realized[n]) if n in realized else None):
         for t in by_uop.get(cand, ()): targets.setdefault(n, []).append(t)
-    if not targets: raise RuntimeError("backward: no tensor with requires_grad=True contributes to this value")
-    grads = gradients(self.uop, list(targets), gradient)
-    for n, g in grads.items():
-      for t in targets[n]:
-        g_t = g if g.shape == t.shape else g.reshape(t.shape)
-        t.grad = g_t if t.grad is None else t.grad + g_t
+    out: dict[int, Tensor | None] = {id(t): None for t in tensors}
+    grads = gradients(self.uop, list(targets), seed) if targets else {}
+    for n, ts in targets.items():
+      g = grads.get(n)
+      if g is None: g = Tensor.zeros(*n.shape, dtype=n.dtype if n.dtype.is_float else dtypes.float32, device=self.device)
+      for t in ts: out[id(t)] = g if g.shape == t.shape else g.reshape(t.shape)
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d self / d t into t.grad for every tensor t with requires_grad that self depends on; the others
+    keep their grad (None if none was computed yet, as torch)."""
+    seed = self._grad_seed(gradient, "backward()")
+    leaves = list(_grad_tensors.values())
+    derivs = self._derivatives(leaves, seed)
+    for t in leaves:
+      if (g := derivs[id(t)]) is not None: t.grad = g if t.grad is None else t.grad + g
     return self
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
+    """[d self / d t for t in targets] (tinygrad's form): nothing is written to .grad and the targets need no
+    requires_grad. A target self does not depend on raises, or gives zeros with materialize_grads=True."""
+    if not all(isinstance(t, Tensor) for t in targets):
+      raise TypeError(f"gradient: targets must be Tensors, got {[type(t).__name__ for t in targets]}")
+    derivs = self._derivatives(list(targets), self._grad_seed(gradient, "gradient()"))
+    out = []
+    for i, t in enumerate(targets):
+      g = derivs[id(t)]
+      if g is None:
+        if not materialize_grads:
+          raise RuntimeError(f"gradient: target {i} (shape {_fmt(t.shape)}) is not part of this tensor's graph; "
+                             "pass materialize_grads=True for zeros")
+        g = Tensor.zeros(*t.shape, dtype=t.dtype if t.dtype.is_float else dtypes.float32, device=t.device)
+      out.append(g)
+    return out
 
   class no_grad:
     """Context manager (and decorator) for code that must not track gradients: new tensors get no
@@ -666,6 +730,34 @@ _grad_tensors: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDic
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
+
+
+def _accept_dim(fn):
+  """Let a reduction take torch's `dim=` for its `axis`."""
+  import functools
+  @functools.wraps(fn)
+  def wrapper(self, *args, dim=None, **kwargs):
+    if dim is not None:
+      if args or "axis" in kwargs: raise TypeError(f"{fn.__name__}: give dim or axis, not both")
+      kwargs["axis"] = dim
+    return fn(self, *args, **kwargs)
+  return wrapper
+
+
+for _name in ("sum", "prod", "max", "min", "mean", "argmax", "argmin", "any", "all", "logsumexp", "softmax",
+              "log_softmax"):
+  setattr(Tensor, _name, _accept_dim(getattr(Tensor, _name)))
+
+
+def _undetached(root: UOp) -> list[UOp]:
+  """The nodes `root` reaches without passing through a DETACH (what a gradient can flow back to)."""
+  seen, stack = {root}, [root]
+  while stack:
+    n = stack.pop()
+    if n.op is Ops.DETACH: continue
+    for s in n.src:
+      if s not in seen: seen.add(s); stack.append(s)
+  return list(seen)
 
 
 def _grad_key(u: UOp) -> UOp:

