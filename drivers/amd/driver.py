@@ -386,7 +386,7 @@ class AMDDriver:
   def _pm4_barrier() -> list[list[int]]:
     """Wait for earlier dispatches (CS_PARTIAL_FLUSH), then write back + invalidate the caches (ACQUIRE_MEM)."""
     return [pm4.packet("EVENT_WRITE", event_type=pm4.CS_PARTIAL_FLUSH, event_index=4),
-            pm4.packet("ACQUIRE_MEM", coher_size=0xFFFFFFFF, coher_size_hi=0xFFFFFF, poll_interval=10, gli_inv=1,
+            pm4.packet("ACQUIRE_MEM", coher_size=0xFFFFFFFF, coher_size_hi=0xFF, poll_interval=10, gli_inv=1,
                        glm_inv=1, glm_wb=1, glk_inv=1, glv_inv=1, gl1_inv=1, gl2_inv=1, gl2_wb=1)]
 
   def submit(self, kind: str, encoded: Encoded):

@@ -63,7 +63,9 @@ FUNC = {"always": 0, "<": 1, "<=": 2, "==": 3, "!=": 4, ">=": 5, ">": 6}
 DATA_SEL_NONE, DATA_SEL_32, DATA_SEL_64, DATA_SEL_GPU_CLOCK, DATA_SEL_SYS_CLOCK = 0, 1, 2, 3, 4
 INT_SEL_NONE, INT_SEL_INT_ONLY, INT_SEL_AFTER_WRITE = 0, 1, 2
 
-# Packet bodies: one list of (field, lowest bit, width) per dword after the header, in order.
+# Packet bodies: one list of (field, lowest bit, width) per dword after the header, in order. Field widths follow
+# nvd.h's PACKET3_<packet>__<FIELD>(x) masks where it has them, else PAL's PM4_MEC_<packet> bitfields (docstring).
+# An address-low dword is one 32-bit field whose reserved low bits the caller keeps zero (tests/amd/test_hw_tables.py).
 GCR_CNTL = [("gli_inv", 0, 2), ("gl1_range", 2, 2), ("glm_wb", 4, 1), ("glm_inv", 5, 1), ("glk_wb", 6, 1), ("glk_inv", 7, 1),
             ("glv_inv", 8, 1), ("gl1_inv", 9, 1), ("gl2_us", 10, 1), ("gl2_range", 11, 2), ("gl2_discard", 13, 1),
             ("gl2_inv", 14, 1), ("gl2_wb", 15, 1), ("seq", 16, 2), ("range_is_pa", 18, 1)]
@@ -72,13 +74,13 @@ PACKETS: dict[str, list[list[tuple[str, int, int]]]] = {
                       [(f, lo, w) for f, (lo, w) in DISPATCH_INITIATOR.items()]],
   "WAIT_REG_MEM": [[("function", 0, 3), ("mem_space", 4, 2), ("operation", 6, 2), ("engine", 8, 2)],
                    [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("reference", 0, 32)], [("mask", 0, 32)],
-                   [("poll_interval", 0, 32)]],
+                   [("poll_interval", 0, 16), ("optimize_ace_offload_mode", 31, 1)]],
   # addr_lo bits 2:0 are reserved (the polled qword is 8-byte aligned)
   "WAIT_REG_MEM64": [[("function", 0, 3), ("mem_space", 4, 2), ("operation", 6, 2), ("cache_policy", 25, 2)],
                      [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("reference", 0, 32)], [("reference_hi", 0, 32)],
                      [("mask", 0, 32)], [("mask_hi", 0, 32)],
                      [("poll_interval", 0, 16), ("optimize_ace_offload_mode", 31, 1)]],
-  "INDIRECT_BUFFER": [[("ib_base_lo", 0, 32)], [("ib_base_hi", 0, 16)],
+  "INDIRECT_BUFFER": [[("ib_base_lo", 0, 32)], [("ib_base_hi", 0, 32)],
                       [("ib_size", 0, 20), ("chain", 20, 1), ("pre_ena", 21, 1), ("valid", 23, 1), ("vmid", 24, 4),
                        ("cache_policy", 28, 2), ("pre_resume", 30, 1)]],
   "EVENT_WRITE": [[("event_type", 0, 6), ("event_index", 8, 4)]],
@@ -89,8 +91,10 @@ PACKETS: dict[str, list[list[tuple[str, int, int]]]] = {
                   [("dst_sel", 16, 2), ("int_sel", 24, 3), ("data_sel", 29, 3)],
                   [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("data_lo", 0, 32)], [("data_hi", 0, 32)],
                   [("int_ctxid", 0, 32)]],
-  "ACQUIRE_MEM": [[("coher_cntl", 0, 32)], [("coher_size", 0, 32)], [("coher_size_hi", 0, 24)], [("coher_base", 0, 32)],
-                  [("coher_base_hi", 0, 24)], [("poll_interval", 0, 16)], GCR_CNTL],
+  # COHER_SIZE_HI is [7:0] in nvd.h and PAL; it stays 24 bits wide while driver.py writes amdgpu's 0xffffff there
+  # (gfx_v11_0_emit_mem_sync); tests/amd/test_hw_tables.py holds it as the one known deviation
+  "ACQUIRE_MEM": [[("coher_cntl", 0, 31), ("engine_sel", 31, 1)], [("coher_size", 0, 32)], [("coher_size_hi", 0, 8)],
+                  [("coher_base", 0, 32)], [("coher_base_hi", 0, 24)], [("poll_interval", 0, 16)], GCR_CNTL],
   "DMA_DATA": [[("engine", 0, 1), ("src_cache_policy", 13, 2), ("dst_sel", 20, 2), ("dst_cache_policy", 25, 2),
                 ("src_sel", 29, 2), ("cp_sync", 31, 1)],
                [("src_addr_lo", 0, 32)], [("src_addr_hi", 0, 32)], [("dst_addr_lo", 0, 32)], [("dst_addr_hi", 0, 32)],

@@ -10,6 +10,12 @@ events, WAIT_REG_MEM(64) / POLL_REGMEM block the queue until the memory conditio
 The read pointer is written back after each packet (an indirect buffer counts as its INDIRECT packet), so a
 queue that stops (unknown packet, memory fault) leaves it on the offending packet, and the kernel reports the
 fault through the exception events with a dmesg line naming queue, packet and address.
+
+The engines are strict: what they do not model stops the queue with a message naming it, instead of being skipped.
+A PM4 opcode other than the ones below, a SET_SH_REG of a register outside pm4.REGISTERS, an SDMA op/sub_op other
+than the packets of sdma.PACKETS, an event, DATA_SEL/INT_SEL/DST_SEL or compare function the emulator does not
+implement: each is an error here, so a driver that writes them (or a wrong constant in the shared tables that turns
+a good packet into one of them) fails in CI instead of passing unnoticed.
 """
 from __future__ import annotations
 import hashlib, threading, time
@@ -19,8 +25,17 @@ from baregrad.drivers.amd import pm4, sdma
 from baregrad.drivers.amd.codeobj import KernelDescriptor, RSRC1, RSRC2, RSRC3, PROPERTIES
 from .memory import MemoryFault
 
+# WAIT_REG_MEM / POLL_REGMEM FUNCTION (amdgpu/nvd.h WAIT_REG_MEM_FUNCTION; radeon/cikd.h SDMA_POLL_REG_MEM_EXTRA_FUNC):
+# 0 always, 1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >; 7 is not a function
 _COMPARE = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
             4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
+# the events the compute queue models (VGT_EVENT_TYPE; EVENT_INDEX as nvd.h / PAL's MEC packets give it):
+# EVENT_WRITE CS_PARTIAL_FLUSH with index 4 (*S_PARTIAL_FLUSH); RELEASE_MEM end-of-pipe timestamp events, index 5
+EVENT_WRITE_EVENTS = {pm4.CS_PARTIAL_FLUSH: ("CS_PARTIAL_FLUSH", 4)}
+RELEASE_MEM_EVENTS = {pm4.CACHE_FLUSH_AND_INV_TS_EVENT: ("CACHE_FLUSH_AND_INV_TS_EVENT", 5),
+                      pm4.BOTTOM_OF_PIPE_TS: ("BOTTOM_OF_PIPE_TS", 5)}
+RELEASE_MEM_DST_SEL = (0, 1)          # memory (MC) or L2: both land in memory here; 2/3 (queue write pointer) do not
+SDMA_OP_NAMES = {v: k for k, v in sdma.OP.items()}
 
 
 class QueueError(Exception):
@@ -89,6 +104,7 @@ class EngineQueue(threading.Thread):
 
   def poll_memory(self, addr: int, mask: int, func: int, ref: int, what: str, nbytes: int = 4):
     """Block until (mem[addr] & mask) func ref, on a dword or (nbytes 8) a qword; returns when the queue is stopped."""
+    if func not in _COMPARE: raise QueueError(f"{what}: compare function {func} is reserved (0-6 are defined)")
     delay = 1e-5
     while not self.stopping:
       if _COMPARE[func](int.from_bytes(self.read(addr, nbytes), "little") & mask, ref): return
@@ -151,9 +167,11 @@ class ComputeQueue(EngineQueue):
 
   def execute(self, words, pos, where, nested=False) -> int:
     name, f, size = self.decode(pm4, words, pos, where)
-    if name == "NOP" or name in ("ACQUIRE_MEM", "EVENT_WRITE"): return size   # work is synchronous: caches are coherent
-    if name == "SET_SH_REG":
-      for k, v in enumerate(f["values"]): self.regs[f["register"] + k] = v
+    if name in ("NOP", "ACQUIRE_MEM"): return size     # work is synchronous: caches are coherent
+    if name == "EVENT_WRITE":
+      self.check_event(EVENT_WRITE_EVENTS, name, f, where)
+      return size
+    if name == "SET_SH_REG": self.set_sh_reg(f, where)
     elif name == "DISPATCH_DIRECT": self.dispatch(f, where)
     elif name == "RELEASE_MEM": self.release_mem(f, where)
     elif name == "WAIT_REG_MEM":
@@ -179,11 +197,43 @@ class ComputeQueue(EngineQueue):
         self.write(dst, (f["src_addr_lo"].to_bytes(4, "little") * (n // 4 + 1))[:n])
       else:
         self.copy(dst, f["src_addr_hi"] << 32 | f["src_addr_lo"], n)
+    elif name in pm4.OPCODES:
+      raise QueueError(f"{where}: PM4 packet {name} (opcode {pm4.OPCODES[name]:#04x}, header {int(words[pos]):#010x}) "
+                       f"is not emulated")
     else:
-      raise QueueError(f"{where}: unknown PM4 packet {name} (header {int(words[pos]):#010x})")
+      raise QueueError(f"{where}: unknown PM4 packet {name} (opcode {(int(words[pos]) >> 8) & 0xFF:#04x}, header "
+                       f"{int(words[pos]):#010x}): not an opcode of the compute queue")
     return size
 
+  def set_sh_reg(self, f, where):
+    """Write consecutive SH registers; every one must be a register the emulated gfx1100 models."""
+    for k in range(len(f["values"])):
+      reg = f["register"] + k
+      if reg not in pm4.REGISTER_NAMES:
+        offset = reg + pm4.SH_REG_BASE - pm4.SET_SH_REG_START
+        raise QueueError(f"{where}: SET_SH_REG of unknown register {reg:#06x} (SET_SH_REG offset {offset:#x}, value "
+                         f"{k} of {len(f['values'])}): not one of the {len(pm4.REGISTERS)} COMPUTE_* registers the "
+                         f"emulated gfx1100 models (drivers/amd/pm4.py REGISTERS)")
+    for k, v in enumerate(f["values"]): self.regs[f["register"] + k] = v
+
+  @staticmethod
+  def check_event(known: dict, name: str, f, where):
+    """An EVENT_WRITE / RELEASE_MEM must carry an event (and its EVENT_INDEX) the emulator models."""
+    event, index = f["event_type"], f["event_index"]
+    if event not in known:
+      raise QueueError(f"{where}: {name} of event type {event:#04x} (index {index}) is not emulated; it knows "
+                       + ", ".join(f"{n} {e:#04x}" for e, (n, _) in known.items()))
+    ename, want = known[event]
+    if index != want:
+      raise QueueError(f"{where}: {name} of {ename} with EVENT_INDEX {index}; the event takes EVENT_INDEX {want}")
+
   def release_mem(self, f, where):
+    self.check_event(RELEASE_MEM_EVENTS, "RELEASE_MEM", f, where)
+    if f["dst_sel"] not in RELEASE_MEM_DST_SEL:
+      raise QueueError(f"{where}: RELEASE_MEM DST_SEL {f['dst_sel']} (a queue write pointer) is not emulated")
+    if f["int_sel"] not in (pm4.INT_SEL_NONE, pm4.INT_SEL_INT_ONLY, pm4.INT_SEL_AFTER_WRITE):
+      raise QueueError(f"{where}: RELEASE_MEM INT_SEL {f['int_sel']} is not emulated (0 none, 1 interrupt only, "
+                       f"2 interrupt after the write)")
     addr = f["addr_hi"] << 32 | f["addr_lo"]
     sel = f["data_sel"]
     if sel == pm4.DATA_SEL_32: self.write(addr, f["data_lo"].to_bytes(4, "little"))
@@ -237,14 +287,25 @@ class SDMAQueue(EngineQueue):
   kind, unit, engine = "copy", 1, "SDMA"
 
   def execute(self, words, pos, where, nested=False) -> int:
+    hdr = int(words[pos])
+    op, sub_op = hdr & 0xFF, (hdr >> 8) & 0xFF
+    if (op, sub_op) not in sdma.BY_OPCODE:     # name what it is before decoding fails on it
+      if op not in SDMA_OP_NAMES:
+        raise QueueError(f"{where}: unknown SDMA opcode {op} (sub_op {sub_op}, header {hdr:#010x})")
+      emulated = [f"{n} sub_op {s}" for n, (o, s, _) in sdma.PACKETS.items() if o == op]
+      raise QueueError(f"{where}: SDMA packet {SDMA_OP_NAMES[op]} (op {op}) sub_op {sub_op} (header {hdr:#010x}) is "
+                       f"not emulated" + (f"; this op is emulated as {', '.join(emulated)}" if emulated else ""))
     name, f, size = self.decode(sdma, words, pos, where)
     if name == "NOP": return size
     if name == "COPY_LINEAR":
+      modes = [m for m in ("backwards", "broadcast", "encrypt", "tmz") if f[m]]
+      if modes: raise QueueError(f"{where}: COPY_LINEAR with {', '.join(modes)} is not emulated")
       self.copy(f["dst_addr_hi"] << 32 | f["dst_addr_lo"], f["src_addr_hi"] << 32 | f["src_addr_lo"], f["count"] + 1)
     elif name == "FENCE": self.write(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["data"].to_bytes(4, "little"))
     elif name == "TRAP": self.kfd.signal_interrupt(f["int_context"])
     elif name == "POLL_REGMEM":
       if not f["mem_poll"]: raise QueueError(f"{where}: POLL_REGMEM on a register is not emulated")
+      if f["hdp_flush"]: raise QueueError(f"{where}: POLL_REGMEM with HDP_FLUSH is not emulated")
       self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["func"], f["value"], where)
     elif name == "COND_EXE":           # the next exec_count dwords run only if the dword equals the reference
       if self.read_u32(f["addr_hi"] << 32 | f["addr_lo"] & ~3) != f["reference"]: return size + f["exec_count"]
