@@ -9,15 +9,62 @@ Anything else (an unknown method, a method on an unbound subchannel, an unmapped
 cannot run) stops the channel and becomes a fault naming channel, method and address (returned by `fault()`), and
 the error notifier gets the robust-channel error code (info32: 31 memory fault, 13 kernel exception, 32 pushbuffer).
 Freeing the channel (RM_FREE) ends the fault; the driver then allocates a new one.
+
+It executes only what it knows, and rejects the rest rather than ignoring it: a method that is not in the class's
+table (drivers/nv/pushbuf.py), method data with fields it does not emulate (SEM_EXECUTE reductions, LAUNCH_DMA
+semaphores / interrupts / block-linear layouts, PCAS actions other than schedule / invalidate / prefetch), and a QMD
+whose version is not V04_00, whose type is not GRID_CTA, that binds constant buffers other than 0, or that has any
+bit set outside the V04_00 fields of drivers/nv/qmd.py (the driver wrote something the emulator cannot interpret).
 """
 from __future__ import annotations
-import struct, threading, time
+import functools, operator, struct, threading, time
 import numpy as np
 from .memory import Memory, MemoryFault
 from baregrad.drivers.nv import pushbuf as pb, qmd, rm
 
 QMD_VERSION = (4, 0)          # HOPPER_COMPUTE_A
+QMD_TABLE = qmd.TABLES[QMD_VERSION]
+QMD_KNOWN_BITS = functools.reduce(operator.or_, (((1 << (hi - lo + 1)) - 1) << lo for hi, lo in QMD_TABLE.values()))
 MMU_FAULT = rm.ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
+
+# NVCBC0_SEND_SIGNALING_PCAS2_B (open-gpu-doc classes/compute/clcbc0.h): PCAS_ACTION 3:0, SELECT 13:8, OFFSET_MINUS_ONE
+# 23:14. Actions that schedule the grid launch it; NOP, INVALIDATE and PREFETCH have no effect on an emulator without a
+# QMD cache; the dependence / queue / reference-counter actions are not emulated.
+PCAS_ACTIONS = {0x0: "NOP", 0x1: "INVALIDATE", 0x2: "SCHEDULE", 0x3: "INVALIDATE_COPY_SCHEDULE", 0x6: "INCREMENT_PUT",
+                0x7: "DECREMENT_DEPENDENCE", 0x8: "PREFETCH", 0x9: "PREFETCH_SCHEDULE",
+                0xA: "INVALIDATE_PREFETCH_COPY_SCHEDULE", 0xB: "INVALIDATE_PREFETCH_COPY_FORCE_REQUIRE_SCHEDULING",
+                0xC: "INCREMENT_DEPENDENCE", 0xD: "INCREMENT_CWD_REF_COUNTER"}
+PCAS_LAUNCH, PCAS_NO_EFFECT = {0x2, 0x3, 0x9, 0xA, 0xB}, {0x0, 0x1, 0x8}
+INVALIDATE_SHADER_CACHES_FIELDS = (1 << 0) | (1 << 4) | (1 << 12)   # INSTRUCTION 0:0, GLOBAL_DATA 4:4, CONSTANT 12:12
+
+# NVC86F_SEM_EXECUTE (clc86f.h / clc56f.h): the bits the emulator executes; REDUCTION 30:27 and REDUCTION_FORMAT 31:31
+# belong to OPERATION_REDUCTION, which it does not emulate. ACQUIRE_SWITCH_TSG 12:12 is a scheduling hint.
+SEM_EXECUTE_EMULATED = 0x7 | (1 << 12) | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_SIZE_64BIT | pb.SEM_RELEASE_TIMESTAMP
+
+# NVC8B5_LAUNCH_DMA fields (open-gpu-doc classes/dma-copy/clc8b5.h), and the values the emulator's plain copy honours:
+# a field missing from EMULATED must be 0; FLUSH_*, DISABLE_PLC and FORCE_RMWDISABLE do not change the bytes copied.
+LAUNCH_DMA_FIELDS = {
+  "DATA_TRANSFER_TYPE": (1, 0), "FLUSH_ENABLE": (2, 2), "SEMAPHORE_TYPE": (4, 3), "INTERRUPT_TYPE": (6, 5),
+  "SRC_MEMORY_LAYOUT": (7, 7), "DST_MEMORY_LAYOUT": (8, 8), "MULTI_LINE_ENABLE": (9, 9), "REMAP_ENABLE": (10, 10),
+  "FORCE_RMWDISABLE": (11, 11), "SRC_TYPE": (12, 12), "DST_TYPE": (13, 13), "SEMAPHORE_REDUCTION": (17, 14),
+  "SEMAPHORE_REDUCTION_SIGN": (18, 18), "SEMAPHORE_REDUCTION_ENABLE": (19, 19), "COPY_TYPE": (21, 20),
+  "VPRMODE": (22, 22), "MEMORY_SCRUB_ENABLE": (23, 23), "RESERVED_START_OF_COPY": (24, 24), "FLUSH_TYPE": (25, 25),
+  "DISABLE_PLC": (26, 26), "SEMAPHORE_PAYLOAD_SIZE": (27, 27), "RESERVED_ERR_CODE": (31, 28)}
+LAUNCH_DMA_EMULATED = {"DATA_TRANSFER_TYPE": (1, 2),       # PIPELINED, NON_PIPELINED: both copy
+                       "SRC_MEMORY_LAYOUT": (1,), "DST_MEMORY_LAYOUT": (1,),    # PITCH
+                       "FLUSH_ENABLE": (0, 1), "FLUSH_TYPE": (0, 1), "DISABLE_PLC": (0, 1), "FORCE_RMWDISABLE": (0, 1)}
+
+
+def _bit_runs(bits: int, limit: int = 4) -> str:
+  """The set bits of `bits` as MW(hi:lo) runs, the first `limit` of them."""
+  runs, lo = [], 0
+  while bits and len(runs) < limit:
+    while not (bits >> lo) & 1: lo += 1
+    hi = lo
+    while (bits >> (hi + 1)) & 1: hi += 1
+    runs.append(f"MW({hi}:{lo})")
+    bits &= ~(((1 << (hi - lo + 1)) - 1) << lo)
+  return ", ".join(runs) + (", ..." if bits else "")
 
 
 class ChannelFault(RuntimeError):
@@ -141,12 +188,15 @@ class ChannelProcessor(threading.Thread):
     cls = self.subchannels.get(subc)
     if cls is None: raise ChannelFault(f"method {m:#06x} on subchannel {subc}, which has no object (SET_OBJECT first)")
     if cls == rm.HOPPER_COMPUTE_A:
-      if m == pb.SEND_SIGNALING_PCAS2_B:
-        if data & 0xF in (2, 3, 9, 10, 11): self.launch(regs.get(pb.SEND_PCAS_A, 0) << 8)
+      if m == pb.SEND_SIGNALING_PCAS2_B: return self.pcas(data, regs)
+      if m == pb.INVALIDATE_SHADER_CACHES_NO_WFI:
+        if data & ~INVALIDATE_SHADER_CACHES_FIELDS:
+          raise ChannelFault(f"INVALIDATE_SHADER_CACHES_NO_WFI {data:#x} on subchannel {subc}: bits "
+                             f"{_bit_runs(data & ~INVALIDATE_SHADER_CACHES_FIELDS)} are not fields of clcbc0.h")
         return
       if m in (pb.SEND_PCAS_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B,
                pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B, pb.SET_SHADER_LOCAL_MEMORY_A,
-               pb.SET_SHADER_LOCAL_MEMORY_B, pb.INVALIDATE_SHADER_CACHES_NO_WFI): return
+               pb.SET_SHADER_LOCAL_MEMORY_B): return
     elif cls == rm.HOPPER_DMA_COPY_A:
       if m == pb.LAUNCH_DMA: return self.copy(regs, data)
       if m in (pb.OFFSET_IN_UPPER, pb.OFFSET_IN_LOWER, pb.OFFSET_OUT_UPPER, pb.OFFSET_OUT_LOWER, pb.LINE_LENGTH_IN, pb.LINE_COUNT):
@@ -159,10 +209,27 @@ class ChannelProcessor(threading.Thread):
         raise ChannelFault(f"SET_OBJECT {rm.class_name(data)}: no object of that class was allocated under this channel")
       self.subchannels[subc] = data
     elif m == pb.SEM_EXECUTE: self.semaphore(regs, data)
-    elif m in (pb.SEM_ADDR_LO, pb.SEM_ADDR_HI, pb.SEM_PAYLOAD_LO, pb.SEM_PAYLOAD_HI, pb.WFI, pb.NON_STALL_INTERRUPT): pass
-    else: raise ChannelFault(f"unknown host method {m:#06x} (data {data:#x}) on subchannel {subc}")
+    elif m == pb.WFI:
+      if data & ~pb.WFI_SCOPE_ALL:
+        raise ChannelFault(f"WFI {data:#x}: bits {_bit_runs(data & ~pb.WFI_SCOPE_ALL)} are not fields of WFI (SCOPE 0:0)")
+    elif m in (pb.SEM_ADDR_LO, pb.SEM_ADDR_HI, pb.SEM_PAYLOAD_LO, pb.SEM_PAYLOAD_HI, pb.NON_STALL_INTERRUPT): pass
+    else: raise ChannelFault(f"unknown host method {m:#06x} (data {data:#x}) on subchannel {subc} "
+                             f"({rm.class_name(rm.HOPPER_CHANNEL_GPFIFO_A)})")
+
+  def pcas(self, data: int, regs: dict):
+    action = data & 0xF
+    if data & ~0xF:
+      raise ChannelFault(f"SEND_SIGNALING_PCAS2_B {data:#x}: bits {_bit_runs(data & ~0xF)} are set; only PCAS_ACTION 3:0 is "
+                         f"emulated (SELECT 13:8 and OFFSET_MINUS_ONE 23:14 signal another QMD, other bits are not fields)")
+    if action in PCAS_LAUNCH: return self.launch(regs.get(pb.SEND_PCAS_A, 0) << 8)
+    if action in PCAS_NO_EFFECT: return
+    what = f"PCAS_ACTION_{PCAS_ACTIONS[action]} is not emulated" if action in PCAS_ACTIONS else "not a PCAS_ACTION of clcbc0.h"
+    raise ChannelFault(f"SEND_SIGNALING_PCAS2_B {data:#x}: PCAS_ACTION {action:#x} is {what}")
 
   def semaphore(self, regs: dict, execute: int):
+    if execute & ~SEM_EXECUTE_EMULATED:
+      raise ChannelFault(f"SEM_EXECUTE {execute:#x}: bits {_bit_runs(execute & ~SEM_EXECUTE_EMULATED)} (REDUCTION 30:27, "
+                         f"REDUCTION_FORMAT 31:31 or undefined bits) are not emulated")
     addr = (regs.get(pb.SEM_ADDR_HI, 0) & 0x1FFFFFF) << 32 | (regs.get(pb.SEM_ADDR_LO, 0) & 0xFFFFFFFC)
     payload = regs.get(pb.SEM_PAYLOAD_LO, 0)
     wide = bool(execute & pb.SEM_PAYLOAD_SIZE_64BIT)
@@ -184,8 +251,11 @@ class ChannelProcessor(threading.Thread):
     else: raise ChannelFault(f"SEM_EXECUTE operation {op} is not emulated")
 
   def copy(self, regs: dict, launch: int):
-    if launch & (pb.DMA_MULTI_LINE_ENABLE | pb.DMA_REMAP_ENABLE | pb.DMA_SRC_TYPE_PHYSICAL | pb.DMA_DST_TYPE_PHYSICAL):
-      raise ChannelFault(f"LAUNCH_DMA {launch:#x}: only virtual, single-line, pitch copies are emulated")
+    for name, (hi, lo) in LAUNCH_DMA_FIELDS.items():
+      value = (launch >> lo) & ((1 << (hi - lo + 1)) - 1)
+      if value not in LAUNCH_DMA_EMULATED.get(name, (0,)):
+        raise ChannelFault(f"LAUNCH_DMA {launch:#x}: {name} ({hi}:{lo}) = {value} is not emulated; only virtual, "
+                           f"single-line, pitch copies without semaphore, interrupt or reduction are")
     src = regs.get(pb.OFFSET_IN_UPPER, 0) << 32 | regs.get(pb.OFFSET_IN_LOWER, 0)
     dst = regs.get(pb.OFFSET_OUT_UPPER, 0) << 32 | regs.get(pb.OFFSET_OUT_LOWER, 0)
     n = regs.get(pb.LINE_LENGTH_IN, 0)
@@ -194,10 +264,26 @@ class ChannelProcessor(threading.Thread):
     except MemoryFault:
       raise ChannelFault(f"DMA copy destination {dst:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
 
+  def check_qmd(self, qmd_addr: int, raw: bytes):
+    """Reject a QMD the emulator cannot interpret fully: it would otherwise run something other than what it says."""
+    f = qmd.unpack(QMD_TABLE, raw)
+    where = f"QMD at {qmd_addr:#x}"
+    if (f["QMD_MAJOR_VERSION"], f["QMD_MINOR_VERSION"]) != QMD_VERSION:
+      raise ChannelFault(f"{where}: QMD_MAJOR_VERSION {f['QMD_MAJOR_VERSION']} / QMD_MINOR_VERSION {f['QMD_MINOR_VERSION']}: "
+                         f"{rm.class_name(rm.HOPPER_COMPUTE_A)} reads QMD V{QMD_VERSION[0]:02d}_{QMD_VERSION[1]:02d} (clcbc0qmd.h)")
+    unknown = int.from_bytes(raw, "little") & ~QMD_KNOWN_BITS
+    if unknown:
+      raise ChannelFault(f"{where}: bits {_bit_runs(unknown)} are set outside every QMD V04_00 field the emulator reads "
+                         f"(drivers/nv/qmd.py V04_00); it does not guess what they ask for")
+    if f["QMD_TYPE"] != qmd.QMD_TYPE_GRID_CTA:
+      raise ChannelFault(f"{where}: QMD_TYPE {f['QMD_TYPE']} is not emulated (only GRID_CTA, {qmd.QMD_TYPE_GRID_CTA})")
+    bound = [i for i in range(1, 8) if f[f"CONSTANT_BUFFER_VALID_{i}"]]
+    if bound: raise ChannelFault(f"{where}: constant buffers {bound} are valid; the emulator binds only constant buffer 0")
+
   def launch(self, qmd_addr: int):
-    raw = self._read(qmd_addr, qmd.QMD_BYTES, "QMD")
+    raw = self._read(qmd_addr, qmd.SIZES[QMD_VERSION], "QMD")
+    self.check_qmd(qmd_addr, raw)
     q = qmd.read_launch(QMD_VERSION, raw)
-    if q["version"] != QMD_VERSION: raise ChannelFault(f"QMD at {qmd_addr:#x} has version {q['version']}, HOPPER_COMPUTE_A reads {QMD_VERSION}")
     prog = self.gpu.programs.get(q["program"])
     if prog is None: raise ChannelFault(f"QMD at {qmd_addr:#x}: no program was uploaded at code address {q['program']:#x}")
     if not q["cbuf0_valid"]: raise ChannelFault(f"QMD at {qmd_addr:#x}: constant buffer 0 is not valid")

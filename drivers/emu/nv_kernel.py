@@ -66,7 +66,10 @@ class File:
 class EmulatedNVKernel:
   emulated = True
 
-  def __init__(self):
+  def __init__(self, va_space_mm: bool = True):
+    # va_space_mm=False: a kernel where UVM's va_space_mm is disabled, so UVM_MM_INITIALIZE answers
+    # NV_WARN_NOTHING_TO_DO (uvm.c, uvm_api_mm_initialize; 580.142), which is not an error
+    self.va_space_mm = va_space_mm
     self.real = KernelInterface()
     self.gpu = NVGpu()
     self.files: dict[int, File] = {}
@@ -357,6 +360,7 @@ class EmulatedNVKernel:
     other = self.files.get(p.uvmFd)
     if other is None or other.path != UVM or other.uvm_state != "initialized": raise RMFail("NV_ERR_INVALID_ARGUMENT")
     if f.uvm_state: raise RMFail("NV_ERR_IN_USE")
+    if not self.va_space_mm: raise RMFail("NV_WARN_NOTHING_TO_DO")
     f.uvm_state = "mm"
 
   def _check_rm(self, fd: int, h: int):

@@ -177,7 +177,7 @@ class NVDriver:
     self._uvm(rm.UVM_INITIALIZE, flags=0)
     self.fd_uvm_mm = self.k.open("/dev/nvidia-uvm")
     p = ffi.new("UVM_MM_INITIALIZE_PARAMS *"); p.uvmFd = self.fd_uvm
-    self._uvm_call(self.fd_uvm_mm, rm.UVM_MM_INITIALIZE, p, ok=(rm.NV_OK, 0x10000 + 0x01))   # NV_WARN_NOTHING_TO_DO
+    self._uvm_call(self.fd_uvm_mm, rm.UVM_MM_INITIALIZE, p, ok=(rm.NV_OK, rm.STATUS["NV_WARN_NOTHING_TO_DO"]))   # 0x10006 (nvstatuscodes.h): va_space_mm off
     dp = ffi.new("NV0080_ALLOC_PARAMETERS *")
     dp.deviceId, dp.hClientShare, dp.vaMode = 0, self.rm.root, 2   # NV_DEVICE_ALLOCATION_VAMODE_MULTIPLE_VASPACES (nvos.h)
     self.device = self.rm.alloc(self.rm.root, rm.NV01_DEVICE_0, dp)

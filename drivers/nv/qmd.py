@@ -1,4 +1,4 @@
-"""QMD (Queue Meta Data): the 256-byte launch descriptor the compute engine reads for a grid.
+"""QMD (Queue Meta Data): the launch descriptor (256 bytes in V03_00, 384 in V04_00) the compute engine reads for a grid.
 
 Field positions as bit ranges (hi, lo) over the QMD viewed as one little-endian bit string ("MW(hi:lo)"), from
 NVIDIA's open-gpu-doc class headers: `classes/compute/clcbc0qmd.h` (HOPPER_COMPUTE_A, QMD V04_00) and
@@ -8,7 +8,11 @@ every field of a table back.
 """
 from __future__ import annotations
 
-QMD_BYTES = 256
+# The QMD's size: V04_00 fields run to MW(3071:3071) (NVCBC0_QMDV04_00_OUTER_STICKY_OVERFLOW), 384 bytes; V03_00 to
+# MW(2047:2016) (NVC6C0_QMDV03_00_DEBUG_ID_LOWER), 256 bytes. Every QMD baregrad writes takes the larger size, so what
+# follows a QMD in memory (its constant bank 0) never overlaps the fields the compute engine reads.
+SIZES = {(4, 0): 384, (3, 0): 256}
+QMD_BYTES = max(SIZES.values())
 
 
 # NVCBC0_QMDV04_00_* (clcbc0qmd.h)

@@ -40,7 +40,7 @@ typedef struct { NVOS02_PARAMETERS params; int fd; } nv_ioctl_nvos02_parameters_
 typedef struct { NVOS33_PARAMETERS params; int fd; } nv_ioctl_nvos33_parameters_with_fd;
 
 /* src/common/sdk/nvidia/inc/class/cl0000.h, cl0080.h, cl2080.h */
-typedef struct { uint32_t hClient, processID; uint64_t pOsPidInfo; } NV0000_ALLOC_PARAMETERS;
+typedef struct { uint32_t hClient, processID; char processName[100]; uint64_t pOsPidInfo; } NV0000_ALLOC_PARAMETERS;   /* NV_PROC_NAME_MAX_LENGTH 100 */
 typedef struct {
   uint32_t deviceId, hClientShare, hTargetClient, hTargetDevice, flags; uint64_t vaSpaceSize, vaStartInternal, vaLimitInternal;
   uint32_t vaMode;
@@ -195,6 +195,7 @@ NV_STATUS = {
   0x37: "NV_ERR_INVALID_OFFSET", 0x3A: "NV_ERR_INVALID_PARAM_STRUCT", 0x40: "NV_ERR_INVALID_STATE",
   0x51: "NV_ERR_NO_MEMORY", 0x56: "NV_ERR_NOT_SUPPORTED", 0x57: "NV_ERR_OBJECT_NOT_FOUND",
   0x59: "NV_ERR_OPERATING_SYSTEM", 0x68: "NV_ERR_UVM_ADDRESS_IN_USE", 0xFFFF: "NV_ERR_GENERIC",
+  0x10006: "NV_WARN_NOTHING_TO_DO",
 }
 STATUS = {name: code for code, name in NV_STATUS.items()}
 

@@ -73,7 +73,7 @@ def test_qmd_round_trip(version):
   fields = qmd.launch_fields(version, program=0x7F12_3456_7800, cbuf0=0x20_0000_1100, cbuf0_size=0x300, grid=(70000, 3, 2),
                              block=(256, 2, 1), registers=38, shared=1024, barriers=1, local_size=0, sass_version=0x90)
   data = qmd.pack(table, fields)
-  assert len(data) == 256
+  assert len(data) == qmd.QMD_BYTES == 384           # V04_00 runs to bit 3071 (clcbc0qmd.h); V03_00 fits
   back = qmd.unpack(table, data)
   assert {k: back[k] for k in fields} == fields
   launch = qmd.read_launch(version, data)
@@ -158,3 +158,13 @@ def test_logging_hook_sees_calls():
   finally:
     kernel.set_logger(old)
   assert seen == [("ioctl", "X")]
+
+
+def test_uvm_mm_initialize_nothing_to_do_is_not_an_error():
+  """UVM answers UVM_MM_INITIALIZE with NV_WARN_NOTHING_TO_DO (0x00010006, nvstatuscodes.h) where va_space_mm is
+  disabled (uvm.c); the driver must go on. (0x10001, the value used before, is NV_WARN_HOT_SWITCH.)"""
+  from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel
+  from baregrad.drivers.nv.driver import NVDriver
+  assert rm.STATUS["NV_WARN_NOTHING_TO_DO"] == 0x00010006
+  d = NVDriver(kernel=EmulatedNVKernel(va_space_mm=False))
+  d.close()
