@@ -164,11 +164,12 @@ def _mulmod(a: UOp, b: UOp, m: UOp, exact: bool) -> UOp:
   return r.bitcast(U64)
 
 
-def fmod(x: UOp, y: UOp) -> UOp:
+def fmod(x: UOp, y: UOp, integer_remainder: bool = True) -> UOp:
   """C's fmod, exact, with x's sign: |x| = Mx 2^Ex, |y| = My 2^Ey (integer significands, subnormals with
   exponent 1), so for |x| >= |y| the remainder is (Mx 2^(Ex-Ey) mod My) 2^Ey. 2^(Ex-Ey) mod My comes from
   square-and-multiply over the bits of Ex-Ey (mulmod above). fmod(x, 0), fmod(inf, y) and NaN operands give
-  NaN; |x| < |y| gives x."""
+  NaN; |x| < |y| gives x. `integer_remainder=False`: mulmod by float64 quotients even where a 64-bit integer
+  remainder would do (float32), for targets whose 64-bit MOD is slow."""
   dt = x.dtype
   ut, mbits, ebits = _LAYOUT[dt]
   sign = _u(1 << (dt.bits - 1), ut)
@@ -183,7 +184,7 @@ def fmod(x: UOp, y: UOp) -> UOp:
   mx, ex = unpack(ax)
   my, ey = unpack(ay)
   k = ex + ey.alu(Ops.NEG)        # >= 0 where it is used (|x| >= |y|)
-  exact = 2 * (mbits + 1) <= 64
+  exact = integer_remainder and 2 * (mbits + 1) <= 64
   t = _u(1)
   for j in reversed(range(ebits)):   # Ex - Ey < 2^ebits
     t = _mulmod(t, t, my, exact)

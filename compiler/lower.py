@@ -22,8 +22,8 @@ Semantics defined here once for all targets (the reference is C, as the CPU devi
 
 Passes (`passes`, which codegen runs): "decompositions" (ops the target lacks, and the edge cases above), symbolic
 simplification, then "emulation" (dtypes the target lacks; the edge cases again for the ops it promotes, and the
-accumulate steps). A renderer that still declares `native_ops` as a plain set of ops (the AMD renderer, for now)
-gets only the transcendental, floor and shift rewrites, as before.
+accumulate steps). A renderer that declares `native_ops` as a plain set of ops (no renderer does any more) gets only the
+transcendental, floor and shift rewrites, as before.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -44,6 +44,7 @@ class Native:
   dtypes it computes in (float16/bfloat16 and the 8/16-bit integers may be left out: they are emulated)."""
   float_ops: frozenset
   dtypes: frozenset
+  int64_divide: bool = True   # False where 64-bit IDIV/MOD are slow loops (AMD): fmod takes its quotients in float64
 
   def __post_init__(self):
     if unknown := set(self.float_ops) - OPTIONAL_FLOAT_OPS:
@@ -94,7 +95,7 @@ def _float_op(u: UOp, ctx: Native) -> UOp | None:
   if u.op is Ops.FLOOR: return decomp.floor_by_trunc(u.src[0])
   if u.op is Ops.MOD:
     if u.dtype in FLOAT16S: return UOp(Ops.MOD, F32, tuple(s.cast(F32) for s in u.src)).cast(u.dtype)
-    return decomp.fmod(*u.src)
+    return decomp.fmod(*u.src, integer_remainder=ctx.int64_divide)
   return decomp.transcendental(u)
 
 
@@ -278,8 +279,8 @@ legacy = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.FLOOR), name="u
 
 def passes(native_ops) -> list[tuple]:
   """The rewrites between the kernel optimizations and linearize, as (label, patterns, ctx), for a renderer's
-  `native_ops`: a Native gets the whole lowering, a plain set of ops (the AMD renderer, until it declares a
-  Native) only the transcendental, floor and shift rewrites."""
+  `native_ops`: a Native gets the whole lowering, a plain set of ops (the legacy form) only the
+  transcendental, floor and shift rewrites."""
   if not isinstance(native_ops, Native):
     return [("symbolic", symbolic, None), ("decompositions", legacy, native_ops), ("symbolic again", symbolic, None)]
   return [("symbolic", symbolic, None), ("decompositions", decompositions, native_ops),

@@ -2,42 +2,33 @@
 (compiler/amd/encode.py) into a code object. No assembly text on that path: str() of the result is the listing.
 
 Launch and calling convention (LLVM AMDGPUUsage, "Initial Kernel Execution State" for GFX11, wave32):
-s[0:1] = kernarg segment pointer, s2 = workgroup id x, v0 = packed work-item id (x in bits 0-9).
-The kernarg segment holds one 8-byte slot per buffer pointer in PARAM order, then one 8-byte (int64) slot
-per DEFINE_VAR sorted by name. codegen's `to_threads` replaced the global loops by SPECIAL "gidx" =
-workgroup_id * 256 + local_id and gated the stores of threads past the end.
+s[0:1] = kernarg segment pointer, s2 = workgroup id x, v0 = packed work-item id (x in bits 0-9). The kernarg
+segment holds one 8-byte slot per buffer pointer in PARAM order, then one 8-byte (int64) slot per DEFINE_VAR
+sorted by name. codegen's `to_threads` replaced the global loops by SPECIAL "gidx" = workgroup_id * 256 + local_id.
 
-Values (mirroring render_c.py, the reference, value by value):
-- every per-lane value lives in VGPRs: bool as 0/1, int8..uint32 in one dword sign/zero-extended from its
-  width (re-narrowed after each op that can leave the range, as C's conversion on assignment),
-  float16/bfloat16 as float32 rounded after every op (C's `_round16`), float32 in one dword, int64/uint64/
-  index/float64 in two. An 8-byte integer whose value range (UOp.vrange) fits in int32 is held "narrow" in one
-  dword (sign-extended when a 64-bit use needs it) and computed with 32-bit instructions where that gives the
-  same value (always for add/mul/and/or/xor/neg, whose low 32 bits do not depend on the high ones).
-- buffer pointers and variables are SGPR pairs (s_load_b64 from the kernarg segment); loop counters are SGPRs
-  (loop bounds are uniform: constants or variables); constants are inline/literal operands.
-- compares write vcc_lo and become 0/1 with v_cndmask_b32; gated loads/stores run under
-  s_and_saveexec_b32 so lanes whose gate is false touch no memory (a gated load gives 0 there).
-- float arithmetic: IEEE add/mul/fma; division, reciprocal and square root are refined from the hardware
-  estimates (v_rcp_f32 / v_sqrt_f32 are ~1 ulp, RDNA3 ISA guide "VOP1") by Newton/FMA residual steps;
-  MAX is `(a != a || a > b) ? a : b`; CMPNE is true on NaN; float->int truncates; float MOD is C's fmod
-  (exact: repeated Sterbenz-exact subtraction of the divisor scaled by ldexp).
-- integer IDIV/MOD truncate; a zero divisor gives 0; x / -1 is -x (wrapping, INT_MIN / -1 = INT_MIN).
-  RDNA3 has no integer divide: 32-bit division uses a v_rcp_iflag_f32 estimate of 2^32/d refined by one
-  Newton step and two correction steps; constant divisors use multiply-high by a magic number
-  (Granlund & Montgomery, "Division by invariant integers using multiplication", 1994); 64-bit division
-  is a 64-step restoring shift-subtract loop.
+What RDNA3 lacks was lowered before (compiler/lower.py, keyed by `native_ops`); the ops left map through the
+tables BINARY / UNARY to one instruction or to an emitter for what only this target has to spell out:
+- values live in VGPRs: bool, int8..uint32 and the storage bits of float16/bfloat16 as 32-bit integers (sign/
+  zero-extended from their width), float32 in one dword, int64/uint64/index/float64 in two. An 8-byte integer
+  whose value range (UOp.vrange) fits in int32 is held "narrow" in one dword (sign-extended where a 64-bit use
+  needs it) and computed with 32-bit instructions where that gives the same value. Pointers, variables and
+  loop counters are SGPRs; constants are inline/literal operands; compares write vcc_lo and become 0/1 with
+  v_cndmask_b32; gated loads/stores run under s_and_saveexec_b32 (a gated-off lane loads 0).
+- float division, reciprocal and square root are refined from the hardware estimates (v_rcp_f32 / v_sqrt_f32
+  are ~1 ulp, RDNA3 ISA guide "VOP1") by Newton/FMA residual steps; float->int truncates, giving x86's
+  "integer indefinite" for NaN and out-of-range values as the CPU device does.
+- there is no integer divide (the divisor is never 0 nor -1 here): 32 bits use a v_rcp_iflag_f32 estimate of
+  2^32/d, one Newton step and two corrections; constant divisors multiply-high by a magic number (Granlund &
+  Montgomery, "Division by invariant integers using multiplication", 1994); 64 bits a 64-step restoring loop.
 The kernel descriptor enables float32 denormals (float_denorm_mode_32 = 3) so that results match C's.
-
-Instruction selection is table driven: RULES maps a UOp op to its emitter, BINARY/UNARY map (value class, ALU op)
-to one instruction or to an emitter method; the methods for semantics the hardware lacks (division, NaN-aware
-max, fmod, 16-bit rounding, ...) go once the shared lowering pass rewrites those ops for every target.
 """
 from __future__ import annotations
 import math, struct
 from dataclasses import dataclass
 from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
+from .lower import Native
+from .decomp import bits16
 from .amd.inst import Inst, Reg, Sub, Imm, Neg, Abs, Label, OFF, VCC_LO, EXEC_LO, waitcnt, listing
 from .amd.regalloc import legalize, allocate, insert_waits
 from .amd.encode import assemble
@@ -87,13 +78,10 @@ def is_wide(dt: DType, u: UOp | None = None) -> bool:
 def signed(dt: DType) -> bool: return dt.kind == 'i' or dt == dtypes.index
 
 
-def is_scalar(x) -> bool: return isinstance(x, (Reg, Sub)) and x.file == "s"
-
-
 def value_class(dt: DType) -> str:
-  """How a dtype's values are held and computed: bool, f32 (also float16/bfloat16), f64, i32/u32, i64/u64."""
-  if dt.is_bool: return "bool"
-  if dt.is_float: return "f64" if dt == F64 else "f32"
+  """How a dtype's values are held and computed: f32, f64, or integers i32/u32/i64/u64 (bool, the 8/16-bit
+  integers and the storage bits of float16/bfloat16 are 32-bit integers in registers)."""
+  if dt in (F32, F64): return f"f{8 * dt.itemsize}"
   return ("i" if signed(dt) else "u") + ("64" if dt.itemsize == 8 else "32")
 
 
@@ -113,9 +101,12 @@ class AMDKernel:
 class AMDRenderer:
   device = "AMD"
   threads = True                         # codegen maps the global loops to SPECIAL "gidx"
-  # exp2/log2/sin come from compiler.decomp: v_exp_f32/v_log_f32 are ~1 ulp and v_sin_f32 is inaccurate
-  # for large arguments (RDNA3 ISA guide, "VOP1"); the decompositions match the CPU device.
-  native_ops = {Ops.SQRT, Ops.TRUNC}
+  # exp2/log2/sin are decomposed (v_exp_f32/v_log_f32 are ~1 ulp and v_sin_f32 is inaccurate for large arguments:
+  # RDNA3 ISA guide, "VOP1"), so are NaN-propagating max and fmod; 16-bit floats and the 8/16-bit integers are
+  # emulated in 32 bits; 64-bit integer division is a loop, so fmod avoids it
+  native_ops = Native(float_ops=frozenset({Ops.FDIV, Ops.FLOOR}),
+                      dtypes=frozenset(dtypes.all()) - {F16, BF16, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16},
+                      int64_divide=False)
   arch = "gfx1100"
 
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> AMDKernel:
@@ -159,6 +150,8 @@ class _Renderer:
   def sel(self, f, t, cond=VCC_LO) -> Reg:
     """v_cndmask: t where the lane mask (default vcc_lo) is set, else f."""
     return self.o("v_cndmask_b32", f, t, cond)
+
+  def sel64(self, f, t) -> Reg: return self.mov64(self.sel(f[0], t[0]), self.sel(f[1], t[1]))
 
   def mov64(self, lo, hi) -> Reg:
     d = self.v(2)
@@ -241,7 +234,8 @@ class _Renderer:
   def const(self, value, dt: DType, u: UOp | None = None) -> Const:
     if dt.is_bool: return Const(1 if value else 0, 1)
     if dt == F64: return Const(f64_bits(value), 2, True)
-    if dt.is_float: return Const(f32_bits(value), 1)
+    if dt == F32: return Const(f32_bits(value), 1)
+    if dt.is_float: return Const(bits16(value, dt), 1)     # float16/bfloat16: the storage bits
     if dt.itemsize == 8:
       v = int(value)
       if -(1 << 31) <= v < (1 << 31) and (u is None or is_narrow(u)): return Const(v & 0xFFFFFFFF, 1)
@@ -299,6 +293,12 @@ class _Renderer:
       self.e("v_mov_b32", dst, self.op32(src))
     return dst
 
+  def narrow(self, x, dt: DType):
+    """The register form of a sub-32-bit value: sign/zero-extended from its width (16-bit floats: their bits)."""
+    if dt.itemsize >= 4 or dt.is_bool: return x
+    if signed(dt): return self.o("v_bfe_i32", x, Imm(0), Imm(8 * dt.itemsize))
+    return self.o("v_and_b32", Imm((1 << (8 * dt.itemsize)) - 1), x)
+
   # ---------------------------------------------------------------- threads, loops, accumulators
   def special(self, u: UOp):
     if u.arg[0] != "gidx": raise NotImplementedError(f"AMD renderer: unknown SPECIAL {u.arg[0]!r} (knows 'gidx')")
@@ -318,7 +318,7 @@ class _Renderer:
     if u.src[0].op is Ops.CONST: bound = imm32(u.src[0].arg)
     else:
       b = self.op32(u.src[0])
-      if isinstance(b, Imm) or is_scalar(b): bound = b
+      if isinstance(b, Imm) or (isinstance(b, (Reg, Sub)) and b.file == "s"): bound = b
       else:   # uniform (a function of variables only) but computed in VGPRs: read it from the first lane
         bound = self.s(); self.e("v_readfirstlane_b32", bound, b)
     counter, top, end = self.s(), self.label("loop"), self.label("endloop")
@@ -340,12 +340,13 @@ class _Renderer:
     del self.vals[r]
 
   def define_acc(self, u: UOp):
-    acc = self.v(2 if u.dtype.itemsize == 8 and not u.dtype.is_bool else 1)
+    acc = self.v(2 if u.dtype.itemsize == 8 else 1)
     return self.copy_into(acc, self.const(identity_for(u.arg[0], u.dtype), u.dtype), u.dtype)
 
   def acc_update(self, u: UOp):
-    new = self.binary(u.arg, u.src[0], u.src[1], u.dtype, out=u.src[0])
-    self.copy_into(self.vals[u.src[0]], new, u.dtype)
+    """acc = the accumulate step computed before (the lowering gives every reduction its step as ops)."""
+    if u.arg is not None: raise NotImplementedError(f"AMD renderer: ACC_UPDATE {u.arg} was not lowered to a step")
+    self.copy_into(self.vals[u.src[0]], self.val(u.src[1]), u.dtype)
 
   # ---------------------------------------------------------------- memory
   def address(self, idx: UOp):
@@ -388,27 +389,19 @@ class _Renderer:
     kind = MEM_LOAD[size]
     if dt.is_int and dt.itemsize < 4: kind = ("i" if signed(dt) else "u") + str(8 * dt.itemsize)
     d = self.v(2 if size == 8 else 1)
-    gated = len(idx.src) == 3
-    if gated:   # lanes whose gate is false keep 0
+    if len(idx.src) == 3:   # lanes whose gate is false keep 0
       for k in range(d.size): self.e("v_mov_b32", d[k] if d.size > 1 else d, Imm(0))
     saved = self.gate_begin(idx)
     a, b = self.mem_args(self.val(idx))
     self.e(f"global_load_{kind}", d, a, b)
     self.gate_end(saved)
-    if dt.is_bool: return self.compare("v_cmp_ne_u32", Imm(0), d)
-    if dt == F16: return self.f16_bits_to_f32(d)
-    if dt == BF16: return self.o("v_lshlrev_b32", Imm(16), d)
     return d
 
   def store(self, u: UOp):
     idx, v = u.src[0], u.src[1]
-    dt = v.dtype
     size = idx.src[0].dtype.itemsize
-    if dt == F16: data = self.f32_to_f16_bits(self.op32(v))
-    elif dt == BF16: data = self.f32_to_bf16_bits(self.op32(v))
-    elif size == 8: data = self.rpair(v, signed(dt))
-    else: data = self.vgpr(self.val(v))
-    if isinstance(data, Reg) and data.file == "s": data = self.copy_into(None, data, dt)
+    data = self.rpair(v, signed(v.dtype)) if size == 8 else self.vgpr(self.val(v))
+    if isinstance(data, Reg) and data.file == "s": data = self.copy_into(None, data, v.dtype)
     saved = self.gate_begin(idx)
     a, b = self.mem_args(self.val(idx))
     self.e(f"global_store_{MEM_STORE[size]}", a, data, b)
@@ -416,106 +409,64 @@ class _Renderer:
 
   # ---------------------------------------------------------------- ALU: the tables BINARY / UNARY
   def alu(self, u: UOp):
-    if u.op is Ops.MUL and u.dtype.is_float and u.src[1].op is Ops.RECIP: return self.fdiv(u)
     if len(u.src) == 2: return self.binary(u.op, u.src[0], u.src[1], u.src[0].dtype, out=u)
     return self.unary(u.op, u.src[0], u.dtype)
 
   def binary(self, op: Ops, ua: UOp, ub: UOp, dt: DType, out: UOp):
     """`dt` is the operand dtype; CMPLT/CMPNE give a bool (0/1)."""
     k = value_class(dt)
-    narrow_out = False
-    if k in ("i64", "u64"):
+    if k in ("i64", "u64"):   # the low dwords give the same value (lower() keeps the low dword of a narrow result)
       modular = op in (Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR) or \
         (op is Ops.SHL and isinstance(ub.vrange[0], int) and 0 <= ub.vrange[0] and ub.vrange[1] < 32)
       narrow_out = op not in (Ops.CMPLT, Ops.CMPNE) and is_narrow(out)
       if (narrow_out and modular) or (is_narrow(ua) and is_narrow(ub) and (narrow_out or op in (Ops.CMPLT, Ops.CMPNE))):
-        k, dt = "i32", dtypes.int32       # the low dwords give the same value
+        k = "i32"
     rule = BINARY[k].get(op)
-    if rule is None: raise NotImplementedError(f"AMD renderer: no rule for {op.name} on {dt.name}")
-    if not rule.startswith("v_"): r = getattr(self, rule)(op, ua, ub, k)
-    else:
-      swap, wide = "rev_" in rule, k in ("f64", "i64", "u64")
-      if k in ("i64", "u64"): a, b = self.pair(ua, k == "i64"), (self.lo(ub) if swap else self.pair(ub, k == "i64"))
-      elif wide: a, b = self.pair(ua), self.pair(ub)
-      else: a, b = self.op32(ua), self.op32(ub)
-      if rule.startswith("v_cmp"): return self.compare(rule, a, b)
-      r = self.o(rule, *((b, a) if swap else (a, b)), size=2 if wide else 1)
-    if k == "f32" and op not in (Ops.CMPLT, Ops.CMPNE): return self.round16(r, dt)
-    if k in ("i32", "u32") and op in (Ops.ADD, Ops.MUL, Ops.SHL, Ops.IDIV, Ops.MOD): return self.narrow(r, dt)
-    if narrow_out and isinstance(r, Reg) and r.size == 2: return r[0]
-    return r
+    if rule is None: raise NotImplementedError(f"AMD renderer: no rule for {op.name} on {dt.name} (compiler/lower.py lowers it?)")
+    if not rule.startswith("v_"): return getattr(self, rule)(op, ua, ub, k)
+    swap, wide = "rev_" in rule, k in ("f64", "i64", "u64")
+    if k in ("i64", "u64"): a, b = self.pair(ua, k == "i64"), (self.lo(ub) if swap else self.pair(ub, k == "i64"))
+    elif wide: a, b = self.pair(ua), self.pair(ub)
+    else: a, b = self.op32(ua), self.op32(ub)
+    if rule.startswith("v_cmp"): return self.compare(rule, a, b)
+    return self.o(rule, *((b, a) if swap else (a, b)), size=2 if wide else 1)
 
   def unary(self, op: Ops, ua: UOp, dt: DType):
     k = value_class(dt)
     rule = UNARY["int" if k[0] in "iu" else k].get(op)
-    if rule is None:
-      if dt.is_float: raise NotImplementedError(f"AMD renderer: {op.name} on {dt.name} is not native (compiler.decomp rewrites it)")
-      raise NotImplementedError(f"AMD renderer: no rule for {op.name} on {dt.name}")
-    if k == "f64":
-      a = self.rpair(ua)
-      return self.o(rule, a, size=2) if rule.startswith("v_") else getattr(self, rule)(a)
-    if k == "f32": return self.round16(self.o(rule, self.op32(ua)) if rule.startswith("v_") else getattr(self, rule)(self.op32(ua)), dt)
-    return getattr(self, rule)(ua, dt)
+    if rule is None: raise NotImplementedError(f"AMD renderer: no rule for {op.name} on {dt.name} (compiler/lower.py lowers it?)")
+    a = self.rpair(ua) if k == "f64" else ua if k[0] in "iu" else self.op32(ua)
+    if rule.startswith("v_"): return self.o(rule, a, size=2 if k == "f64" else 1)
+    return getattr(self, rule)(a)
 
-  # single-instruction helpers the tables name
-  def same(self, ua: UOp, dt: DType): return self.val(ua)
-  def bool_not(self, ua: UOp, dt: DType): return self.o("v_xor_b32", Imm(1), self.op32(ua))
-  def sign_flip(self, a): return self.o("v_xor_b32", imm32(0x80000000), a)
-  def sign_flip64(self, a): return self.mov64(a[0], self.o("v_xor_b32", imm32(0x80000000), a[1]))
-  def recip32(self, a): return self.fdiv32(None, a)
-  def recip64(self, a): return self.fdiv64(None, a)
+  # the emitters the tables name
+  def sign_flip(self, a):
+    if isinstance(a, Reg) and a.size == 2: return self.mov64(a[0], self.o("v_xor_b32", imm32(0x80000000), a[1]))
+    return self.o("v_xor_b32", imm32(0x80000000), a)
 
-  def int_neg(self, ua: UOp, dt: DType):
-    if is_wide(dt, ua): return self.sub64(Imm(0), Imm(0), self.lo(ua), self.hi(ua))
-    return self.narrow(self.o("v_sub_nc_u32", Imm(0), self.op32(ua)), dt)
+  def recip(self, a): return self.fdiv64(None, a) if isinstance(a, Reg) and a.size == 2 else self.fdiv32(None, a)
 
-  def int_recip(self, ua: UOp, dt: DType):
-    one = UOp.const(dt, 1)
-    return self.binary(Ops.IDIV, one, ua, dt, out=UOp(Ops.IDIV, dt, (one, ua)))
+  def int_neg(self, ua: UOp):
+    if is_wide(ua.dtype, ua): return self.sub64(Imm(0), Imm(0), self.lo(ua), self.hi(ua))
+    return self.o("v_sub_nc_u32", Imm(0), self.op32(ua))
 
-  def int_sqrt(self, ua: UOp, dt: DType):   # C: __builtin_sqrtf on the int, truncated back on assignment
-    f = self.fsqrt32(self.cast(ua, F32, None))
-    return self.cast_from(f, F32, dt, None)
+  def fdiv(self, op, ua, ub, k):
+    if k == "f64": return self.fdiv64(self.rpair(ua), self.rpair(ub))
+    return self.fdiv32(self.op32(ua), self.op32(ub))
 
-  def bool_lt(self, op, ua, ub, k): return self.o("v_and_b32", self.o("v_xor_b32", Imm(1), self.op32(ua)), self.op32(ub))
-  def bool_shr(self, op, ua, ub, k): return self.o("v_and_b32", self.o("v_xor_b32", Imm(1), self.op32(ub)), self.op32(ua))
-  def bool_shl(self, op, ua, ub, k): return self.o("v_mov_b32", self.op32(ua))
-  def zero(self, op, ua, ub, k): return self.o("v_mov_b32", Imm(0))
-
-  def fmax32(self, op, ua, ub, k):
-    a, b = self.op32(ua), self.op32(ub)
-    return self.fmax_select(self.vgpr(a) if isinstance(a, Imm) else a, b, "v_cmp_gt_f32", "v_cmp_u_f32", 1)
-
-  def fmax64(self, op, ua, ub, k): return self.fmax_select(self.rpair(ua), self.rpair(ub), "v_cmp_gt_f64", "v_cmp_u_f64", 2)
-
-  def fmax_select(self, a, b, cmp_gt: str, cmp_u: str, dwords: int):
-    """C: (a != a || a > b) ? a : b."""
-    self.e(cmp_gt, VCC_LO, a, b)
-    t = [self.sel(b[k] if dwords > 1 else b, a[k] if dwords > 1 else a) for k in range(dwords)]
-    self.e(cmp_u, VCC_LO, a, a)
-    outs = [self.sel(t[k], a[k] if dwords > 1 else a) for k in range(dwords)]
-    return outs[0] if dwords == 1 else self.mov64(outs[0], outs[1])
-
-  def fmod32(self, op, ua, ub, k): return self.fmod(ua, ub, False)
-  def fmod64(self, op, ua, ub, k): return self.fmod(ua, ub, True)
-
-  def wide_bitwise(self, op, ua, ub, k):
-    name, sg = {Ops.XOR: "v_xor_b32", Ops.OR: "v_or_b32", Ops.AND: "v_and_b32"}[op], k == "i64"
-    return self.mov64(self.o(name, self.lo(ua), self.lo(ub)), self.o(name, self.hi(ua, sg), self.hi(ub, sg)))
-
-  def wide_add(self, op, ua, ub, k):
+  def wide(self, op, ua, ub, k):
+    """64-bit ADD/MUL/AND/OR/XOR from the dwords (a narrow operand extended by the signedness of k)."""
     sg = k == "i64"
-    return self.add64(self.lo(ua), self.hi(ua, sg), self.lo(ub), self.hi(ub, sg))
-
-  def wide_mul(self, op, ua, ub, k):
-    sg = k == "i64"
-    return self.mul64(self.lo(ua), self.hi(ua, sg), self.lo(ub), self.hi(ub, sg))
+    a, b = (self.lo(ua), self.hi(ua, sg)), (self.lo(ub), self.hi(ub, sg))
+    if op is Ops.ADD: return self.add64(*a, *b)
+    if op is Ops.MUL: return self.mul64(*a, *b)
+    name = {Ops.XOR: "v_xor_b32", Ops.OR: "v_or_b32", Ops.AND: "v_and_b32"}[op]
+    return self.mov64(self.o(name, a[0], b[0]), self.o(name, a[1], b[1]))
 
   def wide_max(self, op, ua, ub, k):
-    sg = k == "i64"
-    a, b = self.rpair(ua, sg), self.rpair(ub, sg)
-    self.e("v_cmp_gt_i64" if sg else "v_cmp_gt_u64", VCC_LO, a, b)
-    return self.mov64(self.sel(b[0], a[0]), self.sel(b[1], a[1]))
+    a, b = self.rpair(ua, k == "i64"), self.rpair(ub, k == "i64")
+    self.e(f"v_cmp_gt_{k}", VCC_LO, a, b)
+    return self.sel64(b, a)
 
   def add64(self, alo, ahi, blo, bhi) -> Reg:
     d = self.v(2)
@@ -529,6 +480,12 @@ class _Renderer:
     self.e("v_sub_co_ci_u32", d[1], VCC_LO, ahi, bhi, VCC_LO)
     return d
 
+  def abs64(self, x) -> tuple[Reg, Reg]:
+    """(|x|, the sign of x as 0 or -1 in one dword) of a signed 64-bit pair: (x + s) ^ s."""
+    s = self.o("v_ashrrev_i32", Imm(31), x[1])
+    t = self.add64(x[0], x[1], s, s)
+    return self.mov64(self.o("v_xor_b32", t[0], s), self.o("v_xor_b32", t[1], s)), s
+
   def mul64(self, alo, ahi, blo, bhi) -> Reg:
     """Low 64 bits of the product: alo*blo (full) + (alo*bhi + ahi*blo) << 32."""
     lo = self.o("v_mul_lo_u32", alo, blo)
@@ -540,75 +497,12 @@ class _Renderer:
   def where(self, u: UOp):
     c, a, b = u.src
     self.e("v_cmp_ne_u32", VCC_LO, Imm(0), self.op32(c))
-    if is_wide(u.dtype, u):
+    if is_wide(u.dtype, u):   # (the v_ashrrev of a narrow operand's high dword keeps vcc)
       sg = signed(u.dtype)
-      alo, ahi, blo, bhi = self.lo(a), self.hi(a, sg), self.lo(b), self.hi(b, sg)   # (v_ashrrev keeps vcc)
-      return self.mov64(self.sel(blo, alo), self.sel(bhi, ahi))
+      return self.sel64((self.lo(b), self.hi(b, sg)), (self.lo(a), self.hi(a, sg)))
     return self.sel(self.op32(b), self.op32(a))
 
-  # ---------------------------------------------------------------- 16-bit floats (C prelude semantics)
-  def f32_to_f16_bits(self, x) -> Reg:
-    """bg_f32_f16: round to nearest even, overflow to inf, subnormals kept; NaN -> sign | 0x7e00."""
-    h = self.o("v_cvt_f16_f32", x)
-    h = self.o("v_and_b32", Imm(0xFFFF), h)
-    n = self.o("v_lshrrev_b32", Imm(16), x)
-    n = self.o("v_and_b32", Imm(0x8000), n)
-    n = self.o("v_or_b32", Imm(0x7E00), n)
-    self.e("v_cmp_u_f32", VCC_LO, x, x)
-    return self.sel(h, n)
-
-  def f16_bits_to_f32(self, bits) -> Reg:
-    """bg_f16_f32: exact; a NaN keeps sign and payload (sign | 0x7f800000 | mantissa << 13)."""
-    f = self.o("v_cvt_f32_f16", bits)
-    s = self.o("v_and_b32", Imm(0x8000), bits)
-    s = self.o("v_lshlrev_b32", Imm(16), s)
-    m = self.o("v_and_b32", Imm(0x3FF), bits)
-    m = self.o("v_lshlrev_b32", Imm(13), m)
-    n = self.o("v_or3_b32", s, m, Imm(0x7F800000))
-    self.e("v_cmp_u_f32", VCC_LO, f, f)
-    return self.sel(f, n)
-
-  def f32_to_bf16_bits(self, x) -> Reg:
-    """bg_f32_bf16: NaN -> (bits >> 16) | 0x40, else round to nearest even on the top 16 bits."""
-    t = self.o("v_bfe_u32", x, Imm(16), Imm(1))
-    t = self.o("v_add3_u32", x, t, Imm(0x7FFF))
-    t = self.o("v_lshrrev_b32", Imm(16), t)
-    n = self.o("v_lshrrev_b32", Imm(16), x)
-    n = self.o("v_or_b32", Imm(0x40), n)
-    self.e("v_cmp_u_f32", VCC_LO, x, x)
-    return self.sel(t, n)
-
-  def round16(self, x, dt: DType):
-    """C's _round16: a float32 value rounded to float16/bfloat16 and back; other dtypes unchanged."""
-    if dt == F16:
-      f = self.o("v_cvt_f32_f16", self.o("v_cvt_f16_f32", x))
-      n = self.o("v_and_b32", imm32(0x80000000), x)
-      n = self.o("v_or_b32", Imm(0x7FC00000), n)
-      self.e("v_cmp_u_f32", VCC_LO, x, x)
-      return self.sel(f, n)
-    if dt == BF16:
-      t = self.o("v_bfe_u32", x, Imm(16), Imm(1))
-      t = self.o("v_add3_u32", x, t, Imm(0x7FFF))
-      t = self.o("v_and_b32", imm32(0xFFFF0000), t)
-      n = self.o("v_and_b32", imm32(0xFFFF0000), x)
-      n = self.o("v_or_b32", Imm(0x400000), n)
-      self.e("v_cmp_u_f32", VCC_LO, x, x)
-      return self.sel(t, n)
-    return x
-
-  def narrow(self, x, dt: DType):
-    """C's conversion back to a sub-32-bit integer type after an op (sign/zero extension of the low bits)."""
-    if dt.is_int and dt.itemsize < 4:
-      if signed(dt): return self.o("v_bfe_i32", x, Imm(0), Imm(8 * dt.itemsize))
-      return self.o("v_and_b32", Imm((1 << (8 * dt.itemsize)) - 1), x)
-    return x
-
-  # ---------------------------------------------------------------- float division, sqrt, fmod
-  def fdiv(self, u: UOp):
-    a, b = u.src[0], u.src[1].src[0]
-    q = self.fdiv64(self.rpair(a), self.rpair(b)) if u.dtype == F64 else self.fdiv32(self.op32(a), self.op32(b))
-    return self.round16(q, u.dtype)
-
+  # ---------------------------------------------------------------- float division, sqrt
   def fdiv32(self, a, b) -> Reg:
     """a / b (a None: 1 / b), correctly rounded for finite nonzero quotients in range: r = rcp(b),
     q0 = a*r, e = fma(-b, q0, a), q = fma(e, r, q0); where q0 is 0, inf or NaN it is already the answer."""
@@ -630,24 +524,19 @@ class _Renderer:
   def _fdiv32(self, a, b) -> Reg:
     r = self.o("v_rcp_f32", b)
     if a is None:
-      e = self.o("v_fma_f32", self.neg(b), r, Imm(0x3F800000))
+      e = self.o("v_fma_f32", Neg(b), r, Imm(0x3F800000))
       q = self.o("v_fma_f32", e, r, r)
       q0 = r
     else:
-      e1 = self.o("v_fma_f32", self.neg(b), r, Imm(0x3F800000))
+      e1 = self.o("v_fma_f32", Neg(b), r, Imm(0x3F800000))
       r1 = self.o("v_fma_f32", e1, r, r)
       self.e("v_cmp_class_f32", VCC_LO, r, Imm(CLASS_FINITE_NONZERO))   # 1/0, 1/inf: keep the estimate
       r = self.sel(r, r1)
       q0 = self.o("v_mul_f32", a, r)
-      e = self.o("v_fma_f32", self.neg(b), q0, a)
+      e = self.o("v_fma_f32", Neg(b), q0, a)
       q = self.o("v_fma_f32", e, r, q0)
     self.e("v_cmp_class_f32", VCC_LO, q0, Imm(CLASS_FINITE_NONZERO))
     return self.sel(q0, q)
-
-  def neg(self, x):
-    """-x as an operand (the VOP3 neg modifier); a constant is negated directly."""
-    if isinstance(x, Imm): return imm32(x.value ^ 0x80000000)
-    return Neg(x)
 
   def fdiv64(self, a, b) -> Reg:
     """As fdiv32 with two Newton steps on the reciprocal (a None: 1 / b)."""
@@ -657,7 +546,7 @@ class _Renderer:
       e = self.o("v_fma_f64", Neg(b), r, one, size=2)
       r = self.o("v_fma_f64", e, r, r, size=2)
     self.e("v_cmp_class_f64", VCC_LO, r0, Imm(CLASS_FINITE_NONZERO))   # 1/0, 1/inf: keep the estimate
-    r = self.mov64(self.sel(r0[0], r[0]), self.sel(r0[1], r[1]))
+    r = self.sel64(r0, r)
     if a is None:
       e = self.o("v_fma_f64", Neg(b), r, one, size=2)
       q = self.o("v_fma_f64", e, r, r, size=2)
@@ -667,7 +556,7 @@ class _Renderer:
       e = self.o("v_fma_f64", Neg(b), q0, a, size=2)
       q = self.o("v_fma_f64", e, r, q0, size=2)
     self.e("v_cmp_class_f64", VCC_LO, q0, Imm(CLASS_FINITE_NONZERO))
-    return self.mov64(self.sel(q0[0], q[0]), self.sel(q0[1], q[1]))
+    return self.sel64(q0, q)
 
   def fsqrt32(self, x) -> Reg:
     """Correctly rounded sqrt: s = v_sqrt_f32(x) then one-ulp corrections from fma residuals (x - s_dn*s <= 0
@@ -705,53 +594,9 @@ class _Renderer:
       g = self.o("v_fma_f64", d, h, g, size=2)
     s = self.o("v_sqrt_f64", x, size=2)
     self.e("v_cmp_class_f64", VCC_LO, x, Imm(CLASS_POSITIVE_FINITE_NONZERO))
-    return self.mov64(self.sel(s[0], g[0]), self.sel(s[1], g[1]))
+    return self.sel64(s, g)
 
-  def fmod(self, ua: UOp, ub: UOp, f64: bool) -> Reg:
-    """C fmod: x = |a| is reduced by y = |b| * 2^k (k so that it has x's exponent, one less if that exceeds
-    x); each subtraction is exact (Sterbenz lemma), so the loop ends with the exact remainder < |b|. The loop
-    runs while any lane still has x >= y (vcc, s_cbranch_vccz). fmod(x, 0), fmod(inf, y) and NaN operands
-    give NaN (those lanes skip the loop); the result has a's sign."""
-    sfx, size = ("f64", 2) if f64 else ("f32", 1)
-    a = self.rpair(ua) if f64 else self.vgpr(self.op32(ua))
-    b = self.rpair(ub) if f64 else self.vgpr(self.op32(ub))
-    ahi, bhi = (a[1], b[1]) if f64 else (a, b)
-    self.e(f"v_cmp_class_{sfx}", VCC_LO, a, Imm(0x207))     # a is NaN or +-inf
-    bad = self.cmp_to_bool()
-    self.e(f"v_cmp_class_{sfx}", VCC_LO, b, Imm(0x063))     # b is NaN or +-0
-    bad = self.o("v_or_b32", bad, self.cmp_to_bool())
-    self.e("v_cmp_ne_u32", VCC_LO, Imm(0), bad)
-    xhi = self.sel(self.o("v_and_b32", Imm(0x7FFFFFFF), ahi), Imm(0))    # bad lanes: x = 0 < y, no steps
-    x = self.mov64(self.sel(a[0], Imm(0)), xhi) if f64 else xhi
-    y = self.mov64(b[0], self.o("v_and_b32", Imm(0x7FFFFFFF), bhi)) if f64 else self.o("v_and_b32", Imm(0x7FFFFFFF), b)
-    top, end = self.label("fmod"), self.label("fmodend")
-    steps = self.s()   # each step lowers x's exponent: at most (exponent range + mantissa bits) steps
-    self.e("s_mov_b32", steps, Imm(2200 if f64 else 300))
-    self.code.append(top)
-    self.e(f"v_cmp_ge_{sfx}", VCC_LO, x, y)
-    self.e("s_cbranch_vccz", end)
-    self.e("s_sub_i32", steps, steps, Imm(1))
-    self.e("s_cmp_lt_i32", steps, Imm(0))
-    self.e("s_cbranch_scc1", end)
-    k = self.o("v_sub_nc_u32", self.o(f"v_frexp_exp_i32_{sfx}", x), self.o(f"v_frexp_exp_i32_{sfx}", y))
-    ys = self.o(f"v_ldexp_{sfx}", y, k, size=size)
-    ys1 = self.o(f"v_ldexp_{sfx}", y, self.o("v_add_nc_u32", Imm(-1), k), size=size)
-    self.e(f"v_cmp_gt_{sfx}", VCC_LO, ys, x)
-    ys = self.mov64(self.sel(ys[0], ys1[0]), self.sel(ys[1], ys1[1])) if f64 else self.sel(ys, ys1)
-    xn = self.o(f"v_add_{sfx}", x, Neg(ys), size=size)
-    self.e(f"v_cmp_ge_{sfx}", VCC_LO, x, y)
-    for k in range(size):
-      self.e("v_cndmask_b32", x[k] if f64 else x, x[k] if f64 else x, xn[k] if f64 else xn, VCC_LO)
-    self.e("s_branch", top)
-    self.code.append(end)
-    sign = self.o("v_and_b32", imm32(0x80000000), ahi)
-    self.e("v_cmp_ne_u32", VCC_LO, Imm(0), bad)
-    if f64:
-      rhi = self.sel(self.o("v_or_b32", x[1], sign), Imm(0x7FF80000))
-      return self.mov64(self.sel(x[0], Imm(0)), rhi)
-    return self.sel(self.o("v_or_b32", x, sign), Imm(0x7FC00000))
-
-  # ---------------------------------------------------------------- integer division
+  # ---------------------------------------------------------------- integer division (divisor never 0 nor -1)
   def udivmod32(self, n, d) -> tuple[Reg, Reg]:
     """Unsigned 32-bit n / d and n % d (d != 0): z ~ 2^32/d from v_rcp_iflag_f32 (scaled just below 2^32 so
     it never overshoots), one Newton step z += z*(-d*z)/2^32, then q = mulhi(n, z) is short by at most 2,
@@ -774,12 +619,10 @@ class _Renderer:
     return q, r
 
   def divmod32(self, op: Ops, ua: UOp, ub: UOp, k: str):
-    """C semantics: truncating; b == 0 gives 0; for signed types b == -1 gives -a (IDIV) or 0 (MOD)."""
+    """Truncating; signed operands through their magnitudes."""
     a, b, sg = self.op32(ua), self.op32(ub), k == "i32"
     if ub.op is Ops.CONST:
       c = int(ub.arg)
-      if c == 0 or (sg and c == -1 and op is Ops.MOD): return self.o("v_mov_b32", Imm(0))
-      if sg and c == -1: return self.o("v_sub_nc_u32", Imm(0), a)
       lo, hi = ua.vrange
       small = isinstance(lo, int) and lo >= 0 and hi < (1 << 31)      # 0 <= a < 2^31
       if 0 < c < (1 << 31) and (small or (not sg and c & (c - 1) == 0)):
@@ -795,37 +638,25 @@ class _Renderer:
         return self.o("v_sub_nc_u32", a, self.o("v_mul_lo_u32", q, imm32(c)))
     a = self.vgpr(a) if isinstance(a, Imm) else a
     b = self.vgpr(b) if isinstance(b, Imm) else b
-    if sg:
-      sa = self.o("v_ashrrev_i32", Imm(31), a)
-      sb = self.o("v_ashrrev_i32", Imm(31), b)
-      na = self.o("v_xor_b32", self.o("v_add_nc_u32", a, sa), sa)
-      nb = self.o("v_xor_b32", self.o("v_add_nc_u32", b, sb), sb)
-      q, r = self.udivmod32(na, nb)
-      if op is Ops.IDIV:
-        s = self.o("v_xor_b32", sa, sb)
-        res = self.o("v_sub_nc_u32", self.o("v_xor_b32", q, s), s)
-      else:
-        res = self.o("v_sub_nc_u32", self.o("v_xor_b32", r, sa), sa)
-    else:
+    if not sg:
       q, r = self.udivmod32(a, b)
-      res = q if op is Ops.IDIV else r
-    self.e("v_cmp_ne_u32", VCC_LO, Imm(0), b)
-    return self.sel(Imm(0), res)
+      return q if op is Ops.IDIV else r
+    sa = self.o("v_ashrrev_i32", Imm(31), a)
+    sb = self.o("v_ashrrev_i32", Imm(31), b)
+    na = self.o("v_xor_b32", self.o("v_add_nc_u32", a, sa), sa)
+    nb = self.o("v_xor_b32", self.o("v_add_nc_u32", b, sb), sb)
+    q, r = self.udivmod32(na, nb)
+    if op is Ops.IDIV:
+      s = self.o("v_xor_b32", sa, sb)
+      return self.o("v_sub_nc_u32", self.o("v_xor_b32", q, s), s)
+    return self.o("v_sub_nc_u32", self.o("v_xor_b32", r, sa), sa)
 
   def divmod64(self, op: Ops, ua: UOp, ub: UOp, k: str):
     """64-bit: magnitudes, a 64-step restoring division loop (r = 2r + next bit of n; if r >= d: r -= d,
-    set the quotient bit), signs put back; b == 0 gives 0 (b == -1 works out as -a / 0 by itself)."""
+    set the quotient bit), signs put back."""
     sg = k == "i64"
     a, b = self.rpair(ua, sg), self.rpair(ub, sg)
-    if sg:
-      sa = self.o("v_ashrrev_i32", Imm(31), a[1])
-      sb = self.o("v_ashrrev_i32", Imm(31), b[1])
-      t = self.add64(a[0], a[1], sa, sa)
-      n = self.mov64(self.o("v_xor_b32", t[0], sa), self.o("v_xor_b32", t[1], sa))
-      t = self.add64(b[0], b[1], sb, sb)
-      d = self.mov64(self.o("v_xor_b32", t[0], sb), self.o("v_xor_b32", t[1], sb))
-    else:
-      n, d = a, b
+    (n, sa), (d, sb) = (self.abs64(a), self.abs64(b)) if sg else ((a, None), (b, None))
     q, r = self.mov64(Imm(0), Imm(0)), self.mov64(Imm(0), Imm(0))
     i = self.s()
     self.e("s_mov_b32", i, Imm(63))
@@ -844,74 +675,44 @@ class _Renderer:
     self.e("s_sub_i32", i, i, Imm(1))
     self.e("s_cmp_ge_i32", i, Imm(0))
     self.e("s_cbranch_scc1", top)
-    if sg:
-      if op is Ops.IDIV:
-        s = self.o("v_xor_b32", sa, sb)
-        t = self.mov64(self.o("v_xor_b32", q[0], s), self.o("v_xor_b32", q[1], s))
-        res = self.sub64(t[0], t[1], s, s)
-      else:
-        t = self.mov64(self.o("v_xor_b32", r[0], sa), self.o("v_xor_b32", r[1], sa))
-        res = self.sub64(t[0], t[1], sa, sa)
-    else:
-      res = q if op is Ops.IDIV else r
-    self.e("v_cmp_ne_u64", VCC_LO, Imm(0), b)
-    return self.mov64(self.sel(Imm(0), res[0]), self.sel(Imm(0), res[1]))
+    if not sg: return q if op is Ops.IDIV else r
+    s, x = (self.o("v_xor_b32", sa, sb), q) if op is Ops.IDIV else (sa, r)
+    t = self.mov64(self.o("v_xor_b32", x[0], s), self.o("v_xor_b32", x[1], s))
+    return self.sub64(t[0], t[1], s, s)
 
-  # ---------------------------------------------------------------- casts
-  def cast(self, src_u: UOp, dst: DType, u: UOp | None):
+  # ---------------------------------------------------------------- casts (bool and 16-bit floats were lowered)
+  def cast(self, src_u: UOp, dst: DType, u: UOp):
     src = src_u.dtype
     x = self.val(src_u)
     if src == dst: return x
-    if dst.is_bool:
-      if src.is_bool: return x
-      if src == F64: return self.compare("v_cmp_neq_f64", Imm(0), self.pair(src_u))          # NaN != 0 is true
-      if src.is_float: return self.compare("v_cmp_neq_f32", Imm(0), self.op32(src_u))
-      if is_wide(src, src_u): return self.compare("v_cmp_ne_u64", Imm(0), self.pair(src_u))
-      return self.compare("v_cmp_ne_u32", Imm(0), self.op32(src_u))
-    if src.is_bool:
-      self.e("v_cmp_ne_u32", VCC_LO, Imm(0), self.op32(src_u))
-      if dst == F64: return self.mov64(Imm(0), self.sel(Imm(0), Imm(0x3FF00000)))
-      if dst.is_float: return self.sel(Imm(0), Imm(0x3F800000))
-      one = self.sel(Imm(0), Imm(1))
-      return self.mov64(one, Imm(0)) if is_wide(dst, u) else one
-    return self.cast_from(x, src, dst, u)
-
-  def cast_from(self, x, src: DType, dst: DType, u: UOp | None):
     if isinstance(x, Const): x = self.copy_into(None, x, src)   # (symbolic folds constant casts: rare)
     wide_src = isinstance(x, Reg) and x.size == 2
     if src.is_float and dst.is_float:
-      if src == F64: return self.round16(self.o("v_cvt_f32_f64", self.pair(x)), dst)
-      if dst == F64: return self.o("v_cvt_f64_f32", self.op32(x), size=2)
-      return self.round16(self.op32(x), dst)      # float16/bfloat16/float32 are float32 in registers
-    if src.is_float:   # -> int: truncate toward zero
+      return self.o("v_cvt_f32_f64", self.pair(x)) if src == F64 else self.o("v_cvt_f64_f32", self.op32(x), size=2)
+    if src.is_float:   # -> int: truncate toward zero (to int32, int64 or uint64: the lowering routes the others)
       f = self.pair(x) if src == F64 else self.op32(x)
       if dst.itemsize == 8:
         r = self.f_to_i64(f, src == F64, signed(dst))
-        return r[0] if u is not None and is_narrow(u) else r
-      if dst == dtypes.uint32:   # gcc: through a 64-bit signed int, then wrapped: negative values wrap
-        return self.f_to_i64(f, src == F64, True)[0]
+        return r[0] if is_narrow(u) else r
       # x86's cvttss2si gives 0x80000000 for NaN and out-of-range values (C leaves them undefined; the CPU
       # device does this); v_cvt_i32 saturates, so those lanes are patched
       i = self.o("v_cvt_i32_f64" if src == F64 else "v_cvt_i32_f32", f)
       lim = self.mov64(Imm(0), Imm(0x41E00000)) if src == F64 else Imm(0x4F000000)     # 2^31
       self.e("v_cmp_gt_f64" if src == F64 else "v_cmp_gt_f32", VCC_LO, lim, Abs(f))
-      i = self.sel(imm32(0x80000000), i)
-      return self.narrow(i, dst)
+      return self.sel(imm32(0x80000000), i)
     if dst.is_float:   # int -> float: round to nearest even
       if wide_src:
-        if dst == F64: return self.i64_to_f64(self.pair(x), signed(src))
-        return self.round16(self.i64_to_f32(self.pair(x), signed(src)), dst)
+        return self.i64_to_f64(self.pair(x), signed(src)) if dst == F64 else self.i64_to_f32(self.pair(x), signed(src))
       sg = signed(src) or src.itemsize < 4 or src.itemsize == 8   # small/narrow values are sign-correct in 32 bits
       if dst == F64: return self.o("v_cvt_f64_i32" if sg else "v_cvt_f64_u32", self.op32(x), size=2)
-      return self.round16(self.o("v_cvt_f32_i32" if sg else "v_cvt_f32_u32", self.op32(x)), dst)
+      return self.o("v_cvt_f32_i32" if sg else "v_cvt_f32_u32", self.op32(x))
     # int -> int: C value conversion (sign- or zero-extend by the source type, or keep the low bits)
     sg_src = signed(src) or src.itemsize < 4 or (src.itemsize == 8 and not wide_src)
     if dst.itemsize == 8:
-      if u is not None and is_narrow(u): return self.op32(x)
+      if is_narrow(u): return self.op32(x)
       if wide_src: return x
       return self.mov64(self.op32(x), self.hi(x, sg_src))
-    lo = self.op32(x)
-    return self.narrow(lo, dst) if dst.itemsize < 4 else lo
+    return self.narrow(self.op32(x), dst)
 
   def f_to_i64(self, f, is_f64: bool, sg: bool) -> Reg:
     """Truncate a float to a 64-bit integer: t = trunc(x) in float64 (exact for float32 inputs),
@@ -930,7 +731,7 @@ class _Renderer:
     if sg:
       n = self.sub64(Imm(0), Imm(0), r[0], r[1])
       self.e("v_cmp_ne_u32", VCC_LO, Imm(0), neg)
-      r = self.mov64(self.sel(r[0], n[0]), self.sel(r[1], n[1]))
+      r = self.sel64(r, n)
       # NaN and |x| >= 2^63: x86's cvttsd2si "integer indefinite" 0x8000000000000000, as the CPU device gives
       self.e("v_cmp_gt_f64", VCC_LO, self.mov64(Imm(0), Imm(0x43E00000)), t)
       r = self.mov64(self.sel(Imm(0), r[0]), self.sel(imm32(0x80000000), r[1]))
@@ -946,10 +747,7 @@ class _Renderer:
   def i64_to_f32(self, x, sg: bool) -> Reg:
     """Round-to-nearest-even int64 -> float32: |x| shifted left so its top bit is bit 63, the high dword with
     a sticky bit for any nonzero low dword converted by v_cvt_f32_u32 (one rounding), scaled back by ldexp."""
-    if sg:
-      s = self.o("v_ashrrev_i32", Imm(31), x[1])
-      t = self.add64(x[0], x[1], s, s)
-      x = self.mov64(self.o("v_xor_b32", t[0], s), self.o("v_xor_b32", t[1], s))
+    if sg: x, s = self.abs64(x)
     z = self.o("v_clz_i32_u32", x[1])                      # 32 when the high dword is 0 (-1 never: gfx11 gives 32)
     z = self.o("v_min_u32", Imm(32), z)
     y = self.o("v_lshlrev_b64", z, x, size=2)
@@ -962,7 +760,6 @@ class _Renderer:
       f = self.o("v_xor_b32", f, self.o("v_and_b32", imm32(0x80000000), s))
     return f
 
-  # ---------------------------------------------------------------- bitcasts
   def bitcast(self, src_u: UOp, dst: DType):
     src = src_u.dtype
     if src.itemsize != dst.itemsize:
@@ -971,17 +768,8 @@ class _Renderer:
     if src.itemsize == 8:
       if isinstance(x, Const): return Const(x.bits if x.size == 2 else (x.bits | (0xFFFFFFFF << 32 if x.bits >> 31 else 0)), 2, dst.is_float)
       return self.rpair(src_u)
-    # to the raw bits first
-    if src == F16: bits = self.f32_to_f16_bits(self.op32(x))
-    elif src == BF16: bits = self.f32_to_bf16_bits(self.op32(x))
-    else: bits = self.op32(x)
-    if dst == F16: return self.f16_bits_to_f32(bits)
-    if dst == BF16: return self.o("v_lshlrev_b32", Imm(16), bits)
-    if dst.is_bool: return self.compare("v_cmp_ne_u32", Imm(0), self.o("v_and_b32", Imm(0xFF), bits))
-    if dst.itemsize < 4:
-      if isinstance(bits, Imm): return Const(_narrow_const(bits.value, dst), 1)
-      return self.narrow(bits, dst)
-    return bits if not isinstance(bits, Imm) else Const(bits.value & 0xFFFFFFFF, 1)
+    if isinstance(x, Const): return Const(_narrow_const(x.bits, dst), 1)
+    return self.narrow(x, dst)
 
 
 def _narrow_const(v: int, dt: DType) -> int:
@@ -1001,9 +789,8 @@ RULES = {
   Ops.INDEX: _Renderer.address, Ops.LOAD: _Renderer.load, Ops.STORE: _Renderer.store,
   Ops.CAST: lambda r, u: r.cast(u.src[0], u.dtype, u), Ops.BITCAST: lambda r, u: r.bitcast(u.src[0], u.dtype),
   Ops.WHERE: _Renderer.where,
-  **{op: _Renderer.alu for op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR,
-                                   Ops.AND, Ops.SHL, Ops.SHR, Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.TRUNC, Ops.EXP2,
-                                   Ops.LOG2, Ops.SIN)},
+  **{op: _Renderer.alu for op in (Ops.ADD, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR,
+                                   Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.TRUNC, Ops.FLOOR)},
 }
 
 # binary ALU ops per value class: "v_*" is one instruction d = op(a, b) (a "*rev*" shift takes the amount first;
@@ -1011,27 +798,21 @@ RULES = {
 _INT32 = {Ops.ADD: "v_add_nc_u32", Ops.MUL: "v_mul_lo_u32", Ops.MAX: "v_max_i32", Ops.XOR: "v_xor_b32",
           Ops.OR: "v_or_b32", Ops.AND: "v_and_b32", Ops.SHL: "v_lshlrev_b32", Ops.SHR: "v_ashrrev_i32",
           Ops.CMPLT: "v_cmp_lt_i32", Ops.CMPNE: "v_cmp_ne_u32", Ops.IDIV: "divmod32", Ops.MOD: "divmod32"}
-_INT64 = {Ops.ADD: "wide_add", Ops.MUL: "wide_mul", Ops.MAX: "wide_max", Ops.XOR: "wide_bitwise", Ops.OR: "wide_bitwise",
-          Ops.AND: "wide_bitwise", Ops.SHL: "v_lshlrev_b64", Ops.SHR: "v_ashrrev_i64", Ops.CMPLT: "v_cmp_lt_i64",
+_INT64 = {Ops.ADD: "wide", Ops.MUL: "wide", Ops.MAX: "wide_max", Ops.XOR: "wide", Ops.OR: "wide", Ops.AND: "wide",
+          Ops.SHL: "v_lshlrev_b64", Ops.SHR: "v_ashrrev_i64", Ops.CMPLT: "v_cmp_lt_i64",
           Ops.CMPNE: "v_cmp_ne_u64", Ops.IDIV: "divmod64", Ops.MOD: "divmod64"}
 BINARY = {
-  "bool": {Ops.ADD: "v_or_b32", Ops.OR: "v_or_b32", Ops.MAX: "v_or_b32", Ops.MUL: "v_and_b32", Ops.AND: "v_and_b32",
-           Ops.IDIV: "v_and_b32", Ops.XOR: "v_xor_b32", Ops.CMPNE: "v_xor_b32", Ops.CMPLT: "bool_lt",
-           Ops.MOD: "zero", Ops.SHL: "bool_shl", Ops.SHR: "bool_shr"},
-  "f32": {Ops.ADD: "v_add_f32", Ops.MUL: "v_mul_f32", Ops.MAX: "fmax32", Ops.MOD: "fmod32",
+  "f32": {Ops.ADD: "v_add_f32", Ops.MUL: "v_mul_f32", Ops.FDIV: "fdiv",
           Ops.CMPLT: "v_cmp_lt_f32", Ops.CMPNE: "v_cmp_neq_f32"},     # lt: false on NaN; neq: true on NaN
-  "f64": {Ops.ADD: "v_add_f64", Ops.MUL: "v_mul_f64", Ops.MAX: "fmax64", Ops.MOD: "fmod64",
-          Ops.CMPLT: "v_cmp_lt_f64", Ops.CMPNE: "v_cmp_neq_f64"},
+  "f64": {Ops.ADD: "v_add_f64", Ops.MUL: "v_mul_f64", Ops.FDIV: "fdiv", Ops.CMPLT: "v_cmp_lt_f64", Ops.CMPNE: "v_cmp_neq_f64"},
   "i32": _INT32,
   "u32": {**_INT32, Ops.MAX: "v_max_u32", Ops.SHR: "v_lshrrev_b32", Ops.CMPLT: "v_cmp_lt_u32"},
   "i64": _INT64,
   "u64": {**_INT64, Ops.SHR: "v_lshrrev_b64", Ops.CMPLT: "v_cmp_lt_u64"},
 }
-# unary ALU ops per value class: "v_*" one instruction d = op(a), other names emitter methods (exp2, log2 and sin
-# are decompositions: compiler.decomp rewrites them before rendering)
+# unary ALU ops per value class: "v_*" one instruction d = op(a), other names emitter methods
 UNARY = {
-  "bool": {Ops.NEG: "bool_not", Ops.TRUNC: "same"},
-  "f32": {Ops.NEG: "sign_flip", Ops.TRUNC: "v_trunc_f32", Ops.RECIP: "recip32", Ops.SQRT: "fsqrt32"},
-  "f64": {Ops.NEG: "sign_flip64", Ops.TRUNC: "v_trunc_f64", Ops.RECIP: "recip64", Ops.SQRT: "fsqrt64"},
-  "int": {Ops.NEG: "int_neg", Ops.TRUNC: "same", Ops.RECIP: "int_recip", Ops.SQRT: "int_sqrt"},
+  "f32": {Ops.NEG: "sign_flip", Ops.TRUNC: "v_trunc_f32", Ops.FLOOR: "v_floor_f32", Ops.RECIP: "recip", Ops.SQRT: "fsqrt32"},
+  "f64": {Ops.NEG: "sign_flip", Ops.TRUNC: "v_trunc_f64", Ops.FLOOR: "v_floor_f64", Ops.RECIP: "recip", Ops.SQRT: "fsqrt64"},
+  "int": {Ops.NEG: "int_neg"},
 }
