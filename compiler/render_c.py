@@ -144,10 +144,28 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
 # the same within 1%, except one exp2/sqrt chain 10% slower without PRE. So a kernel with more statements than
 # this is compiled without them (clang has no such attribute, and needs none).
 HUGE_KERNEL_STATEMENTS = 2048
-HUGE_KERNEL_ATTRIBUTE = ('#if defined(__GNUC__) && !defined(__clang__)\n'
-                         '__attribute__((optimize("no-tree-pre", "no-tree-pta", "no-split-loops",'
-                         ' "no-tree-loop-if-convert")))\n'
-                         '#endif\n')
+HUGE_KERNEL_OPTIMIZE = ("no-tree-pre", "no-tree-pta", "no-split-loops", "no-tree-loop-if-convert")
+
+
+def sums_products(program: list[UOp], alias: dict) -> bool:
+  """Whether a float reduction of the kernel accumulates products (matmul, conv): acc + a*b."""
+  for u in program:
+    if u.op is not Ops.ACC_UPDATE or not u.dtype.is_float: continue
+    new = alias.get(u.src[1], u.src[1])
+    if u.arg is Ops.ADD and new.op is Ops.MUL: return True
+    if u.arg is None and new.op is Ops.ADD and any(alias.get(s, s).op is Ops.MUL for s in new.src): return True
+  return False
+
+
+def kernel_attributes(huge: bool, fused: bool) -> tuple[str, str]:
+  """(text before the function, first line of its body). Kernels are compiled with -ffp-contract=off (IEEE,
+  unfused, as numpy computes elementwise ops); a kernel that sums products may fuse multiply-adds, as BLAS does:
+  gcc's optimize attribute or clang's fp pragma turn contraction back on for that function only."""
+  gcc = (HUGE_KERNEL_OPTIMIZE if huge else ()) + (("fp-contract=fast",) if fused else ())
+  before = ('#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize('
+            + ", ".join(f'"{o}"' for o in gcc) + ')))\n#endif\n') if gcc else ""
+  body = "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n" if fused else ""
+  return before, body
 
 
 class CRenderer:
@@ -284,5 +302,6 @@ class CRenderer:
       elif op in OPS: new_var(u, alu(op, u.src[-1].dtype, *[name_of(s) for s in u.src]))
       else:
         raise NotImplementedError(f"C renderer: no rule for {op.name}")
-    attribute = HUGE_KERNEL_ATTRIBUTE if len(lines) > HUGE_KERNEL_STATEMENTS else ""
-    return "".join(t + "\n" for t in vtypes.values()) + attribute + "\n".join(head + lines + ["}"]) + "\n"
+    before, body = kernel_attributes(len(lines) > HUGE_KERNEL_STATEMENTS, sums_products(program, alias))
+    head[1:1] = [body.rstrip("\n")] if body else []
+    return "".join(t + "\n" for t in vtypes.values()) + before + "\n".join(head + lines + ["}"]) + "\n"

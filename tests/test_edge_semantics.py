@@ -203,3 +203,17 @@ def test_requires_grad_off_again(shape):
   assert b.grad is None
   (b * 2).sum().backward()             # nothing requires a gradient: a no-op (torch leaves the grads None)
   assert b.grad is None
+
+
+def test_multiply_add_rounds_twice_like_numpy():
+  """a*b+c is two IEEE roundings, as numpy computes it (gcc would fuse it into an FMA by default: the CPU device
+  compiles with -ffp-contract=off); only kernels that sum products (matmul, conv) fuse, as BLAS does."""
+  r = np.random.default_rng(0)
+  a, b, c = (r.standard_normal(4096).astype(np.float32) for _ in range(3))
+  np.testing.assert_array_equal((Tensor(a) * Tensor(b) + Tensor(c)).numpy(), a * b + c)
+  np.testing.assert_array_equal((Tensor(a) * 3.0 - Tensor(c) * Tensor(b)).numpy(), a * np.float32(3.0) - c * b)
+  if Tensor([1]).device == "CPU":
+    (mm,) = (Tensor(a[:64].reshape(8, 8)) @ Tensor(b[:64].reshape(8, 8))).schedule()
+    (ew,) = (Tensor(a) * Tensor(b) + Tensor(c)).schedule()
+    assert 'optimize("fp-contract=fast")' in mm.program.source
+    assert "fp-contract" not in ew.program.source

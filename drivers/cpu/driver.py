@@ -11,7 +11,10 @@ from . import processor
 from .processor import CommandProcessor, Op, header, ProcessorFault, address_space
 
 _ffi = cffi.FFI()
-KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv",)    # integer overflow wraps, as on every GPU and in numpy
+# -fwrapv: integer overflow wraps, as on every GPU and in numpy. -ffp-contract=off: a*b+c is two roundings, as numpy
+# and the GPU renderers (.rn) compute it; gcc's default (fast) fuses across statements. Kernels that sum products
+# turn fusion back on for themselves (compiler/render_c.py, kernel_attributes).
+KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv", "-ffp-contract=off")
 
 
 @dataclass(eq=False)
