@@ -89,6 +89,10 @@ KD_FIELDS: list[tuple[str, int, int, int]] = [
   ("kernarg_preload_spec_length", 464, 7, 0),
   ("kernarg_preload_spec_offset", 471, 9, 0),
 ]
+# COMPUTE_PGM_RSRC1.PRIV (bit 20). AMDGPUUsage, compute_pgm_rsrc1 table: in the descriptor "Must be 0. Start executing
+# wavefront in privilege trap handler mode. CP is responsible for filling in COMPUTE_PGM_RSRC1.PRIV." A PM4 driver that
+# writes COMPUTE_PGM_RSRC1 itself is that CP: on gfx11 it sets the bit (drivers/amd/driver.py `_dispatch`).
+RSRC1_PRIV = 1 << next(lo - RSRC1 for name, lo, _, _ in KD_FIELDS if name == "priv")
 KD_SIZE = 64
 _SIGNED = {"kernel_code_entry_byte_offset"}
 

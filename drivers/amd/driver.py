@@ -8,8 +8,11 @@ EMU=1 the emulated KFD + gfx1100 of drivers/emu/kfd_*.py serves the same calls) 
              MAP_FIXED at va) -> MAP_MEMORY_TO_GPU       (GPU VA = CPU VA)
     queues:  CREATE_QUEUE(ring, rptr/wptr page, EOP buffer, context-save area sized from the topology) -> mmap the
              doorbell page of /dev/kfd
-    signals: RELEASE_MEM / SDMA FENCE write the value; their interrupt (RELEASE_MEM INT_SEL, SDMA TRAP) signals a
-             KFD event that `wait_value` sleeps on (WAIT_EVENTS) after polling with back-off.
+    signals: RELEASE_MEM / SDMA FENCE (uncached) write the value, then the event's slot in the event page (a GTT BO
+             handed to amdkfd with the first CREATE_EVENT); then the interrupt (RELEASE_MEM INT_SEL, SDMA TRAP) signals
+             the KFD event that `wait_value` sleeps on (WAIT_EVENTS) after polling with back-off.
+    HDP:     every submission starts with an HDP flush, so what the host wrote to VRAM (kernel arguments, code, signals,
+             buffers) has left the host data path before a packet of it reads VRAM.
 
 hcq hands the driver a generic command list; `encode` turns it into PM4 (kind "compute") or SDMA (kind "copy")
 packets, with the dwords that hold symbolic values located by the packet tables (drivers/encoded.py), and
@@ -25,6 +28,7 @@ import numpy as np
 from .. import kernel as kernel_mod
 from ..encoded import Encoded, Encoder, lo32, hi32
 from . import kfd, pm4, sdma
+from .codeobj import RSRC1_PRIV
 from .kfd import ffi as kfd_ffi
 from .ring import Ring
 from .topology import gpu_nodes, GPUNode, PAGE
@@ -40,6 +44,13 @@ TIMESTAMP_HZ = 100_000_000      # gfx11 GPU clock counter (RELEASE_MEM DATA_SEL 
 KFD_MIN_RUNTIME_ENABLE = (1, 14)
 LDS_GRANULE = 512               # COMPUTE_PGM_RSRC2.LDS_SIZE unit on gfx7..gfx11 (128 dwords)
 RSRC2_LDS_SHIFT, RSRC2_LDS_BITS = 15, 9
+# SDMA FENCE MTYPE 3, uncached: sdma_v6_0_ring_emit_fence (amdgpu/sdma_v6_0.c) writes every fence with
+# SDMA_PKT_FENCE_HEADER_MTYPE(0x3) /* Ucached(UC) */; another MTYPE can leave the value in the GPU's L2, where the
+# host does not see it
+SDMA_MTYPE_UC = 3
+# kfd_events.c: each signal event has a 64-bit slot in the event page; "the signaler will write a 1 before sending an
+# interrupt", and the interrupt handler ignores an event whose slot still reads UNSIGNALED_EVENT_SLOT (all ones)
+EVENT_SLOT_SIGNALED = 1
 
 
 class AMDError(RuntimeError):
@@ -118,8 +129,16 @@ class AMDDriver:
     self.fault: str | None = None
     self.fault_fatal = False       # memory faults are; a queue error resets the queues instead
     self._stalled = False
-    # events: one signal event for queue interrupts, and the exception events faults arrive on
-    self.queue_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1).event_id
+    # events: one signal event for queue interrupts, and the exception events faults arrive on. A dGPU's event page is
+    # memory user mode allocates and hands to amdkfd (its handle in event_page_offset) with the first CREATE_EVENT
+    # (kfd_ioctl_create_event -> kfd_kmap_event_page, amdkfd/kfd_chardev.c + kfd_events.c); the GPU writes an event's
+    # slot there before it interrupts. amdkfd maps it through amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel (a GTT BO) and
+    # refuses to free it (kfd_ioctl_free_memory_of_gpu: -EPERM): it lives until /dev/kfd is closed.
+    self.event_page = self.alloc(kfd.SIGNAL_EVENT_LIMIT * 8, "gtt")
+    del self.memory[self.event_page.addr]
+    event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=self.event_page.handle)
+    self.queue_event = event.event_id
+    self.queue_event_slot = self.event_page.addr + 8 * event.event_slot_index
     self.memory_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_MEMORY, auto_reset=0,
                                     node_id=self.node.index).event_id
     self.hw_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_HW_EXCEPTION, auto_reset=0,
@@ -276,6 +295,8 @@ class AMDDriver:
                    if getattr(kd, f)]
     if unsupported: raise AMDError(f"AMD: kernel {kname!r} asks for {', '.join(unsupported)}: this driver launches through PM4 "
                                    f"with only the kernarg pointer in user SGPRs (no AQL packet, no scratch)")
+    if kd.priv: raise AMDError(f"AMD: kernel {kname!r} has COMPUTE_PGM_RSRC1.PRIV set in its descriptor, which AMDGPUUsage "
+                               f"says must be 0 (the CP fills the register's PRIV)")
     mem = self.alloc(len(code), "vram", executable=True)
     self.view(mem.addr, len(code))[:] = code
     lds = kd.group_segment_fixed_size
@@ -338,7 +359,11 @@ class AMDDriver:
     lx, ly, lz = tuple(local_size) + (1,) * (3 - len(local_size))
     pgm = prog.pgm_addr
     out.packet(pm4.set_sh_reg("COMPUTE_PGM_LO", (pgm >> 8) & 0xFFFFFFFF, pgm >> 40))
-    out.packet(pm4.set_sh_reg("COMPUTE_PGM_RSRC1", prog.rsrc1, prog.rsrc2))
+    # COMPUTE_PGM_RSRC1.PRIV: "CP is responsible for filling in COMPUTE_PGM_RSRC1.PRIV" (AMDGPUUsage, compute_pgm_rsrc1);
+    # writing the register, this driver is the CP. On gfx11 its waves start privileged for context save/restore (CWSR:
+    # amdkfd preempts user queues by saving their waves with its trap handler, amdkfd/cwsr_trap_handler_gfx10.asm), as
+    # tinygrad's KFD PM4 path does ("priv=1 on gfx11 for cwsr"); the descriptor's PRIV stays 0 (load_program checks).
+    out.packet(pm4.set_sh_reg("COMPUTE_PGM_RSRC1", prog.rsrc1 | RSRC1_PRIV, prog.rsrc2))
     out.packet(pm4.set_sh_reg("COMPUTE_PGM_RSRC3", prog.rsrc3))
     out.packet(pm4.set_sh_reg("COMPUTE_TMPRING_SIZE", 0))
     if prog.user_sgprs: out.packet(pm4.set_sh_reg("COMPUTE_USER_DATA_0", lo32(args_addr), hi32(args_addr)))
@@ -350,17 +375,31 @@ class AMDDriver:
     for p in self._pm4_barrier(): out.packet(p)
 
   def _signal(self, out: Encoder, sdma_queue: bool, addr: int, value):
-    """Write the 64-bit `value` at `addr`, then interrupt (the event `wait_value` sleeps on)."""
-    if sdma_queue:   # two 32-bit FENCEs, low word first (as sdma_v6_0_ring_emit_fence): a 64-bit reader never
-      # sees more than the new value while the high word changes (high first would show new high : old low)
-      out.packet(sdma.packet("FENCE", addr_lo=lo32(addr), addr_hi=hi32(addr), data=lo32(value)))
-      out.packet(sdma.packet("FENCE", addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4), data=hi32(value)))
+    """Write the 64-bit `value` at `addr`, then the event's slot, then interrupt (the event `wait_value` sleeps on).
+    kfd_events.c: "the signaler will write a 1 before sending an interrupt", and kfd_signal_event_interrupt ignores an
+    interrupt whose event slot still reads UNSIGNALED. The slot comes after the value: whenever amdkfd finds it written
+    the value is visible, so an interrupt of a signal whose slot an earlier interrupt already acknowledged (one event
+    serves every signal) loses no wake-up."""
+    slot = self.queue_event_slot
+    if sdma_queue:   # FENCEs are 32-bit and uncached (MTYPE UC, as sdma_v6_0_ring_emit_fence). The value: low word
+      # first (as sdma_v6_0_ring_emit_fence): a 64-bit reader never sees more than the new value while the high word
+      # changes (high first would show new high : old low). The slot's low word (1 over all ones) makes it differ from
+      # UNSIGNALED_EVENT_SLOT. TRAP: the interrupt (kfd_int_process_v11.c: SDMA_TRAP context, 28 bits of event id)
+      out.packet(sdma.packet("FENCE", mtype=SDMA_MTYPE_UC, addr_lo=lo32(addr), addr_hi=hi32(addr), data=lo32(value)))
+      out.packet(sdma.packet("FENCE", mtype=SDMA_MTYPE_UC, addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4),
+                             data=hi32(value)))
+      out.packet(sdma.packet("FENCE", mtype=SDMA_MTYPE_UC, addr_lo=lo32(slot), addr_hi=hi32(slot), data=EVENT_SLOT_SIGNALED))
       out.packet(sdma.packet("TRAP", int_context=self.queue_event))
-    else:
-      out.packet(pm4.packet("RELEASE_MEM", event_type=pm4.CACHE_FLUSH_AND_INV_TS_EVENT, event_index=5, gcr_glm_wb=1,
-                            gcr_glm_inv=1, gcr_gl2_wb=1, gcr_seq=1, cache_policy=3, data_sel=pm4.DATA_SEL_64,
-                            int_sel=pm4.INT_SEL_AFTER_WRITE, addr_lo=lo32(addr), addr_hi=hi32(addr), data_lo=lo32(value),
-                            data_hi=hi32(value), int_ctxid=self.queue_event))
+    else:            # end-of-pipe writes, in order: the value, then the slot with the interrupt after its write
+      out.packet(self._release_mem(addr, value, pm4.INT_SEL_NONE, 0))
+      out.packet(self._release_mem(slot, EVENT_SLOT_SIGNALED, pm4.INT_SEL_AFTER_WRITE, self.queue_event))
+
+  @staticmethod
+  def _release_mem(addr: int, value, int_sel: int, int_ctxid: int) -> list:
+    """RELEASE_MEM at end of pipe: write back + invalidate the caches, then write the 64-bit `value` at `addr`."""
+    return pm4.packet("RELEASE_MEM", event_type=pm4.CACHE_FLUSH_AND_INV_TS_EVENT, event_index=5, gcr_glm_wb=1,
+                      gcr_glm_inv=1, gcr_gl2_wb=1, gcr_seq=1, cache_policy=3, data_sel=pm4.DATA_SEL_64, int_sel=int_sel,
+                      addr_lo=lo32(addr), addr_hi=hi32(addr), data_lo=lo32(value), data_hi=hi32(value), int_ctxid=int_ctxid)
 
   def _wait(self, out: Encoder, kind: str, addr: int, value):
     """Wait until the 64-bit word at `addr` is >= `value`."""
@@ -377,7 +416,16 @@ class AMDDriver:
       # COND_EXE and the low poll it guards are one packet: a ring never puts NOPs between them
       out.packet(sdma.packet("COND_EXE", addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4), reference=hi32(value),
                              exec_count=len(lo_poll)) + lo_poll)
-    else:            # a 64-bit compare (WAIT_REG_MEM compares 32 bits)
+    else:
+      # WAIT_REG_MEM64 (PAL's PM4_MEC_WAIT_REG_MEM64, pm4.py): a 64-bit ">=" of the 8-byte-aligned signal. No Linux code
+      # emits it for gfx11, but no 32-bit form amdgpu uses is correct for hcq's signals, whose 64-bit values grow by any
+      # step: a CP WAIT_REG_MEM (gfx_v11_0_wait_reg_mem) compares one dword and cannot branch. The low word alone passes
+      # early across every 2**32 boundary (low word of 2**32 - 1 >= low word of 2**32 + 3); "high >= then low >=" never
+      # passes early but stalls for good whenever the signal is already an epoch ahead with a smaller low word (waiting
+      # for 0x3_fffffffc with the signal at 0x4_fffffffb: test_sync_fuzz seed 7 deadlocks so); amdgpu's own "==" on a
+      # 32-bit seq (gfx_v11_0_ring_emit_pipeline_sync) needs the waited value to be the signal's latest. The SDMA queue's
+      # COND_EXE (an equality branch, above) has no PM4 counterpart (COND_EXEC only tests a dword for non-zero). So the
+      # driver keeps this one packet, in this one form, which is all the emulated CP accepts (kfd_engines.py).
       out.packet(pm4.packet("WAIT_REG_MEM64", function=pm4.FUNC[">="], mem_space=1, addr_lo=lo32(addr), addr_hi=hi32(addr),
                             reference=lo32(value), reference_hi=hi32(value), mask=0xFFFFFFFF, mask_hi=0xFFFFFFFF,
                             poll_interval=4))
@@ -389,11 +437,27 @@ class AMDDriver:
             pm4.packet("ACQUIRE_MEM", coher_size=0xFFFFFFFF, coher_size_hi=0xFF, poll_interval=10, gli_inv=1,
                        glm_inv=1, glm_wb=1, glk_inv=1, glv_inv=1, gl1_inv=1, gl2_inv=1, gl2_wb=1)]
 
+  @staticmethod
+  def hdp_flush(kind: str) -> list[int]:
+    """The HDP flush that starts every submission: the host's writes to VRAM (through the BAR) may still be in the HDP
+    when the doorbell rings. gfx_v11_0_ring_emit_hdp_flush (amdgpu/gfx_v11_0.c) for the compute queue: WAIT_REG_MEM
+    write-wait-write on GPU_HDP_FLUSH_REQ / _DONE, "==", engine ME (0), poll interval 0x20; sdma_v6_0_ring_emit_hdp_flush
+    (amdgpu/sdma_v6_0.c) for the copy queue: POLL_REGMEM HDP_FLUSH, "==", DONE << 2, REQ << 2, retry 0xfff, interval 10.
+    ref_and_mask covers every pipe / engine a KFD queue can be on (pm4.HDP_FLUSH_COMPUTE / HDP_FLUSH_SDMA)."""
+    if kind == "copy":
+      return sdma.packet("POLL_REGMEM", hdp_flush=1, func=sdma.FUNC["=="], addr_lo=pm4.HDP_FLUSH_DONE << 2,
+                         addr_hi=pm4.HDP_FLUSH_REQ << 2, value=pm4.HDP_FLUSH_SDMA, mask=pm4.HDP_FLUSH_SDMA, interval=10,
+                         retry_count=0xFFF)
+    return pm4.packet("WAIT_REG_MEM", function=pm4.FUNC["=="], mem_space=0, operation=pm4.WAIT_REG_MEM_WRITE_WAIT_WRITE,
+                      engine=0, addr_lo=pm4.HDP_FLUSH_REQ, addr_hi=pm4.HDP_FLUSH_DONE, reference=pm4.HDP_FLUSH_COMPUTE,
+                      mask=pm4.HDP_FLUSH_COMPUTE, poll_interval=0x20)
+
   def submit(self, kind: str, encoded: Encoded):
-    """Write resolved packets into the ring of `kind` and ring its doorbell."""
+    """Write an HDP flush and the resolved packets into the ring of `kind` and ring its doorbell."""
     if encoded.patches: raise AMDError(f"AMD {kind} queue: submit of commands with unresolved symbolic values (resolve them first)")
     if self.fault: self.check_faults(self.name)
-    self.ring_of(kind).write(encoded.packet_words(), encoded.packet_labels())
+    labels = {k + 1: text for k, text in encoded.packet_labels().items()}
+    self.ring_of(kind).write([self.hdp_flush(kind)] + encoded.packet_words(), labels)
 
   # ---- bound queues (JIT replay): the packets stay in GPU memory, a submit is one indirect-buffer packet ----
   def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
@@ -414,7 +478,7 @@ class AMDDriver:
     else:
       p = pm4.packet("INDIRECT_BUFFER", ib_base_lo=addr & 0xFFFFFFFC, ib_base_hi=(addr >> 32) & 0xFFFF,
                      ib_size=bound.ndwords, valid=1)
-    self.ring_of(kind).write([p], {0: bound.label})
+    self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label})     # the kernel arguments hcq patched are VRAM
 
   # ---- waiting ----
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
@@ -517,6 +581,8 @@ class AMDDriver:
       self.doorbells = None
     try:
       self.kernel.close(self.drm_fd); self.kernel.close(self.kfd_fd)
+    except OSError: pass
+    try: self.kernel.munmap(self.event_page.addr, self.event_page.size)    # amdkfd freed the BO with the process
     except OSError: pass
 
   @classmethod

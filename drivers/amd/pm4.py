@@ -14,7 +14,11 @@ Sources (Linux, drivers/gpu/drm/amd):
   * WAIT_REG_MEM64: opcode 0x93 from amdgpu/nvd.h (PACKET3_WAIT_REG_MEM64); the Linux headers stop there, the body is
     PM4_MEC_WAIT_REG_MEM64 of AMD PAL's src/core/hw/gfxip/gfx9/chip/gfx9_plus_merged_f32_mec_pm4_packets.h
     (GPUOpen-Drivers/pal at c5e8000, 2025-04): WAIT_REG_MEM's control dword, then address lo/hi, reference lo/hi, mask lo/hi,
-    poll interval; a 64-bit compare of the 8-byte-aligned memory word.
+    poll interval; a 64-bit compare of the 8-byte-aligned memory word. No Linux code emits it for gfx11, so the MEC
+    firmware's support rests on PAL alone: the driver uses it in one form only (driver.py `_wait` says why no 32-bit
+    WAIT_REG_MEM form will do), the one form the emulated CP accepts.
+  * HDP flush registers (see HDP_FLUSH_REQ below): amdgpu/nbio_v4_3.c, include/asic_reg/nbio/nbio_4_3_0_offset.h and
+    nbio_4_3_0_sh_mask.h, include/sienna_cichlid_ip_offset.h (NBIO_BASE).
 """
 from __future__ import annotations
 from ..encoded import Bits
@@ -50,6 +54,27 @@ def sh_offset(register: str) -> int:
   """The SET_SH_REG offset of a register: its dword address minus PACKET3_SET_SH_REG_START."""
   return REGISTERS[register] + SH_REG_BASE - SET_SH_REG_START
 
+
+# ---- the HDP (host data path) flush ----
+# CPU stores to VRAM go through the PCIe BAR and the HDP, which may still hold them when the doorbell rings; a queue
+# flushes it before it reads what the host wrote. amdgpu emits the flush as gfx_v11_0_ring_emit_hdp_flush
+# (amdgpu/gfx_v11_0.c: gfx_v11_0_wait_reg_mem(ring, reg_mem_engine 0 on compute rings, mem_space 0, operation 1
+# "write, wait, write", req_offset, done_offset, ref_and_mask, ref_and_mask, poll interval 0x20), function 3 "==") and
+# sdma_v6_0_ring_emit_hdp_flush (amdgpu/sdma_v6_0.c: POLL_REGMEM HDP_FLUSH(1) FUNC(3), done << 2, req << 2,
+# ref_and_mask twice, RETRY_COUNT 0xfff INTERVAL 10). The registers: nbio_v4_3_get_hdp_flush_req_offset / _done_offset
+# (amdgpu/nbio_v4_3.c) = SOC15_REG_OFFSET(NBIO, 0, regBIF_BX_PF0_GPU_HDP_FLUSH_REQ / _DONE), 0x0106 / 0x0107 with
+# BASE_IDX 2 (nbio_4_3_0_offset.h), plus NBIO segment 2 = 0x00000D20 (NBIO_BASE of include/sienna_cichlid_ip_offset.h,
+# the header GC's base above comes from; a gfx11 board reports the same through IP discovery).
+NBIO_BASE_SEG2 = 0x0D20
+HDP_FLUSH_REQ, HDP_FLUSH_DONE = NBIO_BASE_SEG2 + 0x0106, NBIO_BASE_SEG2 + 0x0107
+# GPU_HDP_FLUSH_REQ / _DONE bits (nbio_4_3_0_sh_mask.h: CP0..CP9 bits 0-9, SDMA0 bit 10, SDMA1 bit 11), the
+# ref_and_mask_* of nbio_v4_3_hdp_flush_reg. amdgpu's compute ring on ME m pipe p uses cp2 << p (m 1) or cp6 << p (m 2);
+# SDMA engine e uses sdma0 << e. amdkfd places a user queue on a pipe / engine it does not report, so the driver asks for
+# every compute pipe (cp2..cp9) or both SDMA engines.
+HDP_FLUSH_BITS = {**{f"cp{i}": 1 << i for i in range(10)}, "sdma0": 1 << 10, "sdma1": 1 << 11}
+HDP_FLUSH_COMPUTE = sum(HDP_FLUSH_BITS[f"cp{i}"] for i in range(2, 10))
+HDP_FLUSH_SDMA = HDP_FLUSH_BITS["sdma0"] | HDP_FLUSH_BITS["sdma1"]
+WAIT_REG_MEM_WRITE_WAIT_WRITE = 1      # WAIT_REG_MEM OPERATION 1 (nvd.h: 0 wait, 1 write-wait-write on registers)
 
 # register fields (gc_11_0_0_sh_mask.h): name -> (lowest bit, width)
 DISPATCH_INITIATOR = {"compute_shader_en": (0, 1), "partial_tg_en": (1, 1), "force_start_at_000": (2, 1),
@@ -190,6 +215,11 @@ def describe(name: str, fields: dict) -> str:
     return f"SET_SH_REG {REGISTER_NAMES.get(reg, hex(reg))} = {', '.join(hex(v) for v in fields['values'])}"
   if name == "WAIT_REG_MEM":
     func = {v: k for k, v in FUNC.items()}.get(fields["function"], fields["function"])
+    if fields["mem_space"] == 0:       # registers: the HDP flush's write-wait-write names them
+      regs = {HDP_FLUSH_REQ: "GPU_HDP_FLUSH_REQ", HDP_FLUSH_DONE: "GPU_HDP_FLUSH_DONE"}
+      reg0, reg1 = (regs.get(fields[a], f"register {fields[a]:#x}") for a in ("addr_lo", "addr_hi"))
+      what = f"write {reg0}, wait {reg1}" if fields["operation"] == WAIT_REG_MEM_WRITE_WAIT_WRITE else f"wait {reg0}"
+      return f"WAIT_REG_MEM ({what}) & {fields['mask']:#x} {func} {fields['reference']:#x}"
     return (f"WAIT_REG_MEM [{fields['addr_hi'] << 32 | fields['addr_lo']:#x}] & {fields['mask']:#x} {func} "
             f"{fields['reference']:#x}")
   if name == "WAIT_REG_MEM64":

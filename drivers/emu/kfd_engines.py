@@ -11,6 +11,16 @@ The read pointer is written back after each packet (an indirect buffer counts as
 queue that stops (unknown packet, memory fault) leaves it on the offending packet, and the kernel reports the
 fault through the exception events with a dmesg line naming queue, packet and address.
 
+Rules from the Linux sources the engines enforce (each cited where it is checked):
+  * HDP: a packet that reads a VRAM BO once (a dispatch's code and kernel arguments, a copy's source, an indirect
+    buffer, SDMA COND_EXE) must come after an HDP flush that ran after its doorbell was picked up (kfd_kernel.py has the
+    model); polls (WAIT_REG_MEM, POLL_REGMEM) are not checked: they read again until the value arrives.
+  * SDMA FENCE without MTYPE UC writes the GPU L2, not memory: the host sees it only after a GL2 write-back.
+  * Interrupts: amdkfd ignores one whose event slot still reads UNSIGNALED (kfd_kernel.py signal_interrupt).
+  * COMPUTE_PGM_RSRC1.PRIV must be set on a dispatch (gfx11 context save/restore).
+  * WAIT_REG_MEM64: no Linux code emits it for gfx11's MEC (its firmware support is known from PAL only); the one
+    form the driver needs is accepted, any other is refused.
+
 The engines are strict: what they do not model stops the queue with a message naming it, instead of being skipped.
 A PM4 opcode other than the ones below, a SET_SH_REG of a register outside pm4.REGISTERS, an SDMA op/sub_op other
 than the packets of sdma.PACKETS, an event, DATA_SEL/INT_SEL/DST_SEL or compare function the emulator does not
@@ -21,8 +31,8 @@ from __future__ import annotations
 import hashlib, threading, time
 import numpy as np
 
-from baregrad.drivers.amd import pm4, sdma
-from baregrad.drivers.amd.codeobj import KernelDescriptor, RSRC1, RSRC2, RSRC3, PROPERTIES
+from baregrad.drivers.amd import kfd as kfd_abi, pm4, sdma
+from baregrad.drivers.amd.codeobj import KernelDescriptor, RSRC1, RSRC2, RSRC3, PROPERTIES, RSRC1_PRIV
 from .memory import MemoryFault
 
 # WAIT_REG_MEM / POLL_REGMEM FUNCTION (amdgpu/nvd.h WAIT_REG_MEM_FUNCTION; radeon/cikd.h SDMA_POLL_REG_MEM_EXTRA_FUNC):
@@ -36,6 +46,11 @@ RELEASE_MEM_EVENTS = {pm4.CACHE_FLUSH_AND_INV_TS_EVENT: ("CACHE_FLUSH_AND_INV_TS
                       pm4.BOTTOM_OF_PIPE_TS: ("BOTTOM_OF_PIPE_TS", 5)}
 RELEASE_MEM_DST_SEL = (0, 1)          # memory (MC) or L2: both land in memory here; 2/3 (queue write pointer) do not
 SDMA_OP_NAMES = {v: k for k, v in sdma.OP.items()}
+# SDMA FENCE MTYPE: sdma_v6_0_ring_emit_fence (amdgpu/sdma_v6_0.c) writes its fences with
+# SDMA_PKT_FENCE_HEADER_MTYPE(0x3) /* Ucached(UC) */; the other (cached) MTYPEs can leave the value in the GPU's L2
+SDMA_MTYPE_UC = 3
+# the GPU_HDP_FLUSH_REQ/DONE client bits that exist (nbio_4_3_0_sh_mask.h: CP0-CP9, SDMA0, SDMA1)
+HDP_FLUSH_CLIENTS = sum(pm4.HDP_FLUSH_BITS.values())
 
 
 class QueueError(Exception):
@@ -71,6 +86,7 @@ class EngineQueue(threading.Thread):
     self.stopping = False
     self.dead: str | None = None
     self.packets_done = 0
+    self.pickup_epoch = 0         # kfd.host_epoch when this engine last picked up new commands (the HDP model)
     self.history: list[str] = []  # names of the last packets executed (tests inspect it)
     with kfd.lock:
       self.ring = kfd.memory.array(ring_base, np.uint32, self.ring_dwords)
@@ -83,14 +99,57 @@ class EngineQueue(threading.Thread):
 
   # ---- memory ----
   def read(self, addr: int, nbytes: int) -> bytes:
+    """The engine's view of memory: what an SDMA FENCE left in the GPU L2 over what memory holds."""
     with self.kfd.lock:
-      try: return self.kfd.memory.read(addr, nbytes)
+      try: data = self.kfd.memory.read(addr, nbytes)
       except MemoryFault as e: raise QueueError(str(e), e.address) from None
+      lines = self.kfd.gl2_lines
+      if lines:
+        out = bytearray(data)
+        for a in range(addr & ~3, addr + nbytes, 4):
+          line = lines.get(a)
+          if line is None: continue
+          for k in range(4):
+            if addr <= a + k < addr + nbytes: out[a + k - addr] = line[k]
+        data = bytes(out)
+      return data
 
   def write(self, addr: int, data: bytes):
     with self.kfd.lock:
       try: self.kfd.memory.write(addr, data)
       except MemoryFault as e: raise QueueError(str(e), e.address) from None
+      lines = self.kfd.gl2_lines
+      if lines:                   # a later write to memory supersedes what the L2 held there
+        for a in range(addr & ~3, addr + len(data), 4): lines.pop(a, None)
+
+  def write_l2(self, addr: int, data: bytes, where: str):
+    """A write that stays in the GPU L2 (an SDMA FENCE without MTYPE UC): engines see it, the host does not."""
+    with self.kfd.lock:
+      if self.kfd.mapping_of(addr) is None: raise QueueError(f"{where}: {MemoryFault(addr, len(data), True)}", addr)
+      self.kfd.gl2_lines[addr] = bytes(data)
+
+  def check_hdp(self, addr: int, what: str, where: str):
+    """A one-shot read of `addr`: if it is VRAM, the host's writes there must have been flushed from the HDP after this
+    engine picked up the doorbell (gfx_v11_0_ring_emit_hdp_flush / sdma_v6_0_ring_emit_hdp_flush; see kfd_kernel.py)."""
+    bo = self.kfd.mapping_of(addr)
+    if bo is None or not bo.flags & kfd_abi.ALLOC_VRAM or self.kfd.hdp_flushed_epoch >= self.pickup_epoch: return
+    raise QueueError(f"{where}: {what} reads VRAM at {addr:#x} (BO at {bo.va:#x}) with no HDP flush since the doorbell: "
+                     f"what the host wrote there through the BAR may still sit in the HDP and the GPU would read stale "
+                     f"bytes. Start the submission with an HDP flush (PM4: WAIT_REG_MEM write-wait-write of "
+                     f"GPU_HDP_FLUSH_REQ/DONE as gfx_v11_0_ring_emit_hdp_flush; SDMA: POLL_REGMEM HDP_FLUSH as "
+                     f"sdma_v6_0_ring_emit_hdp_flush)")
+
+  def hdp_flush_registers(self, req: int, done: int, func: int, ref: int, mask: int, what: str, where: str):
+    """The HDP flush handshake: write ref_and_mask to GPU_HDP_FLUSH_REQ, wait for GPU_HDP_FLUSH_DONE & mask == ref
+    (nbio_v4_3_get_hdp_flush_req_offset / _done_offset, amdgpu/nbio_v4_3.c); the flush completes at once here."""
+    if (req, done) != (pm4.HDP_FLUSH_REQ, pm4.HDP_FLUSH_DONE):
+      raise QueueError(f"{where}: {what} on registers {req:#x} / {done:#x}: only the HDP flush (GPU_HDP_FLUSH_REQ "
+                       f"{pm4.HDP_FLUSH_REQ:#x}, GPU_HDP_FLUSH_DONE {pm4.HDP_FLUSH_DONE:#x}) is emulated")
+    if func != pm4.FUNC["=="] or ref != mask or not ref or ref & ~HDP_FLUSH_CLIENTS:
+      raise QueueError(f"{where}: {what} HDP flush with function {func}, reference {ref:#x}, mask {mask:#x}: amdgpu "
+                       f"waits for DONE & ref_and_mask == ref_and_mask (function 3), ref_and_mask a set of the client "
+                       f"bits {HDP_FLUSH_CLIENTS:#x} (CP0-CP9, SDMA0-1); another compare never completes")
+    self.kfd.hdp_flush()
 
   def read_u32(self, addr: int) -> int: return int.from_bytes(self.read(addr, 4), "little")
 
@@ -101,6 +160,9 @@ class EngineQueue(threading.Thread):
         d = self.kfd.memory.array(dst, np.uint8, nbytes)
       except MemoryFault as e: raise QueueError(str(e), e.address) from None
       d[:] = s
+      lines = self.kfd.gl2_lines
+      if lines:                   # the copy's writes supersede what the L2 held there
+        for a in [a for a in lines if dst <= a < dst + nbytes]: del lines[a]
 
   def poll_memory(self, addr: int, mask: int, func: int, ref: int, what: str, nbytes: int = 4):
     """Block until (mem[addr] & mask) func ref, on a dword or (nbytes 8) a qword; returns when the queue is stopped."""
@@ -120,6 +182,7 @@ class EngineQueue(threading.Thread):
         time.sleep(delay); delay = min(delay * 2, 1e-3)
         continue
       delay = 1e-5
+      self.pickup_epoch = self.kfd.doorbell_picked_up()
       try:
         if wptr - self.rptr > self.ring_dwords:     # the ring cannot hold that much: what is there is not the commands
           raise QueueError(f"queue overrun: write pointer {wptr:#x} is {wptr - self.rptr:#x} dwords ahead of the read "
@@ -144,6 +207,7 @@ class EngineQueue(threading.Thread):
 
   def run_buffer(self, base: int, ndwords: int, where: str):
     """Execute an indirect buffer."""
+    self.check_hdp(base, "the indirect buffer fetch", where)
     with self.kfd.lock:
       try: words = self.kfd.memory.array(base, np.uint32, ndwords).copy()
       except MemoryFault as e: raise QueueError(f"{where}: indirect buffer: {e}", e.address) from None
@@ -167,7 +231,10 @@ class ComputeQueue(EngineQueue):
 
   def execute(self, words, pos, where, nested=False) -> int:
     name, f, size = self.decode(pm4, words, pos, where)
-    if name in ("NOP", "ACQUIRE_MEM"): return size     # work is synchronous: caches are coherent
+    if name == "NOP": return size
+    if name == "ACQUIRE_MEM":            # work is synchronous: caches are coherent, except the L2 lines FENCEs left
+      if f["gl2_wb"]: self.kfd.gl2_write_back()
+      return size
     if name == "EVENT_WRITE":
       self.check_event(EVENT_WRITE_EVENTS, name, f, where)
       return size
@@ -175,15 +242,26 @@ class ComputeQueue(EngineQueue):
     elif name == "DISPATCH_DIRECT": self.dispatch(f, where)
     elif name == "RELEASE_MEM": self.release_mem(f, where)
     elif name == "WAIT_REG_MEM":
-      if f["mem_space"] != 1 or f["operation"] != 0:
+      if f["engine"] != 0:             # nvd.h WAIT_REG_MEM_ENGINE: 0 me, 1 pfp; a compute queue's MEC has no PFP
+        raise QueueError(f"{where}: WAIT_REG_MEM with ENGINE_SEL {f['engine']} on a compute queue: the MEC has only the "
+                         f"ME (gfx_v11_0_ring_emit_hdp_flush uses reg_mem_engine 0 on compute rings)")
+      if f["mem_space"] == 0 and f["operation"] == pm4.WAIT_REG_MEM_WRITE_WAIT_WRITE:
+        self.hdp_flush_registers(f["addr_lo"], f["addr_hi"], f["function"], f["reference"], f["mask"], name, where)
+      elif f["mem_space"] != 1 or f["operation"] != 0:
         raise QueueError(f"{where}: WAIT_REG_MEM on a register (mem_space {f['mem_space']}, operation {f['operation']}) "
                          f"is not emulated")
-      self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["function"], f["reference"], where)
-    elif name == "WAIT_REG_MEM64":     # a 64-bit compare of the qword at the 8-byte aligned address
-      if f["mem_space"] != 1 or f["operation"] != 0:
-        raise QueueError(f"{where}: WAIT_REG_MEM64 on a register (mem_space {f['mem_space']}, operation {f['operation']}) "
-                         f"is not emulated")
+      else: self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["function"], f["reference"], where)
+    elif name == "WAIT_REG_MEM64":
+      # no Linux code emits WAIT_REG_MEM64 for gfx11 (amdgpu waits with WAIT_REG_MEM, gfx_v11_0_wait_reg_mem): the MEC
+      # firmware's support is known only from PAL's packet definition. The emulated CP takes just the one form the driver
+      # needs (a 64-bit >= on an 8-byte-aligned memory qword, full masks: driver.py `_wait` says why) and refuses the rest
       addr, mask, ref = pm4.wait64_operands(f)
+      form = (f["mem_space"], f["operation"], f["function"], f["cache_policy"], mask, f["addr_lo"] & 7)
+      if form != (1, 0, pm4.FUNC[">="], 0, 2**64 - 1, 0):
+        raise QueueError(f"{where}: WAIT_REG_MEM64 other than a 64-bit '>=' on an aligned memory qword with full masks "
+                         f"(mem_space {f['mem_space']}, operation {f['operation']}, function {f['function']}, cache_policy "
+                         f"{f['cache_policy']}, mask {mask:#x}, address {addr | f['addr_lo'] & 7:#x}): no Linux code "
+                         f"emits WAIT_REG_MEM64 for gfx11, so only the driver's form is accepted")
       self.poll_memory(addr, mask, f["function"], ref, where, nbytes=8)
     elif name == "INDIRECT_BUFFER":
       if nested: raise QueueError(f"{where}: INDIRECT_BUFFER inside an indirect buffer (chaining is not emulated)")
@@ -196,6 +274,7 @@ class ComputeQueue(EngineQueue):
       if f["src_sel"] == 2:
         self.write(dst, (f["src_addr_lo"].to_bytes(4, "little") * (n // 4 + 1))[:n])
       else:
+        self.check_hdp(f["src_addr_hi"] << 32 | f["src_addr_lo"], "DMA_DATA's source", where)
         self.copy(dst, f["src_addr_hi"] << 32 | f["src_addr_lo"], n)
     elif name in pm4.OPCODES:
       raise QueueError(f"{where}: PM4 packet {name} (opcode {pm4.OPCODES[name]:#04x}, header {int(words[pos]):#010x}) "
@@ -236,11 +315,13 @@ class ComputeQueue(EngineQueue):
                        f"2 interrupt after the write)")
     addr = f["addr_hi"] << 32 | f["addr_lo"]
     sel = f["data_sel"]
+    if f["gcr_gl2_wb"]: self.kfd.gl2_write_back()      # the release's cache actions come before its write
     if sel == pm4.DATA_SEL_32: self.write(addr, f["data_lo"].to_bytes(4, "little"))
     elif sel == pm4.DATA_SEL_64: self.write(addr, (f["data_hi"] << 32 | f["data_lo"]).to_bytes(8, "little"))
     elif sel in (pm4.DATA_SEL_GPU_CLOCK, pm4.DATA_SEL_SYS_CLOCK): self.write(addr, self.kfd.clock().to_bytes(8, "little"))
     elif sel != pm4.DATA_SEL_NONE: raise QueueError(f"{where}: RELEASE_MEM DATA_SEL {sel} is not emulated")
-    if f["int_sel"] in (pm4.INT_SEL_INT_ONLY, pm4.INT_SEL_AFTER_WRITE): self.kfd.signal_interrupt(f["int_ctxid"])
+    # the CP's END_OF_PIPE interrupt: kfd_int_process_v11.c passes context_id0 with 32 valid id bits
+    if f["int_sel"] in (pm4.INT_SEL_INT_ONLY, pm4.INT_SEL_AFTER_WRITE): self.kfd.signal_interrupt(f["int_ctxid"], 32)
 
   def reg(self, name: str) -> int: return self.regs.get(pm4.REGISTERS[name], 0)
 
@@ -250,6 +331,13 @@ class ComputeQueue(EngineQueue):
     rsrc1, rsrc2, rsrc3 = self.reg("COMPUTE_PGM_RSRC1"), self.reg("COMPUTE_PGM_RSRC2"), self.reg("COMPUTE_PGM_RSRC3")
     w32 = (f["cs_w32_en"] != 0)
     if not w32: raise QueueError(f"{where}: DISPATCH_DIRECT without CS_W32_EN: the emulator runs wave32 only")
+    # COMPUTE_PGM_RSRC1.PRIV: the CP fills it (AMDGPUUsage, compute_pgm_rsrc1 PRIV: "CP is responsible for filling in
+    # COMPUTE_PGM_RSRC1.PRIV"), and on gfx11 a PM4 queue's waves start privileged for context save/restore (CWSR: amdkfd
+    # preempts user queues by saving their waves with its trap handler). No Linux source states the gfx11 failure mode;
+    # the rule is what tinygrad's KFD PM4 path does on gfx11 ("priv=1 on gfx11 for cwsr"), so it is checked, not modelled
+    if not rsrc1 & RSRC1_PRIV:
+      raise QueueError(f"{where}: DISPATCH_DIRECT with COMPUTE_PGM_RSRC1 {rsrc1:#010x} without PRIV (bit 20): on gfx11 "
+                       f"the CP (a PM4 driver) sets PRIV so that context save/restore can preempt and restore the waves")
     grid = (f["dim_x"], f["dim_y"], f["dim_z"])
     block = tuple(self.reg(f"COMPUTE_NUM_THREAD_{a}") for a in "XYZ")
     user_sgprs = (rsrc2 >> 1) & 0x1F
@@ -260,13 +348,15 @@ class ComputeQueue(EngineQueue):
     lds = ((rsrc2 >> 15) & 0x1FF) * 512
     bo = self.kfd.mapping_of(pgm)
     if bo is None: raise QueueError(f"{where}: DISPATCH_DIRECT: COMPUTE_PGM at {pgm:#x} is not mapped", pgm)
+    self.check_hdp(pgm, "DISPATCH_DIRECT's code (COMPUTE_PGM)", where)
+    if user_sgprs == 2: self.check_hdp(kernarg, "DISPATCH_DIRECT's kernel arguments (COMPUTE_USER_DATA_0/1)", where)
     with self.kfd.lock:
       code = self.kfd.memory.array(pgm, np.uint8).tobytes()
     key = (pgm, rsrc1, rsrc2, rsrc3, hashlib.sha1(code).digest())
     prog = self._programs.get(key)
     if prog is None:
       # the descriptor the hardware sees is only these registers: rebuild it for the emulator
-      value = rsrc3 << RSRC3 | rsrc1 << RSRC1 | (rsrc2 & ~(0x1FF << 15)) << RSRC2
+      value = rsrc3 << RSRC3 | (rsrc1 & ~RSRC1_PRIV) << RSRC1 | (rsrc2 & ~(0x1FF << 15)) << RSRC2   # PRIV is the CP's
       value |= (1 << 10 | (1 << 3 if user_sgprs == 2 else 0)) << PROPERTIES     # wave32, kernarg pointer in s[0:1]
       value |= lds                                                              # group_segment_fixed_size
       kd = KernelDescriptor.unpack(value.to_bytes(64, "little"))
@@ -300,14 +390,27 @@ class SDMAQueue(EngineQueue):
     if name == "COPY_LINEAR":
       modes = [m for m in ("backwards", "broadcast", "encrypt", "tmz") if f[m]]
       if modes: raise QueueError(f"{where}: COPY_LINEAR with {', '.join(modes)} is not emulated")
+      self.check_hdp(f["src_addr_hi"] << 32 | f["src_addr_lo"], "COPY_LINEAR's source", where)
       self.copy(f["dst_addr_hi"] << 32 | f["dst_addr_lo"], f["src_addr_hi"] << 32 | f["src_addr_lo"], f["count"] + 1)
-    elif name == "FENCE": self.write(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["data"].to_bytes(4, "little"))
-    elif name == "TRAP": self.kfd.signal_interrupt(f["int_context"])
+    elif name == "FENCE":
+      addr, data = f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["data"].to_bytes(4, "little")
+      if f["mtype"] == SDMA_MTYPE_UC: self.write(addr, data)
+      else: self.write_l2(addr, data, where)       # NC/CC/WC: the value stays in the L2 until a GL2 write-back
+    # the SDMA_TRAP interrupt: kfd_int_process_v11.c passes context_id0 & 0xfffffff with 28 valid id bits
+    elif name == "TRAP": self.kfd.signal_interrupt(f["int_context"] & 0xFFFFFFF, 28)
     elif name == "POLL_REGMEM":
+      if f["hdp_flush"]:               # sdma_v6_0_ring_emit_hdp_flush: DONE << 2 in addr_lo, REQ << 2 in addr_hi
+        if f["mem_poll"] or f["addr_lo"] & 3 or f["addr_hi"] & 3:
+          raise QueueError(f"{where}: POLL_REGMEM HDP_FLUSH with MEM_POLL {f['mem_poll']} or unaligned register "
+                           f"addresses {f['addr_lo']:#x} / {f['addr_hi']:#x} (sdma_v6_0_ring_emit_hdp_flush: register "
+                           f"byte addresses, MEM_POLL 0)")
+        self.hdp_flush_registers(f["addr_hi"] >> 2, f["addr_lo"] >> 2, f["func"], f["value"], f["mask"],
+                                 "POLL_REGMEM", where)
+        return size
       if not f["mem_poll"]: raise QueueError(f"{where}: POLL_REGMEM on a register is not emulated")
-      if f["hdp_flush"]: raise QueueError(f"{where}: POLL_REGMEM with HDP_FLUSH is not emulated")
       self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["func"], f["value"], where)
     elif name == "COND_EXE":           # the next exec_count dwords run only if the dword equals the reference
+      self.check_hdp(f["addr_hi"] << 32 | f["addr_lo"] & ~3, "COND_EXE", where)
       if self.read_u32(f["addr_hi"] << 32 | f["addr_lo"] & ~3) != f["reference"]: return size + f["exec_count"]
     elif name == "TIMESTAMP": self.write(f["addr_hi"] << 32 | f["addr_lo"] & ~7, self.kfd.clock().to_bytes(8, "little"))
     elif name == "INDIRECT":

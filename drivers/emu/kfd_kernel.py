@@ -9,6 +9,16 @@ munmap). It serves:
 Buffer objects are memfd-backed: the CPU mapping (mmap of the render node) and the GPU's view (a mapping in the
 emulator's `Memory` at the BO's GPU virtual address) share pages. Queues run in kfd_engines.py, one thread each.
 Anything a real kernel would print to dmesg goes to `self.kmsg` (and to stderr with EMU_LOG=1).
+
+Two coherence models the engines share live here (kfd_engines.py enforces them):
+  * the HDP: CPU stores to VRAM pass the host data path, which may still hold them when the doorbell rings until a
+    queue flushes it (gfx_v11_0_ring_emit_hdp_flush / sdma_v6_0_ring_emit_hdp_flush). The host's stores cannot be seen
+    here (they land in the shared pages at once), so the model is by epoch: every doorbell an engine picks up may follow
+    host writes (`host_epoch`); an HDP flush covers everything the host wrote before it (`hdp_flushed_epoch`). A
+    one-shot read of a VRAM BO by a packet picked up after the last flush stops the queue naming the missing flush.
+  * the GPU L2 for SDMA FENCE writes: a FENCE whose MTYPE is not UC (3) lands in an L2 line (`gl2_lines`) that the
+    engines read but the host (and the interrupt handler, which reads the event page from memory) does not see until a
+    GL2 write-back (RELEASE_MEM GCR_GL2_WB, ACQUIRE_MEM GL2_WB) writes it to memory.
 """
 from __future__ import annotations
 import errno, mmap as _mmap, os, sys, threading, time
@@ -28,7 +38,8 @@ MAP_FAILED = 2**64 - 1
 MMAP_TYPE_SHIFT, MMAP_TYPE_DOORBELL, MMAP_TYPE_EVENTS = 62, 3, 2     # amdkfd/kfd_priv.h (KFD_MMAP_TYPE_*)
 MMAP_GPU_ID_SHIFT = 46
 DOORBELL_PAGE = 8192
-UNSIGNALED_SLOT = 2**64 - 1
+UNSIGNALED_SLOT = 2**64 - 1                    # kfd_events.h UNSIGNALED_EVENT_SLOT ((uint64_t)-1)
+OLD_USER_MODE_SLOTS = 256                      # allocate_event_notification_slot: "Oldest user mode expects 256 event slots"
 
 GPU_ID = 0xE1A5
 RENDER_MINOR = 128
@@ -88,8 +99,14 @@ class EmulatedKFD:
     self.drm_fd = None
     self.runtime_enabled = False
     self.events: dict[int, Event] = {}
-    self.event_page = None
+    self.event_page = None                     # np.uint64 signal slots (p->signal_page) once there is one
+    self.signal_handle = 0                     # the BO handle of a user-mode event page (p->signal_handle)
+    self.signal_mapped_size = 0                # bytes of slots user mode can use (p->signal_mapped_size)
+    self.signal_event_count = 1                # kfd_event_init_process: event id 0 is allocated (reserved) up front
     self.doorbell_page = None
+    self.host_epoch = 0                        # doorbells picked up so far: each may follow host writes to VRAM
+    self.hdp_flushed_epoch = 0                 # host_epoch when an engine last flushed the HDP
+    self.gl2_lines: dict[int, bytes] = {}      # dword address -> 4 bytes an SDMA FENCE left in the GPU L2
     self.queues: dict = {}
     self.kmsg: list[str] = []
     self.t0 = time.perf_counter_ns()
@@ -243,6 +260,10 @@ class EmulatedKFD:
     return 0
 
   def _ioctl_free_memory_of_gpu(self, a):
+    # kfd_ioctl_free_memory_of_gpu (amdkfd/kfd_chardev.c): "Safeguard to prevent user space from freeing signal BO"
+    if self.signal_handle and a.handle == self.signal_handle:
+      self.log("kfd: Free signal BO is not allowed")
+      return errno.EPERM
     with self.lock:
       bo = self.bos.get(a.handle)
       if bo is None: return errno.EINVAL
@@ -292,28 +313,92 @@ class EmulatedKFD:
         if bo.mapped and bo.va <= addr < bo.va + bo.size: return bo
     return None
 
-  # ---- events ----
+  # ---- the HDP and the L2 (see the module docstring) ----
+  def doorbell_picked_up(self) -> int:
+    """An engine starts on commands the host wrote since its last look: the host may have written VRAM meanwhile."""
+    with self.lock:
+      self.host_epoch += 1
+      return self.host_epoch
+
+  def hdp_flush(self) -> None:
+    """An HDP flush ran: what the host wrote to VRAM before now is in VRAM."""
+    with self.lock: self.hdp_flushed_epoch = self.host_epoch
+
+  def gl2_write_back(self) -> None:
+    """A GL2 write-back: the lines SDMA FENCEs left in the L2 reach memory (the host sees them)."""
+    with self.lock:
+      lines, self.gl2_lines = self.gl2_lines, {}
+      for addr, data in lines.items():
+        try: self.memory.write(addr, data)
+        except Exception: pass              # unmapped since: the line is dropped
+
+  # ---- events (amdkfd/kfd_events.c) ----
   def _ioctl_create_event(self, a):
+    # kfd_ioctl_create_event (kfd_chardev.c): "For dGPUs the event page is allocated in user mode. The handle is passed
+    # to KFD with the first call to this IOCTL through the event_page_offset field."
+    if a.event_page_offset:
+      err = self._kmap_event_page(a.event_page_offset)
+      if err: return err
     with self.cond:
+      a.event_page_offset = 0                                    # kfd_event_create
       if a.event_type == kfd.EVENT_SIGNAL:
-        slots = [e.slot for e in self.events.values() if e.slot is not None]
-        if len(slots) >= kfd.SIGNAL_EVENT_LIMIT: return errno.ENOSPC
-        slot = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT) if i not in slots)
-        event_id = slot
+        # create_signal_event: -ENOSPC once every mapped slot has an event
+        if self.signal_mapped_size and self.signal_event_count == self.signal_mapped_size // 8:
+          self.log("kfd: Signal event wasn't created because limit was reached")
+          return errno.ENOSPC
+        # allocate_event_notification_slot: without a user page the kernel allocates one (mapped to the CPU only, by
+        # mmap of KFD_MMAP_TYPE_EVENTS; the GPU cannot write it) and offers the 256 slots old user mode expects;
+        # ids come from [0, signal_mapped_size / 8) with 0 taken by kfd_event_init_process
         if self.event_page is None:
           self.event_page = np.full(kfd.SIGNAL_EVENT_LIMIT, UNSIGNALED_SLOT, np.uint64)
-        a.event_page_offset = MMAP_TYPE_EVENTS << MMAP_TYPE_SHIFT
-        a.event_slot_index, a.event_trigger_data = slot, event_id
-      else:
+          self.signal_mapped_size = OLD_USER_MODE_SLOTS * 8
+        event_id = next(i for i in range(1, self.signal_mapped_size // 8) if i not in self.events)
+        self.event_page[event_id] = UNSIGNALED_SLOT
+        self.signal_event_count += 1
+        a.event_page_offset = MMAP_TYPE_EVENTS << MMAP_TYPE_SHIFT    # KFD_MMAP_TYPE_EVENTS
+        a.event_slot_index = event_id
+        slot = event_id
+      else:                                                      # create_other_event: ids past the signal slots
         slot = None
         event_id = next(i for i in range(kfd.SIGNAL_EVENT_LIMIT, 2 * kfd.SIGNAL_EVENT_LIMIT) if i not in self.events)
       self.events[event_id] = Event(event_id, a.event_type, bool(a.auto_reset), slot)
-      a.event_id = event_id
+      a.event_id = a.event_trigger_data = event_id
+    return 0
+
+  def _kmap_event_page(self, handle: int) -> int:
+    """kfd_kmap_event_page (kfd_events.c): the user's BO becomes the process's signal page."""
+    if self.event_page is not None:
+      self.log("kfd: Event page is already set")
+      return errno.EINVAL
+    if handle >> 32 != GPU_ID:
+      self.log("kfd: Getting device by id failed in kfd_kmap_event_page")
+      return errno.EINVAL
+    with self.lock:
+      bo = self.bos.get(handle)
+      if bo is None:
+        self.log(f"kfd: Can't find BO, offset is {handle:#x}")
+        return errno.EINVAL
+      # amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel: a userptr cannot be mapped to the kernel; the BO is pinned to GTT
+      # (amdgpu_bo_pin(bo, AMDGPU_GEM_DOMAIN_GTT)) and kmapped. The emulator takes GTT BOs only.
+      if bo.host is not None or not bo.flags & kfd.ALLOC_GTT:
+        self.log(f"kfd: Failed to map event page to kernel (BO {handle:#x} is not a GTT BO)")
+        return errno.EINVAL
+      # kfd_event_page_set memsets KFD_SIGNAL_EVENT_LIMIT * 8 bytes of it to UNSIGNALED whatever its size: a smaller
+      # BO would have the kernel write past it. The emulator refuses one instead.
+      if bo.size < kfd.SIGNAL_EVENT_LIMIT * 8:
+        self.log(f"kfd: event page BO of {bo.size:#x} bytes is smaller than the {kfd.SIGNAL_EVENT_LIMIT * 8:#x} bytes "
+                 f"kfd_event_page_set initializes")
+        return errno.EINVAL
+      page = np.frombuffer(bo.kernel_map, np.uint64, count=kfd.SIGNAL_EVENT_LIMIT)
+      page[:] = UNSIGNALED_SLOT                                  # "Initialize all events to unsignaled"
+      self.event_page, self.signal_mapped_size, self.signal_handle = page, bo.size, handle
     return 0
 
   def _ioctl_destroy_event(self, a):
     with self.cond:
-      if self.events.pop(a.event_id, None) is None: return errno.EINVAL
+      e = self.events.pop(a.event_id, None)
+      if e is None: return errno.EINVAL
+      if e.type == kfd.EVENT_SIGNAL: self.signal_event_count -= 1      # destroy_event
     return 0
 
   def _ioctl_set_event(self, a):
@@ -350,14 +435,36 @@ class EmulatedKFD:
           return 0
         self.cond.wait(left)
 
-  def signal_interrupt(self, context_id: int):
-    """An end-of-pipe / SDMA trap interrupt carrying `context_id` (the event id the packet named)."""
+  def signal_interrupt(self, partial_id: int, valid_id_bits: int):
+    """kfd_signal_event_interrupt (kfd_events.c) for an interrupt whose context carries `valid_id_bits` bits of an event
+    id (kfd_int_process_v11.c: CP END_OF_PIPE context_id0 with 32, SDMA_TRAP context_id0 & 0xfffffff with 28). An event
+    is set only if its slot in the event page no longer reads UNSIGNALED; its slot is reset as it is set
+    (set_event_from_interrupt -> acknowledge_signal). An interrupt whose event's slot reads UNSIGNALED falls back to
+    the exhaustive search, which sets only events with written slots: with none, it is ignored."""
     with self.cond:
-      e = self.events.get(context_id)
-      if e is not None and e.type == kfd.EVENT_SIGNAL:
-        e.signaled = True
-        if self.event_page is not None: self.event_page[e.slot] = 1
+      slots = self.event_page
+      ev = self._lookup_signaled_event_by_partial_id(partial_id, valid_id_bits) if valid_id_bits else None
+      if ev is not None: self._set_event_from_interrupt(ev)
+      elif slots is not None:
+        for event_id, e in sorted(self.events.items()):
+          if event_id >= kfd.SIGNAL_EVENT_LIMIT: break
+          if int(slots[event_id]) != UNSIGNALED_SLOT: self._set_event_from_interrupt(e)
       self.cond.notify_all()
+
+  def _lookup_signaled_event_by_partial_id(self, event_id: int, bits: int):
+    slots = self.event_page
+    if slots is None or event_id >= kfd.SIGNAL_EVENT_LIMIT: return None
+    if bits > 31 or (1 << bits) >= kfd.SIGNAL_EVENT_LIMIT:    # the fast path: a whole id
+      return None if int(slots[event_id]) == UNSIGNALED_SLOT else self.events.get(event_id)
+    while event_id < kfd.SIGNAL_EVENT_LIMIT:
+      if int(slots[event_id]) != UNSIGNALED_SLOT and event_id in self.events: return self.events[event_id]
+      event_id += 1 << bits
+    return None
+
+  def _set_event_from_interrupt(self, e: Event):
+    if e.type == kfd.EVENT_SIGNAL:                              # event_can_be_gpu_signaled
+      self.event_page[e.id] = UNSIGNALED_SLOT                   # acknowledge_signal
+      e.signaled = True
 
   def raise_exception(self, message: str, va: int | None = None):
     """A queue hit a VM fault (va given) or a fatal error: log it, signal the exception events."""

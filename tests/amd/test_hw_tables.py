@@ -13,9 +13,15 @@ Sources (read at the commits named; each block below says which one it comes fro
   [off]    Linux drivers/gpu/drm/amd/include/asic_reg/gc/gc_11_0_0_offset.h @ torvalds/linux 0e8655b4e852
   [mask]   Linux drivers/gpu/drm/amd/include/asic_reg/gc/gc_11_0_0_sh_mask.h @ raspberrypi/linux 46d03bd22fb5
   [ipoff]  Linux drivers/gpu/drm/amd/include/sienna_cichlid_ip_offset.h @ torvalds/linux 5dcf8655cc80 (GC_BASE)
-  [gfx11]  Linux drivers/gpu/drm/amd/amdgpu/gfx_v11_0.c @ torvalds/linux 01163079e136 (ring nop, emit_mem_sync)
+  [gfx11]  Linux drivers/gpu/drm/amd/amdgpu/gfx_v11_0.c @ torvalds/linux 01163079e136 (ring nop, emit_mem_sync) and
+           @ 0d21364c6e8d (gfx_v11_0_wait_reg_mem, gfx_v11_0_ring_emit_hdp_flush)
   [sdma]   Linux drivers/gpu/drm/amd/amdgpu/sdma_v6_0_0_pkt_open.h @ torvalds/linux 446279168e03
-  [sdmac]  Linux drivers/gpu/drm/amd/amdgpu/sdma_v6_0.c @ torvalds/linux 0410c6121529 (sdma_v6_0_buffer_funcs)
+  [sdmac]  Linux drivers/gpu/drm/amd/amdgpu/sdma_v6_0.c @ torvalds/linux 0410c6121529 (sdma_v6_0_buffer_funcs) and
+           @ 21a550de5faf (sdma_v6_0_ring_emit_fence, sdma_v6_0_ring_emit_hdp_flush)
+  [nbio]   Linux drivers/gpu/drm/amd/amdgpu/nbio_v4_3.c @ torvalds/linux d5984d29afdb (get_hdp_flush_req/done_offset,
+           nbio_v4_3_hdp_flush_reg); include/asic_reg/nbio/nbio_4_3_0_offset.h @ torvalds/linux 446279168e03;
+           include/asic_reg/nbio/nbio_4_3_0_sh_mask.h @ raspberrypi/linux 656a52a8fc04 (GPU_HDP_FLUSH_REQ bits)
+  [usage]  LLVM AMDGPUUsage.rst, compute_pgm_rsrc1 table: PRIV (bit 20) "CP is responsible for filling in"
   [cik]    Linux drivers/gpu/drm/radeon/cikd.h @ torvalds/linux 8d4ad9d4bb0a (SDMA POLL_REG_MEM FUNC values)
   [pal]    AMD PAL (GPUOpen-Drivers/pal) @ c5e800072a32, 2025-04-29, src/core/hw/gfxip/gfx9/chip/:
            gfx9_plus_merged_f32_mec_pm4_packets.h (PM4_MEC_* bitfields and *_SIZEDW__CORE), gfx9_plus_merged_offset.h
@@ -101,6 +107,26 @@ WAIT_FUNCTION = {"always": 0, "<": 1, "<=": 2, "==": 3, "!=": 4, ">=": 5, ">": 6
 DATA_SEL = {"NONE": 0, "32": 1, "64": 2, "GPU_CLOCK": 3, "SYS_CLOCK": 4}
 # ---- [nvd] PACKET3_RELEASE_MEM_INT_SEL comment: 0 none, 1 interrupt only (DATA_SEL = 0), 2 interrupt when confirmed
 INT_SEL = {"NONE": 0, "INT_ONLY": 1, "AFTER_WRITE": 2}
+# ---- [nvd] WAIT_REG_MEM_MEM_SPACE(x) << 4 "0 - reg 1 - mem"; WAIT_REG_MEM_OPERATION(x) << 6 "0 - wait_reg_mem
+#      1 - wr_wait_wr_reg"; WAIT_REG_MEM_ENGINE(x) << 8 "0 - me 1 - pfp"
+def WAIT_REG_MEM_FUNCTION(x): return x << 0
+def WAIT_REG_MEM_MEM_SPACE(x): return x << 4
+def WAIT_REG_MEM_OPERATION(x): return x << 6
+def WAIT_REG_MEM_ENGINE(x): return x << 8
+# ---- [nbio] regBIF_BX_PF0_GPU_HDP_FLUSH_REQ 0x0106 / _DONE 0x0107, both _BASE_IDX 2; [ipoff] NBIO_BASE =
+#      { 0x00000000, 0x00000014, 0x00000D20, ... }: segment 2 is 0x00000D20
+NBIO_BASE_SEG2 = 0x00000D20
+regBIF_BX_PF0_GPU_HDP_FLUSH_REQ, regBIF_BX_PF0_GPU_HDP_FLUSH_DONE = 0x0106, 0x0107
+# ---- [nbio] GPU_HDP_FLUSH_REQ__CP0__SHIFT 0x0 .. __CP9__SHIFT 0x9, __SDMA0__SHIFT 0xa, __SDMA1__SHIFT 0xb
+HDP_FLUSH_SHIFT = {**{f"cp{i}": i for i in range(10)}, "sdma0": 0xa, "sdma1": 0xb}
+# ---- [gfx11] gfx_v11_0_ring_emit_hdp_flush: compute ring on me 1: ref_and_mask_cp2 << pipe, me 2: ref_and_mask_cp6
+#      << pipe (4 pipes each); [sdmac] sdma_v6_0_ring_emit_hdp_flush: ref_and_mask_sdma0 << ring->me (2 engines)
+HDP_COMPUTE_MASK = sum(1 << (HDP_FLUSH_SHIFT[cp] + pipe) for cp in ("cp2", "cp6") for pipe in range(4))
+HDP_SDMA_MASK = sum(1 << (HDP_FLUSH_SHIFT["sdma0"] + me) for me in range(2))
+# ---- [usage] COMPUTE_PGM_RSRC1 bit 20 PRIV
+RSRC1_PRIV_BIT = 20
+# ---- [sdmac] sdma_v6_0_ring_emit_fence: SDMA_PKT_FENCE_HEADER_MTYPE(0x3) /* Ucached(UC) */
+FENCE_MTYPE_UC = 3
 
 
 def address(reserved_low_bits):
@@ -311,6 +337,15 @@ def test_gcr_cntl_bits():
   assert len(pm4.GCR_CNTL) == len(GCR_CNTL)
 
 
+def test_hdp_flush_registers_and_bits():
+  assert pm4.NBIO_BASE_SEG2 == NBIO_BASE_SEG2
+  assert (pm4.HDP_FLUSH_REQ, pm4.HDP_FLUSH_DONE) == (NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_REQ,
+                                                     NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_DONE)
+  assert pm4.HDP_FLUSH_BITS == {name: 1 << shift for name, shift in HDP_FLUSH_SHIFT.items()}
+  assert (pm4.HDP_FLUSH_COMPUTE, pm4.HDP_FLUSH_SDMA) == (HDP_COMPUTE_MASK, HDP_SDMA_MASK) == (0x3FC, 0xC00)
+  assert pm4.WAIT_REG_MEM_WRITE_WAIT_WRITE << 6 == WAIT_REG_MEM_OPERATION(1)
+
+
 @pytest.mark.parametrize("name", sorted(PM4_PACKETS))
 def test_pm4_packet_layout(name):
   assert len(PM4_PACKETS[name]) + 1 == PM4_SIZEDW[name]             # the transcription itself: PAL's packet size
@@ -371,6 +406,13 @@ def drv(monkeypatch):
   d.close()
 
 
+def _slot(drv):
+  """The queue event's slot: event page + 8 * the event_slot_index the emulated amdkfd handed out."""
+  slot = drv.event_page.addr + 8 * drv.kernel.events[drv.queue_event].slot
+  assert slot == drv.queue_event_slot
+  return slot
+
+
 def _program(pgm_addr=0x7F12_3456_7800, user_sgprs=2, wave32=True):
   from baregrad.drivers.amd.driver import LoadedProgram
   handle = LoadedProgram("k", None, pgm_addr, 0x0060_0041, 0x0000_8004, 0x9, user_sgprs, 512, wave32)
@@ -392,7 +434,8 @@ def test_compute_dispatch_words(drv):
   got = drv.encode("compute", [("exec", prog, args, (4, 2, 1), (32, 2, 1))]).packet_words()
   assert got == [
     [P3("SET_SH_REG", 2), sh("COMPUTE_PGM_LO"), lo(pgm >> 8), pgm >> 40],
-    [P3("SET_SH_REG", 2), sh("COMPUTE_PGM_RSRC1"), 0x0060_0041, 0x0000_8004],
+    # [usage] the CP fills COMPUTE_PGM_RSRC1.PRIV: the driver sets it over the descriptor's RSRC1
+    [P3("SET_SH_REG", 2), sh("COMPUTE_PGM_RSRC1"), 0x0060_0041 | 1 << RSRC1_PRIV_BIT, 0x0000_8004],
     [P3("SET_SH_REG", 1), sh("COMPUTE_PGM_RSRC3"), 0x9],
     [P3("SET_SH_REG", 1), sh("COMPUTE_TMPRING_SIZE"), 0],
     [P3("SET_SH_REG", 2), sh("COMPUTE_USER_DATA_0"), lo(args), hi(args)],
@@ -412,16 +455,19 @@ def test_compute_signal_wait_timestamp_barrier_copy_words(drv):
   sig = types.SimpleNamespace(addr=0x7F55_0000_0100, timestamp_addr=0x7F55_0000_0108)
   value = 0x1_0000_0005
   got = drv.encode("compute", [("signal", sig, value), ("wait", sig, value), ("timestamp", sig), ("barrier",)])
+  flush = CACHE_FLUSH_AND_INV_TS_EVENT | EVENT_INDEX_END_OF_PIPE << 8 | 1 << 12 | 1 << 13 | 1 << 21 | 1 << 22 | 3 << 25
+  slot = _slot(drv)
   assert got.packet_words() == [
     # RELEASE_MEM: EVENT_TYPE(CACHE_FLUSH_AND_INV_TS_EVENT) | EVENT_INDEX(5) | GCR_GLM_WB | GCR_GLM_INV | GCR_GL2_WB |
-    # GCR_SEQ | CACHE_POLICY(3); DATA_SEL(2) | INT_SEL(2) | DST_SEL(0); address, 64-bit data, interrupt context
-    [P3("RELEASE_MEM", 6),
-     CACHE_FLUSH_AND_INV_TS_EVENT | EVENT_INDEX_END_OF_PIPE << 8 | 1 << 12 | 1 << 13 | 1 << 21 | 1 << 22 | 3 << 25,
-     DATA_SEL["64"] << 29 | INT_SEL["AFTER_WRITE"] << 24, lo(sig.addr), hi(sig.addr), lo(value), hi(value),
+    # GCR_SEQ | CACHE_POLICY(3); DATA_SEL(2) | INT_SEL(0) | DST_SEL(0): the 64-bit value, no interrupt
+    [P3("RELEASE_MEM", 6), flush, DATA_SEL["64"] << 29 | INT_SEL["NONE"] << 24, lo(sig.addr), hi(sig.addr),
+     lo(value), hi(value), 0],
+    # then the event's slot := 1, INT_SEL(2): the interrupt once it is written, with the event id as interrupt context
+    [P3("RELEASE_MEM", 6), flush, DATA_SEL["64"] << 29 | INT_SEL["AFTER_WRITE"] << 24, lo(slot), hi(slot), 1, 0,
      drv.queue_event],
     # WAIT_REG_MEM64: FUNCTION(>=) | MEM_SPACE(1); address; 64-bit reference and mask; POLL_INTERVAL 4
-    [P3("WAIT_REG_MEM64", 7), WAIT_FUNCTION[">="] | 1 << 4, lo(sig.addr), hi(sig.addr), lo(value), hi(value),
-     0xFFFFFFFF, 0xFFFFFFFF, 4],
+    [P3("WAIT_REG_MEM64", 7), WAIT_REG_MEM_FUNCTION(WAIT_FUNCTION[">="]) | WAIT_REG_MEM_MEM_SPACE(1), lo(sig.addr),
+     hi(sig.addr), lo(value), hi(value), 0xFFFFFFFF, 0xFFFFFFFF, 4],
     # RELEASE_MEM: EVENT_TYPE(BOTTOM_OF_PIPE_TS) | EVENT_INDEX(5); DATA_SEL(3): the 64-bit GPU clock
     [P3("RELEASE_MEM", 6), BOTTOM_OF_PIPE_TS | EVENT_INDEX_END_OF_PIPE << 8, DATA_SEL["GPU_CLOCK"] << 29,
      lo(sig.timestamp_addr), hi(sig.timestamp_addr), 0, 0, 0],
@@ -441,12 +487,15 @@ def test_copy_queue_words(drv):
                             ("barrier",)]).packet_words()
   poll = lambda addr, ref: [SDMA_HDR("POLL_REGMEM") | SDMA_FUNC[">="] << 28 | 1 << 31, lo(addr), hi(addr), ref,
                             0xFFFFFFFF, 10 | 0xFFF << 16]
+  fence = SDMA_HDR("FENCE") | FENCE_MTYPE_UC << 16         # [sdma] SDMA_PKT_FENCE_HEADER_mtype 0x7 @16
+  slot = _slot(drv)
   assert got == [
     *[[SDMA_HDR("COPY", SDMA_SUBOP_COPY_LINEAR), (3 if k == 2 else SDMA_COPY_MAX_BYTES) - 1, 0,
        lo(src + k * SDMA_COPY_MAX_BYTES), hi(src + k * SDMA_COPY_MAX_BYTES), lo(dst + k * SDMA_COPY_MAX_BYTES),
        hi(dst + k * SDMA_COPY_MAX_BYTES)] for k in range(3)],
-    [SDMA_HDR("FENCE"), lo(sig.addr), hi(sig.addr), lo(value)],                 # low word first
-    [SDMA_HDR("FENCE"), lo(sig.addr + 4), hi(sig.addr + 4), hi(value)],
+    [fence, lo(sig.addr), hi(sig.addr), lo(value)],                              # low word first
+    [fence, lo(sig.addr + 4), hi(sig.addr + 4), hi(value)],
+    [fence, lo(slot), hi(slot), 1],                                              # the event's slot (low word)
     [SDMA_HDR("TRAP"), drv.queue_event & 0x0FFFFFFF],
     poll(sig.addr + 4, hi(value)),                                               # high word >= ...
     # COND_EXE: if the high word equals the value's, run the next EXEC_COUNT (6) dwords: the low-word poll
@@ -454,12 +503,38 @@ def test_copy_queue_words(drv):
     [SDMA_HDR("TIMESTAMP", SDMA_SUBOP_TIMESTAMP_GET_GLOBAL), lo(sig.timestamp_addr), hi(sig.timestamp_addr)]]
 
 
+# [gfx11] gfx_v11_0_ring_emit_hdp_flush -> gfx_v11_0_wait_reg_mem(ring, 0 (me), 0 (register), 1 (write-wait-write),
+# req, done, ref_and_mask, ref_and_mask, 0x20), FUNCTION(3) "equal"
+HDP_FLUSH_PM4 = [P3("WAIT_REG_MEM", 5), WAIT_REG_MEM_MEM_SPACE(0) | WAIT_REG_MEM_OPERATION(1) | WAIT_REG_MEM_FUNCTION(3) |
+                 WAIT_REG_MEM_ENGINE(0), NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_REQ,
+                 NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_DONE, HDP_COMPUTE_MASK, HDP_COMPUTE_MASK, 0x20]
+# [sdmac] sdma_v6_0_ring_emit_hdp_flush: OP(POLL_REGMEM) | HDP_FLUSH(1) | FUNC(3); done << 2; req << 2; ref; mask;
+# RETRY_COUNT(0xfff) | INTERVAL(10) ([sdma] POLL_REGMEM_HEADER hdp_flush @26, func @28)
+HDP_FLUSH_SDMA = [SDMA_HDR("POLL_REGMEM") | 1 << 26 | SDMA_FUNC["=="] << 28,
+                  (NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_DONE) << 2,
+                  (NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_REQ) << 2, HDP_SDMA_MASK, HDP_SDMA_MASK, 10 | 0xFFF << 16]
+
+
+def test_submit_starts_with_an_hdp_flush(drv):
+  assert drv.hdp_flush("compute") == HDP_FLUSH_PM4 and drv.hdp_flush("copy") == HDP_FLUSH_SDMA
+  sig = types.SimpleNamespace(timestamp_addr=drv.alloc(4096, "gtt").addr + 8)
+  for kind, flush in (("compute", HDP_FLUSH_PM4), ("copy", HDP_FLUSH_SDMA)):
+    ring = drv.ring_of(kind)
+    start = ring.wptr % ring.dwords
+    drv.submit(kind, drv.encode(kind, [("timestamp", sig)]))
+    assert list(ring.ring[start:start + len(flush)]) == flush                        # first the flush,
+    first = int(ring.ring[start + len(flush)])                                        # then the commands
+    assert first == (P3("RELEASE_MEM", 6) if kind == "compute" else SDMA_HDR("TIMESTAMP", SDMA_SUBOP_TIMESTAMP_GET_GLOBAL))
+  assert _poll(lambda: all(drv.ring_of(k).idle() for k in ("compute", "copy"))) and drv.kernel.fault() is None
+
+
 def test_bound_queue_submit_words(drv):
-  for kind in ("compute", "copy"):
+  for kind, flush in (("compute", HDP_FLUSH_PM4), ("copy", HDP_FLUSH_SDMA)):
     bound = drv.bind(kind, drv.encode(kind, [("barrier",)]))
     ring = drv.ring_of(kind)
     drv.submit_bound(kind, bound, [])
     at = ring.last_packet_at % ring.dwords
+    assert list(ring.ring[at - len(flush):at]) == flush           # the flush right before the indirect buffer
     addr = bound.memory.addr
     if kind == "compute":   # INDIRECT_BUFFER: base (dword aligned), base hi, VALID | IB_SIZE
       assert list(ring.ring[at:at + 4]) == [P3("INDIRECT_BUFFER", 2), lo(addr), hi(addr), 1 << 23 | bound.ndwords]
@@ -554,5 +629,11 @@ def test_emulator_rejects_copy_linear_modes(drv):
 
 def test_emulator_rejects_reserved_compare_function(drv):
   sig = drv.alloc(4096, "gtt")
-  _stops_with(drv, "compute", [P3("WAIT_REG_MEM64", 7), 7 | 1 << 4, lo(sig.addr), hi(sig.addr), 0, 0, 0xFFFFFFFF,
-                               0xFFFFFFFF, 4], r"compare function 7 is reserved")
+  _stops_with(drv, "compute", [P3("WAIT_REG_MEM", 5), 7 | 1 << 4, lo(sig.addr), hi(sig.addr), 0, 0xFFFFFFFF, 4],
+              r"compare function 7 is reserved")
+
+
+def test_emulator_rejects_a_wait_reg_mem64_the_driver_does_not_emit(drv):
+  sig = drv.alloc(4096, "gtt")
+  _stops_with(drv, "compute", [P3("WAIT_REG_MEM64", 7), 3 | 1 << 4, lo(sig.addr), hi(sig.addr), 0, 0, 0xFFFFFFFF,
+                               0xFFFFFFFF, 4], r"WAIT_REG_MEM64 other than a 64-bit '>=' .*function 3.*no Linux code emits")

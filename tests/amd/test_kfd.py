@@ -226,7 +226,9 @@ def test_sdma_copy_round_trip(drv):
   assert drv.wait_value(sig.addr, 1, 10)
   assert (np.frombuffer(drv.view(b.addr, n), np.uint8) == host).all()
   sdma_engine = _engine(drv, drv.copy)
-  assert sdma_engine.history[-4:] == ["COPY_LINEAR", "FENCE", "FENCE", "TRAP"] and sdma_engine.packets_done == before + 4
+  # the submission's HDP flush, the copy, the value's two FENCEs, the event slot's FENCE, the interrupt
+  assert sdma_engine.history[-6:] == ["POLL_REGMEM", "COPY_LINEAR", "FENCE", "FENCE", "FENCE", "TRAP"]
+  assert sdma_engine.packets_done == before + 6
   assert "COPY_LINEAR" not in _engine(drv, drv.compute).history
   # the packets are in the SDMA ring the driver wrote: a COPY_LINEAR header with count = n - 1
   ring = drv.copy.ring
@@ -244,7 +246,7 @@ def test_signal_round_trip_and_events(drv):
   start = time.monotonic()
   assert drv.wait_value(sig.addr, 2**40 + 5, 10)                   # sleeps in WAIT_EVENTS, woken by the interrupt
   assert time.monotonic() - start > 0.05                             # it waited for the gate
-  assert _engine(drv, drv.compute).history[-2:] == ["WAIT_REG_MEM64", "RELEASE_MEM"]
+  assert _engine(drv, drv.compute).history[-3:] == ["WAIT_REG_MEM64", "RELEASE_MEM", "RELEASE_MEM"]   # value, event slot
   # timestamps: the 100 MHz GPU clock, from both engines, taken while the host waited for them
   submitted = time.perf_counter()
   drv.submit("compute", drv.encode("compute", [("timestamp", _signal(sig.addr))]))
@@ -298,11 +300,12 @@ def test_bound_queue_replays_through_indirect_buffer(drv):
   outs, args, sig = [drv.alloc(1024), drv.alloc(1024)], drv.alloc(64), drv.alloc(4096)
   # a symbolic signal value: its two dwords are listed as patches, and hold 0 in the bound words until patched
   enc = drv.encode("compute", [("exec", p, args.addr, (4, 1, 1), (64, 1, 1)), ("signal", _signal(sig.addr), Slot("v"))])
-  release = enc.packets[-1]
+  release, interrupt = enc.packets[-2:]          # the value's RELEASE_MEM, then the event slot's with the interrupt
   assert [enc.words[i] for i, _ in enc.patches] == [0, 0]
   name, fields, _ = pm4.decode(enc.resolved({"v": 2**40 + 5}).words, release)   # the patches land in data_lo/data_hi
   assert name == "RELEASE_MEM" and fields["data_hi"] << 32 | fields["data_lo"] == 2**40 + 5
-  assert fields["addr_lo"] == sig.addr & 0xFFFFFFFF and fields["int_ctxid"] == drv.queue_event
+  assert fields["addr_lo"] == sig.addr & 0xFFFFFFFF
+  assert pm4.decode(enc.words, interrupt)[1]["int_ctxid"] == drv.queue_event
   bound = drv.bind("compute", enc)
   for k, out in enumerate(outs, 1):
     np.frombuffer(drv.view(args.addr, 8), np.uint64)[0] = out.addr

@@ -1,0 +1,312 @@
+"""Five rules of the real amdgpu/amdkfd stack, each enforced by the emulated KFD + gfx1100 (drivers/emu/kfd_*.py) and
+kept by the driver (drivers/amd/driver.py). Each driver-level test here fails with the driver's earlier behaviour.
+
+  10. SDMA FENCE with MTYPE UC (sdma_v6_0_ring_emit_fence, amdgpu/sdma_v6_0.c: SDMA_PKT_FENCE_HEADER_MTYPE(0x3)):
+      another MTYPE leaves the value in the GPU L2, which the host does not see until a GL2 write-back.
+  11. HDP flush before a queue reads what the host wrote to VRAM (gfx_v11_0_ring_emit_hdp_flush, amdgpu/gfx_v11_0.c;
+      sdma_v6_0_ring_emit_hdp_flush; registers of nbio_v4_3_get_hdp_flush_req/done_offset, amdgpu/nbio_v4_3.c).
+  12. The event's slot is written before the interrupt: kfd_signal_event_interrupt (amdkfd/kfd_events.c) ignores an
+      interrupt whose event slot still reads UNSIGNALED_EVENT_SLOT; the event page is a GTT BO user mode hands over with
+      the first CREATE_EVENT (kfd_kmap_event_page).
+  13. COMPUTE_PGM_RSRC1.PRIV is set by the CP (AMDGPUUsage compute_pgm_rsrc1: "CP is responsible for filling in
+      COMPUTE_PGM_RSRC1.PRIV"; gfx11 context save/restore).
+  14. WAIT_REG_MEM64 (no Linux code emits it for gfx11): no 32-bit WAIT_REG_MEM sequence is correct for 64-bit
+      signals that grow by any step, so the driver keeps WAIT_REG_MEM64 in one form and the emulator accepts only that.
+"""
+import errno, re, time, types
+import numpy as np
+import pytest
+
+from baregrad.drivers import settings
+from baregrad.drivers.amd import kfd, pm4, sdma
+from baregrad.drivers.amd.codeobj import RSRC1_PRIV
+
+UNSIGNALED = 2**64 - 1                 # kfd_events.h UNSIGNALED_EVENT_SLOT
+
+
+@pytest.fixture
+def drv(monkeypatch):
+  monkeypatch.setattr(settings, "EMU", True)   # what EMU=1 selects
+  from baregrad.drivers.amd.driver import AMDDriver
+  d = AMDDriver(timeout=10)
+  yield d
+  d.close()
+
+
+def _sig(addr): return types.SimpleNamespace(addr=addr, timestamp_addr=addr + 8)
+
+
+def _u64(drv, addr): return int(np.frombuffer(drv.view(addr, 8), np.uint64)[0])
+
+
+def _set_u64(drv, addr, value): np.frombuffer(drv.view(addr, 8), np.uint64)[0] = value
+
+
+def _engine(drv, ring): return drv.kernel.queues[ring.queue_id]
+
+
+def _poll(done, timeout: float = 5.0) -> bool:
+  deadline = time.monotonic() + timeout
+  while not done() and time.monotonic() < deadline: time.sleep(0.001)
+  return done()
+
+
+def _wait_event(drv, event_id: int, timeout_ms: int) -> int:
+  events = kfd.ffi.new("struct kfd_event_data[1]")
+  events[0].event_id = event_id
+  return drv._ioctl("WAIT_EVENTS", events_ptr=int(kfd.ffi.cast("uintptr_t", events)), num_events=1, wait_for_all=1,
+                    timeout=timeout_ms).wait_result
+
+
+def _stops(drv, kind: str, words: list, message: str):
+  """Raw packets straight into the ring (no submit, so no HDP flush ahead of them): the queue must stop on them."""
+  drv.ring_of(kind).write([words])
+  assert _poll(lambda: drv.kernel.fault() is not None), f"the {kind} queue ran {words} without complaint"
+  assert re.search(message, drv.kernel.fault()), drv.kernel.fault()
+
+
+HAND_KERNEL = """
+s_load_b64 s[4:5], s[0:1], 0x0
+s_waitcnt lgkmcnt(0)
+s_lshl_b32 s6, s2, 6
+v_add_nc_u32 v3, s6, v0
+v_mad_u32_u24 v2, v3, 3, 7
+v_lshlrev_b32 v1, 2, v3
+global_store_b32 v1, v2, s[4:5]
+s_endpgm
+"""
+
+
+def _hand_program(drv, **kd_fields):
+  from baregrad.compiler.amd.asm import assemble
+  from baregrad.drivers.amd.codeobj import KernelDescriptor, write_code_object
+  kd = KernelDescriptor.for_kernel(8, kernarg_size=8, workgroup_ids=1, workitem_dims=1, **kd_fields)
+  co = write_code_object("hand", assemble(HAND_KERNEL), kd, 8)
+  _, prog = drv.load_program(co, "hand")
+  return types.SimpleNamespace(handle=prog, meta={}, name="hand")
+
+
+def _run_hand_kernel(drv):
+  """Code, kernel arguments and output in VRAM, the arguments written by the host: (signal, output) memories."""
+  p = _hand_program(drv)
+  out, args, sig = drv.alloc(4 * 256), drv.alloc(64), drv.alloc(4096)
+  assert all(m.domain == "vram" for m in (p.handle.memory, out, args))
+  _set_u64(drv, args.addr, out.addr)
+  drv.submit("compute", drv.encode("compute", [("exec", p, args.addr, (4, 1, 1), (64, 1, 1)), ("signal", _sig(sig.addr), 1)]))
+  return sig, out
+
+
+# ==== 10. SDMA FENCE MTYPE UC ========================================================================================
+
+def test_copy_queue_signal_reaches_the_host(drv):
+  """sdma_v6_0_ring_emit_fence writes fences uncached (MTYPE 3); the emulator keeps other MTYPEs in the GPU L2."""
+  sig = drv.alloc(4096, "gtt")
+  enc = drv.encode("copy", [("signal", _sig(sig.addr), 2**33 + 7)])
+  drv.submit("copy", enc)
+  assert drv.wait_value(sig.addr, 2**33 + 7, 3), f"the copy queue's signal never reached memory: {_u64(drv, sig.addr):#x}"
+  fences = [sdma.decode(w, 0)[1] for w in enc.packet_words() if sdma.decode(w, 0)[0] == "FENCE"]
+  assert fences and all(f["mtype"] == 3 for f in fences)
+
+
+def test_emulated_l2_holds_a_cached_fence_until_written_back(drv):
+  sig, flag = drv.alloc(4096, "gtt"), drv.alloc(4096, "gtt")
+  fence = lambda addr, value, mtype: sdma.packet("FENCE", mtype=mtype, addr_lo=addr & 0xFFFFFFFF, addr_hi=addr >> 32, data=value)
+  poll = sdma.packet("POLL_REGMEM", mem_poll=1, func=sdma.FUNC["=="], addr_lo=sig.addr & 0xFFFFFFFF, addr_hi=sig.addr >> 32,
+                     value=5, mask=0xFFFFFFFF, interval=10, retry_count=0xFFF)
+  # a NC (0) fence: the host does not see it, the SDMA engine's own poll does (it reads through the L2)
+  drv.copy.write([fence(sig.addr, 5, 0), poll, fence(flag.addr, 1, 3)])
+  assert _poll(lambda: _u64(drv, flag.addr) == 1) and drv.kernel.fault() is None
+  time.sleep(0.05)
+  assert _u64(drv, sig.addr) == 0
+  # a GL2 write-back (the compute queue's barrier: ACQUIRE_MEM GCR_CNTL GL2_WB) writes the line to memory
+  drv.submit("compute", drv.encode("compute", [("barrier",)]))
+  assert _poll(lambda: _u64(drv, sig.addr) == 5)
+  # an uncached fence is in memory at once
+  drv.copy.write([fence(sig.addr, 9, 3)])
+  assert _poll(lambda: _u64(drv, sig.addr) == 9)
+
+
+# ==== 11. HDP flush ==================================================================================================
+
+def test_dispatch_reading_host_written_vram_runs(drv):
+  """Kernel arguments and code are host writes to VRAM; the submission's HDP flush makes them the GPU's."""
+  sig, out = _run_hand_kernel(drv)
+  ok = drv.wait_value(sig.addr, 1, 5)
+  assert ok and drv.kernel.fault() is None, drv.kernel.fault()
+  assert (np.frombuffer(drv.view(out.addr, 1024), np.uint32) == np.arange(256) * 3 + 7).all()
+  assert _engine(drv, drv.compute).history[0] == "WAIT_REG_MEM"          # the HDP flush came first
+
+
+def test_copy_from_host_written_vram_runs(drv):
+  src, dst, sig = drv.alloc(4096), drv.alloc(4096, "gtt"), drv.alloc(4096, "gtt")
+  np.frombuffer(drv.view(src.addr, 4096), np.uint8)[:] = 0x5A
+  drv.submit("copy", drv.encode("copy", [("copy", dst.addr, src.addr, 4096), ("signal", _sig(sig.addr), 1)]))
+  assert drv.wait_value(sig.addr, 1, 5) and drv.kernel.fault() is None, drv.kernel.fault()
+  assert (np.frombuffer(drv.view(dst.addr, 4096), np.uint8) == 0x5A).all()
+
+
+def test_emulator_refuses_a_vram_read_without_hdp_flush(drv):
+  src, dst = drv.alloc(4096), drv.alloc(4096, "gtt")
+  copy = sdma.copy_linear_packets(dst.addr, src.addr, 64)[0]
+  _stops(drv, "copy", copy, rf"COPY_LINEAR's source reads VRAM at {src.addr:#x} .*with no HDP flush since the doorbell")
+
+
+def test_emulator_takes_the_flush_then_the_read(drv):
+  src, dst = drv.alloc(4096), drv.alloc(4096, "gtt")
+  np.frombuffer(drv.view(src.addr, 64), np.uint8)[:] = 7
+  drv.copy.write([drv.hdp_flush("copy"), sdma.copy_linear_packets(dst.addr, src.addr, 64)[0]])
+  assert _poll(lambda: drv.copy.idle()) and drv.kernel.fault() is None, drv.kernel.fault()
+  assert (np.frombuffer(drv.view(dst.addr, 64), np.uint8) == 7).all()
+  # a GTT source needs no flush (system memory, no HDP): straight after a new doorbell
+  drv.copy.write([sdma.copy_linear_packets(src.addr, dst.addr, 64)[0]])
+  assert _poll(lambda: drv.copy.idle()) and drv.kernel.fault() is None, drv.kernel.fault()
+
+
+def test_emulator_checks_the_hdp_flush_handshake(drv):
+  bad = list(drv.hdp_flush("compute"))
+  bad[5] = 0x3                                  # mask != reference: DONE & mask never equals the reference
+  _stops(drv, "compute", bad, r"HDP flush with function 3, reference 0x3fc, mask 0x3")
+
+
+def test_emulator_refuses_wait_reg_mem_on_other_registers(drv):
+  words = list(drv.hdp_flush("compute"))
+  words[2] = 0x1234
+  _stops(drv, "compute", words, r"only the HDP flush \(GPU_HDP_FLUSH_REQ 0xe26, GPU_HDP_FLUSH_DONE 0xe27\) is emulated")
+
+
+# ==== 12. event slot before the interrupt ============================================================================
+
+@pytest.mark.parametrize("kind", ["compute", "copy"])
+def test_signal_interrupt_sets_the_event(drv, kind):
+  """The queue writes the event's slot, then interrupts: amdkfd sets the event (WAIT_EVENTS returns at once) and resets
+  the slot to UNSIGNALED (acknowledge_signal)."""
+  sig = drv.alloc(4096, "gtt")
+  drv.submit(kind, drv.encode(kind, [("signal", _sig(sig.addr), 3)]))
+  assert _poll(lambda: _u64(drv, sig.addr) == 3)
+  assert _wait_event(drv, drv.queue_event, 2000) == kfd.WAIT_COMPLETE
+  assert _u64(drv, drv.queue_event_slot) == UNSIGNALED
+
+
+def test_event_page_is_the_drivers_gtt_bo(drv):
+  k = drv.kernel
+  assert k.signal_handle == drv.event_page.handle and drv.event_page.domain == "gtt"
+  assert drv.event_page.size >= kfd.SIGNAL_EVENT_LIMIT * 8
+  assert 1 <= k.events[drv.queue_event].slot < kfd.SIGNAL_EVENT_LIMIT        # id 0 is kfd_event_init_process's
+  # kfd_ioctl_free_memory_of_gpu: "Free signal BO is not allowed" (-EPERM)
+  with pytest.raises(OSError) as e: drv._ioctl("FREE_MEMORY_OF_GPU", handle=drv.event_page.handle)
+  assert e.value.errno == errno.EPERM
+  # kfd_kmap_event_page: "Event page is already set" (-EINVAL)
+  other = drv.alloc(kfd.SIGNAL_EVENT_LIMIT * 8, "gtt")
+  with pytest.raises(OSError) as e:
+    drv._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=other.handle)
+  assert e.value.errno == errno.EINVAL
+
+
+def test_emulated_kfd_ignores_an_interrupt_whose_slot_is_unsignaled(drv):
+  k = drv.kernel
+  k.signal_interrupt(drv.queue_event, 32)                                    # slot still UNSIGNALED: ignored
+  assert _wait_event(drv, drv.queue_event, 0) == kfd.WAIT_TIMEOUT
+  _set_u64(drv, drv.queue_event_slot, 1)
+  k.signal_interrupt(drv.queue_event, 32)
+  assert _wait_event(drv, drv.queue_event, 0) == kfd.WAIT_COMPLETE
+  assert _u64(drv, drv.queue_event_slot) == UNSIGNALED
+  # a wrong id falls back to the exhaustive search over written slots (kfd_signal_event_interrupt)
+  _set_u64(drv, drv.queue_event_slot, 1)
+  k.signal_interrupt(0x0FFF_FFFF, 28)
+  assert _wait_event(drv, drv.queue_event, 0) == kfd.WAIT_COMPLETE
+
+
+def test_kernel_allocated_event_page_is_not_gpu_memory(monkeypatch):
+  """Without a user event page amdkfd allocates one the GPU cannot write (a dGPU maps only user BOs)."""
+  monkeypatch.setattr(settings, "EMU", True)
+  from baregrad.drivers.emu.kfd_kernel import EmulatedKFD, GPU_ID, RENDER_MINOR
+  k = EmulatedKFD()
+  fd, drm = k.open("/dev/kfd"), k.open(f"/dev/dri/renderD{RENDER_MINOR}")
+  try:
+    args = kfd.new_args("ACQUIRE_VM", drm_fd=drm, gpu_id=GPU_ID)
+    k.ioctl(fd, kfd.REQUEST["ACQUIRE_VM"], args)
+    ev = kfd.new_args("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1)
+    k.ioctl(fd, kfd.REQUEST["CREATE_EVENT"], ev)
+    assert ev.event_slot_index == ev.event_id == 1 and k.mapping_of(int(k.event_page.ctypes.data)) is None
+    assert k.signal_mapped_size == 256 * 8                   # "Oldest user mode expects 256 event slots"
+  finally:
+    k.close(drm); k.close(fd)
+
+
+# ==== 13. COMPUTE_PGM_RSRC1.PRIV =====================================================================================
+
+def test_dispatch_sets_priv(drv):
+  sig, out = _run_hand_kernel(drv)
+  assert drv.wait_value(sig.addr, 1, 5) and drv.kernel.fault() is None, drv.kernel.fault()
+  p = _hand_program(drv)
+  assert not p.handle.rsrc1 & RSRC1_PRIV                      # the descriptor's PRIV is 0, as AMDGPUUsage requires
+  words = drv.encode("compute", [("exec", p, 0x1000, (1, 1, 1), (32, 1, 1))]).packet_words()
+  rsrc1 = [pm4.decode(w, 0)[1]["values"][0] for w in words if pm4.decode(w, 0)[0] == "SET_SH_REG"
+           and pm4.decode(w, 0)[1]["register"] == pm4.REGISTERS["COMPUTE_PGM_RSRC1"]]
+  assert rsrc1 == [p.handle.rsrc1 | RSRC1_PRIV]
+
+
+def test_descriptor_with_priv_is_refused(drv):
+  from baregrad.drivers.amd.driver import AMDError
+  with pytest.raises(AMDError, match=r"COMPUTE_PGM_RSRC1.PRIV set in its descriptor, which AMDGPUUsage says must be 0"):
+    _hand_program(drv, priv=1)
+
+
+def test_emulator_refuses_a_dispatch_without_priv(drv):
+  p = _hand_program(drv).handle
+  words = [drv.hdp_flush("compute"), pm4.set_sh_reg("COMPUTE_PGM_LO", (p.pgm_addr >> 8) & 0xFFFFFFFF, p.pgm_addr >> 40),
+           pm4.set_sh_reg("COMPUTE_PGM_RSRC1", p.rsrc1, p.rsrc2), pm4.set_sh_reg("COMPUTE_NUM_THREAD_X", 32, 1, 1),
+           pm4.packet("DISPATCH_DIRECT", dim_x=1, dim_y=1, dim_z=1, compute_shader_en=1, cs_w32_en=1)]
+  _stops(drv, "compute", [w for p in words for w in p], r"DISPATCH_DIRECT with COMPUTE_PGM_RSRC1 0x[0-9a-f]+ without PRIV")
+
+
+# ==== 14. WAIT_REG_MEM64: the fallback, in one form ===================================================================
+
+def test_compute_wait_is_the_one_wait_reg_mem64_form(drv):
+  words = drv.encode("compute", [("wait", _sig(0x7F00_0000_0000), 2**32 + 3)]).packet_words()
+  assert [pm4.decode(w, 0)[0] for w in words] == ["WAIT_REG_MEM64"]
+  f = pm4.decode(words[0], 0)[1]
+  assert (f["function"], f["mem_space"], f["operation"], f["cache_policy"]) == (pm4.FUNC[">="], 1, 0, 0)
+  assert pm4.wait64_operands(f) == (0x7F00_0000_0000, 2**64 - 1, 2**32 + 3)
+
+
+@pytest.mark.parametrize("start,target", [(2**32 - 2, 2**32 + 3),          # below, low words above the target's
+                                          (0x4_FFFF_FFFB, 0x3_FFFF_FFFC)])  # an epoch ahead, smaller low word
+def test_compute_wait_across_2_pow_32(drv, start, target):
+  """A 64-bit >=: blocked below the target whatever the low word, through at or above it in any epoch."""
+  gate, done = drv.alloc(4096), drv.alloc(4096, "gtt")
+  _set_u64(drv, gate.addr, start)
+  drv.submit("compute", drv.encode("compute", [("wait", _sig(gate.addr), target), ("signal", _sig(done.addr), 1)]))
+  for value in (v for v in (start, 2**32 - 1, 2**32 + 2) if start <= v < target):
+    _set_u64(drv, gate.addr, value)
+    time.sleep(0.03)
+    assert _u64(drv, done.addr) == 0 and drv.kernel.fault() is None, (hex(value), drv.kernel.fault())
+  _set_u64(drv, gate.addr, max(start, target))
+  assert drv.wait_value(done.addr, 1, 5), drv.kernel.fault()
+
+
+def test_two_32_bit_waits_stall_an_epoch_ahead(drv):
+  """Why the driver keeps WAIT_REG_MEM64: 'high word >=, then low word >=' (the best 32-bit WAIT_REG_MEM sequence) never
+  completes once the signal is an epoch past the value with a smaller low word."""
+  gate, done = drv.alloc(4096, "gtt"), drv.alloc(4096, "gtt")
+  _set_u64(drv, gate.addr, 0x4_FFFF_FFFB)                   # >= 0x3_FFFF_FFFC
+  wait = lambda a, v: pm4.packet("WAIT_REG_MEM", function=pm4.FUNC[">="], mem_space=1, addr_lo=a & 0xFFFFFFFF,
+                                 addr_hi=a >> 32, reference=v, mask=0xFFFFFFFF, poll_interval=4)
+  signal = pm4.packet("RELEASE_MEM", event_type=pm4.BOTTOM_OF_PIPE_TS, event_index=5, data_sel=pm4.DATA_SEL_32,
+                      addr_lo=done.addr & 0xFFFFFFFF, addr_hi=done.addr >> 32, data_lo=1)
+  drv.compute.write([wait(gate.addr + 4, 3), wait(gate.addr, 0xFFFF_FFFC), signal])
+  time.sleep(0.1)
+  assert _u64(drv, done.addr) == 0 and drv.kernel.fault() is None
+  _set_u64(drv, gate.addr, 0x4_FFFF_FFFC)                   # release the queue
+  assert _poll(lambda: _u64(drv, done.addr) == 1)
+
+
+@pytest.mark.parametrize("fields,what", [(dict(function=3), "function 3"), (dict(mask_hi=0), r"mask 0xffffffff\b"),
+                                         (dict(mem_space=0), "mem_space 0"), (dict(addr_lo=4), r"address 0x[0-9a-f]*4\b")])
+def test_emulator_refuses_other_wait_reg_mem64_forms(drv, fields, what):
+  sig = drv.alloc(4096, "gtt")
+  args = dict(function=pm4.FUNC[">="], mem_space=1, addr_lo=sig.addr & 0xFFFFFFFF, addr_hi=sig.addr >> 32, reference=0,
+              reference_hi=0, mask=0xFFFFFFFF, mask_hi=0xFFFFFFFF, poll_interval=4)
+  if "addr_lo" in fields: fields = {"addr_lo": (sig.addr & 0xFFFFFFFF) + 4}
+  _stops(drv, "compute", pm4.packet("WAIT_REG_MEM64", **{**args, **fields}),
+         rf"WAIT_REG_MEM64 other than a 64-bit '>=' .*{what}.*only the driver's form is accepted")
