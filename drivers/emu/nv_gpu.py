@@ -1,5 +1,8 @@
 """The emulated NVIDIA GPU behind drivers/emu/nv_kernel.py: GPU memory, and one GPFIFO processor thread per channel.
 
+Three GPUs can be emulated (`GPU_MODELS`): GA100 (A100, sm_80, AMPERE_COMPUTE_A, QMD V03_00), AD102 (RTX 4090, sm_89,
+ADA_COMPUTE_A, V03_00) and GH100 (H100, sm_90, HOPPER_COMPUTE_A, V04_00, the default).
+
 A channel thread polls its USERD GPPut (the driver's doorbell write is a plain store, so the thread watches the
 USERD page the doorbell announces), fetches GPFIFO entries, parses the pushbuffer methods the driver wrote and
 executes them: host semaphore release (64-bit payload, nanosecond timestamp) / acquire (blocks until the value
@@ -13,19 +16,77 @@ Freeing the channel (RM_FREE) ends the fault; the driver then allocates a new on
 It executes only what it knows, and rejects the rest rather than ignoring it: a method that is not in the class's
 table (drivers/nv/pushbuf.py), method data with fields it does not emulate (SEM_EXECUTE reductions, LAUNCH_DMA
 semaphores / interrupts / block-linear layouts, PCAS actions other than schedule / invalidate / prefetch), and a QMD
-whose version is not V04_00, whose type is not GRID_CTA, that binds constant buffers other than 0, or that has any
-bit set outside the V04_00 fields of drivers/nv/qmd.py (the driver wrote something the emulator cannot interpret).
+whose version is not the GPU's (V04_00 / V03_00), whose type is not GRID_CTA, or that has any bit set outside the
+fields of drivers/nv/qmd.py (the driver wrote something the emulator cannot interpret).
+
+What the SASS would need, checked at each launch (`launch`). The emulator runs PTX, so it learns what the machine
+code the driver uploaded needs by assembling the same PTX with ptxas for its GPU (drivers/nv/cubin.py; the disk cache
+makes it the driver's own cubin) and reading the cubin:
+- the code at PROGRAM_ADDRESS is that kernel's `.text`, and the instruction cache holds no stale copy of it: code
+  fetched since the last instruction-cache invalidation (INVALIDATE_SHADER_CACHES(_NO_WFI) with INSTRUCTION, or the
+  QMD's INVALIDATE_INSTRUCTION_CACHE) is remembered, and a launch whose code memory was rewritten since it was
+  fetched faults (the hardware would run the old instructions; the emulator stops the channel rather than run them);
+- every constant bank the cubin has is bound with its bytes (bank 2: ptxas's 64-bit immediates), no other;
+- the shared-memory carveout (MIN/TARGET/MAX_SM_CONFIG_SHARED_MEM_SIZE, `bytes / 4 KiB + 1`) is one the SM has and
+  holds the CTA's shared memory, which SHARED_MEMORY_SIZE covers;
+- a kernel with a stack frame has local memory: the stack pointer ptxas code loads from bank 0 (cubin.DRIVER_AREA)
+  and the frame below it lie in the thread's local memory (QMD SHADER_LOCAL_MEMORY_LOW_SIZE from address 0, HIGH_SIZE
+  below the top of the 16 MiB window), and SET_SHADER_LOCAL_MEMORY_A/B + _NON_THROTTLED_A/B give every resident warp
+  of every TPC its slice in mapped memory;
+- the bank 0 driver words the PTX's SASS reads (%ntid, %nctaid, the local / shared window for cvta) hold the values.
 """
 from __future__ import annotations
-import functools, operator, struct, threading, time
+import functools, hashlib, operator, re, struct, threading, time
+from dataclasses import dataclass
 import numpy as np
 from .memory import Memory, MemoryFault
 from baregrad.drivers.nv import pushbuf as pb, qmd, rm
+from baregrad.drivers.nv.cubin import DRIVER_AREA, LOCAL_WINDOW_BYTES
 
-QMD_VERSION = (4, 0)          # HOPPER_COMPUTE_A
-QMD_TABLE = qmd.TABLES[QMD_VERSION]
-QMD_KNOWN_BITS = functools.reduce(operator.or_, (((1 << (hi - lo + 1)) - 1) << lo for hi, lo in QMD_TABLE.values()))
 MMU_FAULT = rm.ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
+GR_EXCEPTION = rm.ROBUST_CHANNEL_GR_EXCEPTION
+QMD_KNOWN_BITS = {version: functools.reduce(operator.or_, (((1 << (hi - lo + 1)) - 1) << lo for hi, lo in table.values()))
+                  for version, table in qmd.TABLES.items()}
+
+
+@dataclass(frozen=True)
+class GpuModel:
+  """One emulated GPU: what RM reports of it and what its SMs offer."""
+  chip: str                 # RM's name of the chip (src/nvidia/generated/g_gpu_class_list.c)
+  product: str
+  pci_device: int           # PCI device id (NV_ESC_CARD_INFO)
+  arch: str                 # the ptxas target of its SMs
+  qmd_version: tuple        # the QMD its compute class reads
+  compute_class: int
+  copy_class: int
+  sms: int                  # SMs enabled on the product (two per TPC)
+  warps_per_sm: int         # resident warps per SM
+  carveouts_kib: tuple      # shared-memory carveouts an SM can be set to
+  reserved_shared: int      # per-CTA shared memory the system reserves outside the cubin's .nv.shared
+  max_channel_va: int       # UVM: a channel's mapped resources lie below this (parent_gpu->max_channel_va)
+
+  @property
+  def tpcs(self) -> int: return (self.sms + 1) // 2
+
+
+# SMs: NVIDIA's product specifications (A100 SXM4 108 SMs, RTX 4090 128, H100 SXM5 132); warps per SM and carveouts:
+# CUDA C++ Programming Guide, "Compute Capabilities" (8.0: 64 warps, 0..164 KiB; 8.9: 48 warps, 0..100 KiB; 9.0: 64
+# warps, 0..228 KiB), which also says 1 KiB of shared memory per block is reserved for system use (sm_90 cubins count it
+# in .nv.shared: ptxas's .nv.shared.reserved.0); max_channel_va: kernel-open/nvidia-uvm/uvm_ampere.c, uvm_ada.c (2**40),
+# uvm_hopper.c (2**57), 580.142.
+GPU_MODELS = {
+  "GA100": GpuModel("GA100", "NVIDIA A100-SXM4-40GB", 0x20B0, "sm_80", (3, 0), rm.AMPERE_COMPUTE_A, rm.AMPERE_DMA_COPY_A,
+                    108, 64, (0, 8, 16, 32, 64, 100, 132, 164), 1024, 1 << 40),
+  "AD102": GpuModel("AD102", "NVIDIA GeForce RTX 4090", 0x2684, "sm_89", (3, 0), rm.ADA_COMPUTE_A, rm.AMPERE_DMA_COPY_B,
+                    128, 48, (0, 8, 16, 32, 64, 100), 1024, 1 << 40),
+  "GH100": GpuModel("GH100", "NVIDIA H100 80GB HBM3", 0x2330, "sm_90", (4, 0), rm.HOPPER_COMPUTE_A, rm.HOPPER_DMA_COPY_A,
+                    132, 64, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228), 0, 1 << 57),
+}
+DEFAULT_GPU = "GH100"
+
+# ptxas code reads these bank 0 words when its PTX uses what the key names (drivers/nv/cubin.py DRIVER_AREA)
+PTX_DRIVER_WORDS = {"NTID": re.compile(r"%ntid\b"), "NCTAID": re.compile(r"%nctaid\b"),
+                    "LOCAL_WINDOW": re.compile(r"\bcvta(?:\.to)?\.local\b"), "SHARED_WINDOW": re.compile(r"\bcvta(?:\.to)?\.shared\b")}
 
 # NVCBC0_SEND_SIGNALING_PCAS2_B (open-gpu-doc classes/compute/clcbc0.h): PCAS_ACTION 3:0, SELECT 13:8, OFFSET_MINUS_ONE
 # 23:14. Actions that schedule the grid launch it; NOP, INVALIDATE and PREFETCH have no effect on an emulator without a
@@ -36,6 +97,12 @@ PCAS_ACTIONS = {0x0: "NOP", 0x1: "INVALIDATE", 0x2: "SCHEDULE", 0x3: "INVALIDATE
                 0xC: "INCREMENT_DEPENDENCE", 0xD: "INCREMENT_CWD_REF_COUNTER"}
 PCAS_LAUNCH, PCAS_NO_EFFECT = {0x2, 0x3, 0x9, 0xA, 0xB}, {0x0, 0x1, 0x8}
 INVALIDATE_SHADER_CACHES_FIELDS = (1 << 0) | (1 << 4) | (1 << 12)   # INSTRUCTION 0:0, GLOBAL_DATA 4:4, CONSTANT 12:12
+INVALIDATE_SHADER_CACHES_INSTRUCTION = 1 << 0
+COMPUTE_STATE_METHODS = (pb.SEND_PCAS_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B,
+                         pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B,
+                         pb.SET_SHADER_LOCAL_MEMORY_A, pb.SET_SHADER_LOCAL_MEMORY_B,
+                         pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B,
+                         pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C)
 
 # NVC86F_SEM_EXECUTE (clc86f.h / clc56f.h): the bits the emulator executes; REDUCTION 30:27 and REDUCTION_FORMAT 31:31
 # belong to OPERATION_REDUCTION, which it does not emulate. ACQUIRE_SWITCH_TSG 12:12 is a scheduling hint.
@@ -78,11 +145,28 @@ class Stopped(Exception):
   pass
 
 
+_cubins: dict = {}          # (arch, sha256 of the PTX) -> the kernels of its cubin
+_cubins_lock = threading.Lock()
+
+
+def kernel_facts(ptx: str, name: str, arch: str):
+  """What the machine code of kernel `name` needs: the CubinKernel of the cubin ptxas makes of `ptx` for `arch`."""
+  from baregrad.drivers.nv.cubin import compile_ptx, load_cubin
+  key = (arch, hashlib.sha256(ptx.encode()).hexdigest())
+  with _cubins_lock: kernels = _cubins.get(key)
+  if kernels is None:
+    kernels = load_cubin(compile_ptx(ptx, arch))
+    with _cubins_lock:
+      if len(_cubins) > 256: _cubins.clear()
+      _cubins[key] = kernels
+  return kernels[name]
+
+
 class EmulatedProgram:
   """A program the driver uploaded, with its PTX (the documented side channel, README.md)."""
-  def __init__(self, ptx: str, name: str, param_base: int, params: list):
-    self.ptx, self.name, self.param_base, self.params = ptx, name, param_base, params
-    self._module = None
+  def __init__(self, ptx: str, name: str, param_base: int, params: list, arch: str = "sm_90"):
+    self.ptx, self.name, self.param_base, self.params, self.arch = ptx, name, param_base, params, arch
+    self._module = self._cubin = None
 
   @property
   def module(self):
@@ -91,14 +175,25 @@ class EmulatedProgram:
       self._module = parse_ptx(self.ptx)
     return self._module
 
+  @property
+  def cubin(self):
+    """The kernel's cubin facts (code, constant banks, shared memory, stack frame)."""
+    if self._cubin is None: self._cubin = kernel_facts(self.ptx, self.name, self.arch)
+    return self._cubin
+
 
 class NVGpu:
-  def __init__(self):
+  def __init__(self, model: GpuModel = GPU_MODELS[DEFAULT_GPU]):
+    self.model = model
     self.mem = Memory()
     self.programs: dict[int, EmulatedProgram] = {}
     self.faults: dict["ChannelProcessor", str] = {}     # what stopped each channel that is still allocated
     self.lock = threading.Lock()
     self.channels: list["ChannelProcessor"] = []
+    self.icache: dict[int, bytes] = {}      # code fetched since the last instruction-cache invalidation: address -> bytes
+
+  def invalidate_instruction_cache(self):
+    with self.lock: self.icache.clear()
 
   def map_host(self, va: int, host: int, nbytes: int):
     import cffi
@@ -122,9 +217,9 @@ class NVGpu:
 
 class ChannelProcessor(threading.Thread):
   def __init__(self, gpu: NVGpu, name: str, handle: int, ring: int, entries: int, userd: int, notifier: int | None,
-               objects: dict, doorbell):
+               objects: dict, doorbell, cls: int = rm.HOPPER_CHANNEL_GPFIFO_A):
     super().__init__(daemon=True, name=f"nv-emu-{name}")
-    self.gpu, self.chname, self.handle, self.ring, self.entries = gpu, name, handle, ring, entries
+    self.gpu, self.chname, self.handle, self.ring, self.entries, self.cls = gpu, name, handle, ring, entries, cls
     self.userd, self.notifier, self.objects, self.doorbell = userd, notifier, objects, doorbell
     self.subchannels: dict[int, int] = {}
     self.state: dict[int, int] = {}         # last value of each method per subchannel (method registers)
@@ -187,17 +282,16 @@ class ChannelProcessor(threading.Thread):
     if m < pb.HOST_METHODS_END: return self.host_method(subc, m, data, regs)
     cls = self.subchannels.get(subc)
     if cls is None: raise ChannelFault(f"method {m:#06x} on subchannel {subc}, which has no object (SET_OBJECT first)")
-    if cls == rm.HOPPER_COMPUTE_A:
+    if cls == self.gpu.model.compute_class:
       if m == pb.SEND_SIGNALING_PCAS2_B: return self.pcas(data, regs)
       if m == pb.INVALIDATE_SHADER_CACHES_NO_WFI:
         if data & ~INVALIDATE_SHADER_CACHES_FIELDS:
           raise ChannelFault(f"INVALIDATE_SHADER_CACHES_NO_WFI {data:#x} on subchannel {subc}: bits "
-                             f"{_bit_runs(data & ~INVALIDATE_SHADER_CACHES_FIELDS)} are not fields of clcbc0.h")
+                             f"{_bit_runs(data & ~INVALIDATE_SHADER_CACHES_FIELDS)} are not fields of {rm.class_name(cls)}")
+        if data & INVALIDATE_SHADER_CACHES_INSTRUCTION: self.gpu.invalidate_instruction_cache()
         return
-      if m in (pb.SEND_PCAS_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B,
-               pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B, pb.SET_SHADER_LOCAL_MEMORY_A,
-               pb.SET_SHADER_LOCAL_MEMORY_B): return
-    elif cls == rm.HOPPER_DMA_COPY_A:
+      if m in COMPUTE_STATE_METHODS: return
+    elif cls == self.gpu.model.copy_class:
       if m == pb.LAUNCH_DMA: return self.copy(regs, data)
       if m in (pb.OFFSET_IN_UPPER, pb.OFFSET_IN_LOWER, pb.OFFSET_OUT_UPPER, pb.OFFSET_OUT_LOWER, pb.LINE_LENGTH_IN, pb.LINE_COUNT):
         return
@@ -214,14 +308,14 @@ class ChannelProcessor(threading.Thread):
         raise ChannelFault(f"WFI {data:#x}: bits {_bit_runs(data & ~pb.WFI_SCOPE_ALL)} are not fields of WFI (SCOPE 0:0)")
     elif m in (pb.SEM_ADDR_LO, pb.SEM_ADDR_HI, pb.SEM_PAYLOAD_LO, pb.SEM_PAYLOAD_HI, pb.NON_STALL_INTERRUPT): pass
     else: raise ChannelFault(f"unknown host method {m:#06x} (data {data:#x}) on subchannel {subc} "
-                             f"({rm.class_name(rm.HOPPER_CHANNEL_GPFIFO_A)})")
+                             f"({rm.class_name(self.cls)})")
 
   def pcas(self, data: int, regs: dict):
     action = data & 0xF
     if data & ~0xF:
       raise ChannelFault(f"SEND_SIGNALING_PCAS2_B {data:#x}: bits {_bit_runs(data & ~0xF)} are set; only PCAS_ACTION 3:0 is "
                          f"emulated (SELECT 13:8 and OFFSET_MINUS_ONE 23:14 signal another QMD, other bits are not fields)")
-    if action in PCAS_LAUNCH: return self.launch(regs.get(pb.SEND_PCAS_A, 0) << 8)
+    if action in PCAS_LAUNCH: return self.launch(regs.get(pb.SEND_PCAS_A, 0) << 8, regs)
     if action in PCAS_NO_EFFECT: return
     what = f"PCAS_ACTION_{PCAS_ACTIONS[action]} is not emulated" if action in PCAS_ACTIONS else "not a PCAS_ACTION of clcbc0.h"
     raise ChannelFault(f"SEND_SIGNALING_PCAS2_B {data:#x}: PCAS_ACTION {action:#x} is {what}")
@@ -266,39 +360,151 @@ class ChannelProcessor(threading.Thread):
 
   def check_qmd(self, qmd_addr: int, raw: bytes):
     """Reject a QMD the emulator cannot interpret fully: it would otherwise run something other than what it says."""
-    f = qmd.unpack(QMD_TABLE, raw)
-    where = f"QMD at {qmd_addr:#x}"
-    if (f["QMD_MAJOR_VERSION"], f["QMD_MINOR_VERSION"]) != QMD_VERSION:
-      raise ChannelFault(f"{where}: QMD_MAJOR_VERSION {f['QMD_MAJOR_VERSION']} / QMD_MINOR_VERSION {f['QMD_MINOR_VERSION']}: "
-                         f"{rm.class_name(rm.HOPPER_COMPUTE_A)} reads QMD V{QMD_VERSION[0]:02d}_{QMD_VERSION[1]:02d} (clcbc0qmd.h)")
-    unknown = int.from_bytes(raw, "little") & ~QMD_KNOWN_BITS
+    version = self.gpu.model.qmd_version
+    table = qmd.TABLES[version]
+    f = qmd.unpack(table, raw)
+    where, name = f"QMD at {qmd_addr:#x}", f"V{version[0]:02d}_{version[1]:02d}"
+    minor = f["QMD_MINOR_VERSION"] if version == (4, 0) else f["QMD_VERSION"]
+    if (f["QMD_MAJOR_VERSION"], minor) != version:
+      raise ChannelFault(f"{where}: QMD_MAJOR_VERSION {f['QMD_MAJOR_VERSION']} / QMD_MINOR_VERSION {minor}: "
+                         f"{rm.class_name(self.gpu.model.compute_class)} reads QMD {name}")
+    unknown = int.from_bytes(raw, "little") & ~QMD_KNOWN_BITS[version]
     if unknown:
-      raise ChannelFault(f"{where}: bits {_bit_runs(unknown)} are set outside every QMD V04_00 field the emulator reads "
-                         f"(drivers/nv/qmd.py V04_00); it does not guess what they ask for")
-    if f["QMD_TYPE"] != qmd.QMD_TYPE_GRID_CTA:
+      raise ChannelFault(f"{where}: bits {_bit_runs(unknown)} are set outside every QMD {name} field the emulator reads "
+                         f"(drivers/nv/qmd.py {name}); it does not guess what they ask for")
+    if version == (4, 0) and f["QMD_TYPE"] != qmd.QMD_TYPE_GRID_CTA:
       raise ChannelFault(f"{where}: QMD_TYPE {f['QMD_TYPE']} is not emulated (only GRID_CTA, {qmd.QMD_TYPE_GRID_CTA})")
-    bound = [i for i in range(1, 8) if f[f"CONSTANT_BUFFER_VALID_{i}"]]
-    if bound: raise ChannelFault(f"{where}: constant buffers {bound} are valid; the emulator binds only constant buffer 0")
 
-  def launch(self, qmd_addr: int):
-    raw = self._read(qmd_addr, qmd.SIZES[QMD_VERSION], "QMD")
+  def launch(self, qmd_addr: int, regs: dict | None = None):
+    regs = regs if regs is not None else {}
+    model = self.gpu.model
+    raw = self._read(qmd_addr, qmd.SIZES[model.qmd_version], "QMD")
     self.check_qmd(qmd_addr, raw)
-    q = qmd.read_launch(QMD_VERSION, raw)
+    q = qmd.read_launch(model.qmd_version, raw)
+    if q["invalidate_instruction_cache"]: self.gpu.invalidate_instruction_cache()
     prog = self.gpu.programs.get(q["program"])
     if prog is None: raise ChannelFault(f"QMD at {qmd_addr:#x}: no program was uploaded at code address {q['program']:#x}")
-    if not q["cbuf0_valid"]: raise ChannelFault(f"QMD at {qmd_addr:#x}: constant buffer 0 is not valid")
+    where = f"kernel {prog.name} (QMD {qmd_addr:#x})"
+    kern = prog.cubin
+    self.fetch_code(where, q["program"], kern.text)
+    bank0, param_size = self.check_constant_banks(where, q, prog, kern)
+    self.check_shared_memory(where, q, kern)
+    if kern.stack_size: self.check_local_memory(where, q, kern, bank0, regs)
+    self.check_driver_words(where, q, prog, bank0, regs)
+    params = bank0[prog.param_base:prog.param_base + param_size]
     from .ptx import launch, PtxTrap, PtxUnsupported, PtxError
-    entry = prog.module.entries[prog.name] if hasattr(prog.module, "entries") else None
-    size = entry.param_size if entry is not None else sum(s for _, _, s in prog.params)
-    if q["cbuf0_size"] < prog.param_base + size:
-      raise ChannelFault(f"QMD at {qmd_addr:#x}: constant buffer 0 of {q['cbuf0_size']} bytes is too small for the parameters")
-    params = self._read(q["cbuf0"] + prog.param_base, size, "constant buffer 0")
     try:
       launch(prog.module, prog.name, q["grid"], q["block"], params, self.gpu.mem)
     except MemoryFault as e:     # the note says where in the kernel: PTX line and instruction
       notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
       raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}{notes}", MMU_FAULT) from None
     except PtxTrap as e:         # its message names the kernel
-      raise ChannelFault(f"QMD {qmd_addr:#x}: {e}", rm.ROBUST_CHANNEL_GR_EXCEPTION) from None
+      raise ChannelFault(f"QMD {qmd_addr:#x}: {e}", GR_EXCEPTION) from None
     except (PtxUnsupported, PtxError, RuntimeError) as e:     # an instruction it cannot run, a runaway: the SM stops it
-      raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}", rm.ROBUST_CHANNEL_GR_EXCEPTION) from None
+      raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}", GR_EXCEPTION) from None
+
+  # ---- what the machine code needs (see the module docstring) ----
+  def fetch_code(self, where: str, addr: int, text: bytes):
+    """The SMs fetch the kernel's code through the instruction cache: memory must hold the kernel's SASS, and no
+    cached copy of these addresses may predate a rewrite of them (the cache would serve the old instructions)."""
+    code = self._read(addr, len(text), f"{where}: code fetch")
+    if code != text:
+      first = next(i for i in range(len(text)) if code[i] != text[i])
+      raise ChannelFault(f"{where}: the code at {addr:#x} is not this kernel's SASS (first difference at +{first:#x}; "
+                         f"the program memory was overwritten or the cubin's .text was not uploaded as is)", GR_EXCEPTION)
+    end = addr + len(text)
+    with self.gpu.lock:
+      for start, cached in self.gpu.icache.items():
+        lo, hi = max(start, addr), min(start + len(cached), end)
+        if lo < hi and cached[lo - start:hi - start] != code[lo - addr:hi - addr]:
+          raise ChannelFault(f"{where}: stale instruction cache: code at {lo:#x}..{hi:#x} was rewritten since it was "
+                             f"fetched and no instruction-cache invalidation came between (INVALIDATE_SHADER_CACHES with "
+                             f"INSTRUCTION, or the QMD's INVALIDATE_INSTRUCTION_CACHE); the SMs would run the old code",
+                             GR_EXCEPTION)
+      self.gpu.icache[addr] = code
+
+  def check_constant_banks(self, where: str, q: dict, prog: EmulatedProgram, kern) -> tuple[bytes, int]:
+    """Bank 0 holds the parameters; every other bank of the cubin is bound with its bytes, and nothing else is."""
+    cbufs = q["cbufs"]
+    if 0 not in cbufs: raise ChannelFault(f"{where}: constant buffer 0 is not valid")
+    entry = prog.module.entries[prog.name] if hasattr(prog.module, "entries") else None
+    size = entry.param_size if entry is not None else sum(s for _, _, s in prog.params)
+    addr0, size0 = cbufs[0]
+    if size0 < prog.param_base + size:
+      raise ChannelFault(f"{where}: constant buffer 0 of {size0} bytes is too small for the parameters")
+    bank0 = self._read(addr0, size0, "constant buffer 0")
+    for bank, data in sorted(kern.const_banks.items()):
+      if not data: continue
+      if bank not in cbufs:
+        raise ChannelFault(f"{where}: the kernel reads constant bank {bank} (.nv.constant{bank}, {len(data)} bytes) but "
+                           f"the QMD binds no constant buffer {bank} (CONSTANT_BUFFER_VALID_{bank} is 0)", GR_EXCEPTION)
+      addr, bound = cbufs[bank]
+      if bound < len(data) or self._read(addr, len(data), f"constant buffer {bank}") != data:
+        raise ChannelFault(f"{where}: constant buffer {bank} at {addr:#x} ({bound} bytes) does not hold the cubin's "
+                           f".nv.constant{bank} ({len(data)} bytes)", GR_EXCEPTION)
+    extra = sorted(b for b in cbufs if b and not kern.const_banks.get(b))
+    if extra:
+      raise ChannelFault(f"{where}: constant buffers {extra} are valid but the kernel has no such constant bank", GR_EXCEPTION)
+    return bank0, size
+
+  def check_shared_memory(self, where: str, q: dict, kern):
+    model = self.gpu.model
+    options = [kib << 10 for kib in model.carveouts_kib]
+    fields = ("MIN", "TARGET", "MAX")
+    sizes = []
+    for name, value in zip(fields, q["sm_config"]):
+      nbytes = qmd.sm_config_bytes(value)
+      if nbytes not in options:
+        raise ChannelFault(f"{where}: {name}_SM_CONFIG_SHARED_MEM_SIZE {value} is not a shared-memory carveout of a "
+                           f"{model.arch} SM (the field is KiB / 4 + 1 of one of {model.carveouts_kib} KiB)", GR_EXCEPTION)
+      sizes.append(nbytes)
+    if not sizes[0] <= sizes[1] <= sizes[2]:
+      raise ChannelFault(f"{where}: SM_CONFIG_SHARED_MEM_SIZE MIN {sizes[0]} <= TARGET {sizes[1]} <= MAX {sizes[2]} does "
+                         f"not hold", GR_EXCEPTION)
+    if q["shared"] < kern.shared_size:
+      raise ChannelFault(f"{where}: SHARED_MEMORY_SIZE {q['shared']} is below the kernel's {kern.shared_size} bytes of "
+                         f"shared memory (.nv.shared)", GR_EXCEPTION)
+    need = q["shared"] + model.reserved_shared
+    if need > sizes[0]:
+      raise ChannelFault(f"{where}: a CTA needs {need} bytes of shared memory ({q['shared']} + {model.reserved_shared} "
+                         f"reserved) but MIN_SM_CONFIG_SHARED_MEM_SIZE configures a carveout of {sizes[0]}", GR_EXCEPTION)
+
+  def check_local_memory(self, where: str, q: dict, kern, bank0: bytes, regs: dict):
+    """A stack frame: the stack pointer from bank 0 and the frame below it lie in the thread's local memory, and the
+    channel's local memory gives every resident warp of every TPC its slice."""
+    model = self.gpu.model
+    low, high = q["local"]
+    sp = struct.unpack_from("<I", bank0, DRIVER_AREA["STACK_POINTER"])[0]
+    frame = (sp - kern.stack_size, sp)
+    inside = (0 <= frame[0] and frame[1] <= low) or (LOCAL_WINDOW_BYTES - high <= frame[0] and frame[1] <= LOCAL_WINDOW_BYTES)
+    if not inside:
+      raise ChannelFault(f"{where}: the kernel's {kern.stack_size}-byte stack frame lies at local addresses "
+                         f"{frame[0]:#x}..{frame[1]:#x} (the stack pointer c[0x0][{DRIVER_AREA['STACK_POINTER']:#x}] is "
+                         f"{sp:#x}) outside the thread's local memory (SHADER_LOCAL_MEMORY_LOW_SIZE {low:#x} from 0, "
+                         f"HIGH_SIZE {high:#x} below {LOCAL_WINDOW_BYTES:#x})", GR_EXCEPTION)
+    base = (regs.get(pb.SET_SHADER_LOCAL_MEMORY_A, 0) & 0x1FFFFFF) << 32 | regs.get(pb.SET_SHADER_LOCAL_MEMORY_B, 0)
+    per_tpc = (regs.get(pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 0) & 0xFF) << 32 | \
+      regs.get(pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B, 0)
+    need = (low + high) * 32 * model.warps_per_sm * 2
+    if not base or per_tpc < need:
+      raise ChannelFault(f"{where}: the kernel has a {kern.stack_size}-byte stack frame but the channel's shader local "
+                         f"memory is {'not set (SET_SHADER_LOCAL_MEMORY_A/B)' if not base else f'{per_tpc:#x} bytes per TPC'}"
+                         f"; {low + high:#x} bytes per thread need {need:#x} per TPC ({model.warps_per_sm} warps x 2 SMs) "
+                         f"(SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A/B)", GR_EXCEPTION)
+    total = per_tpc * model.tpcs
+    self._read(base, 1, "shader local memory"); self._read(base + total - 1, 1, f"shader local memory (TPC {model.tpcs - 1})")
+
+  def check_driver_words(self, where: str, q: dict, prog: EmulatedProgram, bank0: bytes, regs: dict):
+    """The bank 0 words the kernel's SASS reads for what its PTX uses (cubin.DRIVER_AREA)."""
+    window = lambda a, b: (regs.get(a, 0) & 0x1FFFF) << 32 | regs.get(b, 0)
+    want = {"NTID": struct.pack("<3I", *q["block"]), "NCTAID": struct.pack("<3I", *q["grid"]),
+            "LOCAL_WINDOW": struct.pack("<Q", window(pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B))}
+    if int(self.gpu.model.arch[3:]) < 90:     # sm_90 code forms shared addresses from SR_SWINHI instead
+      want["SHARED_WINDOW"] = struct.pack("<Q", window(pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B))
+    for key, value in want.items():
+      if not PTX_DRIVER_WORDS[key].search(prog.ptx): continue
+      at = DRIVER_AREA[key]
+      got = bank0[at:at + len(value)]
+      if got != value:
+        raise ChannelFault(f"{where}: the kernel reads {key} from c[0x0][{at:#x}] ({len(value)} bytes): it holds "
+                           f"{got.hex()}, the launch needs {value.hex()}", GR_EXCEPTION)

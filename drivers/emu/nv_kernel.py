@@ -1,4 +1,5 @@
-"""EMU=1 DEV=NV: an emulated NVIDIA kernel driver (RM + UVM) with one Hopper (sm_90, HOPPER_COMPUTE_A) GPU.
+"""EMU=1 DEV=NV: an emulated NVIDIA kernel driver (RM + UVM) with one GPU: an H100 (GH100, sm_90, HOPPER_COMPUTE_A) by
+default, or an A100 (GA100) or RTX 4090 (AD102): `EmulatedNVKernel(gpu="GA100")`.
 
 Implements the kernel interface of drivers/kernel.py: `open` of /dev/nvidiactl, /dev/nvidia0, /dev/nvidia-uvm
 gives fake descriptors; `ioctl` decodes the same request numbers and parameter structs the driver uses
@@ -8,6 +9,14 @@ UVM initialization order, VA ranges; a bad call gets the NV status code the real
 mmaps are real host memory; an mmap of a /dev/nvidiaN fd after NV_ESC_RM_MAP_MEMORY maps the RM object (the
 usermode doorbell page). Memory described by an OS descriptor and mapped with UVM_MAP_EXTERNAL_ALLOCATION becomes
 GPU memory at that VA (drivers/emu/nv_gpu.py); each GPFIFO channel gets a processor thread.
+
+The GPU lists the classes its chip lists on RM 580.142 (CHIP_CLASSES, NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2); of those
+it emulates the device, subdevice, VA space, channel group, context share, the Ampere/Hopper usermode and GPFIFO
+channel classes, and the chip's compute and DMA-copy class (another listed class: NV_ERR_NOT_SUPPORTED, an unlisted
+one: NV_ERR_INVALID_CLASS). Rules RM and UVM enforce that the emulator copies, each with its source beside it:
+a channel group needs a GR or CE engine type and binds its channels to it (a channel's engineType is 0, inheriting
+it, or the same); a compute object needs a GR channel; a channel group is scheduled only if each GR channel in an
+externally owned VA space is bound through UVM_REGISTER_CHANNEL, whose VA region must be free in UVM's VA space.
 """
 from __future__ import annotations
 import errno, struct
@@ -16,7 +25,7 @@ from baregrad.drivers import kernel as kernel_mod
 from baregrad.drivers.kernel import KernelCallError, KernelInterface
 from baregrad.drivers.nv import rm
 from baregrad.drivers.nv.rm import ffi
-from .nv_gpu import NVGpu, ChannelProcessor, EmulatedProgram
+from .nv_gpu import NVGpu, ChannelProcessor, EmulatedProgram, GPU_MODELS, DEFAULT_GPU
 
 DRIVER_VERSION = "580.159.04"
 GPU_UUID = bytes.fromhex("475055b4e4a6d1c2a1b2c3d4e5f60718")
@@ -24,21 +33,150 @@ S = rm.STATUS
 CTL, DEV, UVM = "/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"
 PAGE = 0x1000
 
-# class -> classes its parent may have; the GPU's class list
-PARENTS = {
-  rm.NV01_DEVICE_0: (rm.NV01_ROOT_CLIENT,), rm.NV20_SUBDEVICE_0: (rm.NV01_DEVICE_0,),
-  rm.HOPPER_USERMODE_A: (rm.NV20_SUBDEVICE_0,), rm.FERMI_VASPACE_A: (rm.NV01_DEVICE_0,),
-  rm.KEPLER_CHANNEL_GROUP_A: (rm.NV01_DEVICE_0,), rm.FERMI_CONTEXT_SHARE_A: (rm.KEPLER_CHANNEL_GROUP_A,),
-  rm.HOPPER_CHANNEL_GPFIFO_A: (rm.KEPLER_CHANNEL_GROUP_A,), rm.HOPPER_COMPUTE_A: (rm.HOPPER_CHANNEL_GPFIFO_A,),
-  rm.HOPPER_DMA_COPY_A: (rm.HOPPER_CHANNEL_GPFIFO_A,), rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: (rm.NV01_DEVICE_0,),
+# The class list of each emulated chip: RM's class database is the generic list, the chip's no-engine list and its
+# engine class descriptors (gpuGetGenericClassList, gpuGetNoEngClassList_<chip>, gpuGetEngClassDescriptorList_<chip> in
+# src/nvidia/generated/g_gpu_class_list.c, assembled by src/nvidia/src/kernel/gpu/gpu.c), and
+# NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 returns each class id once (gpuGetClassList, gpu/gpu_resource_desc.c; 580.142).
+# Ids from src/common/sdk/nvidia/inc/class/cl*.h.
+CLASS_IDS = {
+  "NV01_ROOT": 0x0000, "NV01_ROOT_NON_PRIV": 0x0001, "NV01_CONTEXT_DMA": 0x0002, "NV01_TIMER": 0x0004,
+  "NV01_EVENT": 0x0005, "FABRIC_MANAGER_SESSION": 0x000f, "NV0020_GPU_MANAGEMENT": 0x0020,
+  "NV01_MEMORY_SYSTEM": 0x003e, "NV01_MEMORY_LOCAL_PRIVILEGED": 0x003f, "NV01_MEMORY_LOCAL_USER": 0x0040,
+  "NV01_ROOT_CLIENT": 0x0041, "NV_MEMORY_EXTENDED_USER": 0x0042, "NV_CE_UTILS": 0x0050,
+  "NV0060_SYNC_GPU_BOOST": 0x0060, "NV01_MEMORY_VIRTUAL": 0x0070, "NV01_MEMORY_SYSTEM_OS_DESCRIPTOR": 0x0071,
+  "NV04_DISPLAY_COMMON": 0x0073, "NV01_MEMORY_FRAMEBUFFER_CONSOLE": 0x0076, "NV01_EVENT_KERNEL_CALLBACK": 0x0078,
+  "NV01_EVENT_OS_EVENT": 0x0079, "NV04_SOFTWARE_TEST": 0x007d, "NV01_EVENT_KERNEL_CALLBACK_EX": 0x007e,
+  "NV01_DEVICE_0": 0x0080, "NV01_MEMORY_LIST_SYSTEM": 0x0081, "NV01_MEMORY_LIST_FBMEM": 0x0082,
+  "NV01_MEMORY_LIST_OBJECT": 0x0083, "KERNEL_GRAPHICS_CONTEXT": 0x0090, "NV0092_RG_LINE_CALLBACK": 0x0092,
+  "NV01_MEMORY_HW_RESOURCES": 0x00b1, "NV01_MEMORY_LOCAL_PHYSICAL": 0x00c2, "NV_SEMAPHORE_SURFACE": 0x00da,
+  "NV40_DEBUG_BUFFER": 0x00db, "RM_USER_SHARED_DATA": 0x00de, "NV_MEMORY_EXPORT": 0x00e0, "NV_IMEX_SESSION": 0x00f1,
+  "IO_VASPACE_A": 0x00f2, "NV01_MEMORY_FLA": 0x00f3, "NV_MEMORY_FABRIC": 0x00f8,
+  "NV_MEMORY_FABRIC_IMPORT_V2": 0x00f9, "NV_MEMORY_FABRIC_IMPORTED_REF": 0x00fb, "FABRIC_VASPACE_A": 0x00fc,
+  "NV_MEMORY_MULTICAST_FABRIC": 0x00fd, "NV_MEMORY_MAPPER": 0x00fe, "LOCK_STRESS_OBJECT": 0x0100,
+  "LOCK_TEST_RELAXED_DUP_OBJECT": 0x0101, "NV20_SUBDEVICE_0": 0x2080, "NV2081_BINAPI": 0x2081,
+  "NV2082_BINAPI_PRIVILEGED": 0x2082, "NV20_SUBDEVICE_DIAG": 0x208f, "NV30_GSYNC": 0x30f1, "NV40_I2C": 0x402c,
+  "NV50_P2P": 0x503b, "NV50_THIRD_PARTY_P2P": 0x503c, "NV50_CHANNEL_GPFIFO": 0x506f,
+  "NV50_DEFERRED_API_CLASS": 0x5080, "NV50_MEMORY_VIRTUAL": 0x50a0, "GT200_DEBUGGER": 0x83de,
+  "G84_PERFBUFFER": 0x844c, "MPS_COMPUTE": 0x900e, "NV9010_VBLANK_CALLBACK": 0x9010, "FERMI_TWOD_A": 0x902d,
+  "FERMI_CONTEXT_SHARE_A": 0x9067, "GF100_CHANNEL_GPFIFO": 0x906f, "GF100_DISP_SW": 0x9072,
+  "GF100_TIMED_SEMAPHORE_SW": 0x9074, "GF100_ZBC_CLEAR": 0x9096, "GF100_PROFILER": 0x90cc, "NV_EVENT_BUFFER": 0x90cd,
+  "NV01_MEMORY_DEVICELESS": 0x90ce, "GF100_SUBDEVICE_MASTER": 0x90e6, "GF100_SUBDEVICE_INFOROM": 0x90e7,
+  "GF100_HDACODEC": 0x90ec, "FERMI_VASPACE_A": 0x90f1, "KEPLER_CHANNEL_GROUP_A": 0xa06c,
+  "KEPLER_DEVICE_VGPU": 0xa080, "NVA081_VGPU_CONFIG": 0xa081, "NVA084_KERNEL_HOST_VGPU_DEVICE": 0xa084,
+  "NVENC_SW_SESSION": 0xa0bc, "NVFBC_SW_SESSION": 0xa0bd, "KEPLER_INLINE_TO_MEMORY_B": 0xa140,
+  "MAXWELL_PROFILER": 0xb0cc, "MAXWELL_PROFILER_CONTEXT": 0xb1cc, "MAXWELL_PROFILER_DEVICE": 0xb2cc,
+  "NVB8B0_VIDEO_DECODER": 0xb8b0, "NVB8D1_VIDEO_NVJPG": 0xb8d1, "NVB8FA_VIDEO_OFA": 0xb8fa, "GP100_UVM_SW": 0xc076,
+  "VOLTA_USERMODE_A": 0xc361, "ACCESS_COUNTER_NOTIFY_BUFFER": 0xc365, "MMU_FAULT_BUFFER": 0xc369,
+  "VOLTA_CHANNEL_GPFIFO_A": 0xc36f, "NVC372_DISPLAY_SW": 0xc372, "TURING_USERMODE_A": 0xc461,
+  "TURING_CHANNEL_GPFIFO_A": 0xc46f, "NVC4D1_VIDEO_NVJPG": 0xc4d1, "AMPERE_USERMODE_A": 0xc561,
+  "AMPERE_CHANNEL_GPFIFO_A": 0xc56f, "UVM_CHANNEL_RETAINER": 0xc574, "AMPERE_SMC_PARTITION_REF": 0xc637,
+  "AMPERE_SMC_EXEC_PARTITION_REF": 0xc638, "AMPERE_SMC_CONFIG_SESSION": 0xc639, "AMPERE_SMC_MONITOR_SESSION": 0xc640,
+  "HOPPER_USERMODE_A": 0xc661, "NVC67A_CURSOR_IMM_CHANNEL_PIO": 0xc67a, "NVC67B_WINDOW_IMM_CHANNEL_DMA": 0xc67b,
+  "NVC67E_WINDOW_CHANNEL_DMA": 0xc67e, "AMPERE_A": 0xc697, "NVC6B0_VIDEO_DECODER": 0xc6b0,
+  "AMPERE_DMA_COPY_A": 0xc6b5, "AMPERE_COMPUTE_A": 0xc6c0, "NVC6FA_VIDEO_OFA": 0xc6fa,
+  "MMU_VIDMEM_ACCESS_BIT_BUFFER": 0xc763, "NVC770_DISPLAY": 0xc770, "NVC771_DISP_SF_USER": 0xc771,
+  "NVC773_DISP_CAPABILITIES": 0xc773, "NVC77D_CORE_CHANNEL_DMA": 0xc77d, "NVC77F_ANY_CHANNEL_DMA": 0xc77f,
+  "AMPERE_DMA_COPY_B": 0xc7b5, "HOPPER_MMU_VIDMEM_ACCESS_BIT_BUFFER": 0xc863, "HOPPER_CHANNEL_GPFIFO_A": 0xc86f,
+  "HOPPER_DMA_COPY_A": 0xc8b5, "ADA_A": 0xc997, "NVC9B0_VIDEO_DECODER": 0xc9b0, "NVC9B7_VIDEO_ENCODER": 0xc9b7,
+  "ADA_COMPUTE_A": 0xc9c0, "NVC9D1_VIDEO_NVJPG": 0xc9d1, "NVC9FA_VIDEO_OFA": 0xc9fa,
+  "NV_CONFIDENTIAL_COMPUTE": 0xcb33, "HOPPER_A": 0xcb97, "HOPPER_SEC2_WORK_LAUNCH_A": 0xcba2,
+  "HOPPER_COMPUTE_A": 0xcbc0, "NV_COUNTER_COLLECTION_UNIT": 0xcbca,
 }
-GPU_CLASSES = [rm.NV01_DEVICE_0, rm.NV20_SUBDEVICE_0, rm.HOPPER_USERMODE_A, rm.FERMI_VASPACE_A, rm.KEPLER_CHANNEL_GROUP_A,
-               rm.FERMI_CONTEXT_SHARE_A, rm.HOPPER_CHANNEL_GPFIFO_A, rm.HOPPER_COMPUTE_A, rm.HOPPER_DMA_COPY_A,
-               rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR]
+GENERIC_CLASSES = (
+  "LOCK_STRESS_OBJECT", "LOCK_TEST_RELAXED_DUP_OBJECT", "NV01_CONTEXT_DMA", "NV01_DEVICE_0", "NV01_EVENT",
+  "NV01_EVENT_KERNEL_CALLBACK", "NV01_EVENT_KERNEL_CALLBACK_EX", "NV01_EVENT_OS_EVENT", "NV01_MEMORY_LIST_SYSTEM",
+  "NV01_MEMORY_SYSTEM", "NV01_MEMORY_SYSTEM_OS_DESCRIPTOR", "NV01_ROOT", "NV01_ROOT_CLIENT", "NV01_ROOT_NON_PRIV",
+  "NV20_SUBDEVICE_0",
+)
+CHIP_CLASSES = {
+  "GA100": (  # gpuGetNoEngClassList_GA100, then gpuGetEngClassDescriptorList_GA100
+    "AMPERE_SMC_CONFIG_SESSION", "AMPERE_SMC_EXEC_PARTITION_REF", "AMPERE_SMC_MONITOR_SESSION",
+    "AMPERE_SMC_PARTITION_REF", "FABRIC_MANAGER_SESSION", "GF100_CHANNEL_GPFIFO", "GF100_PROFILER", "GT200_DEBUGGER",
+    "KERNEL_GRAPHICS_CONTEXT", "MAXWELL_PROFILER_CONTEXT", "MAXWELL_PROFILER_DEVICE", "MPS_COMPUTE",
+    "NV0020_GPU_MANAGEMENT", "NV0092_RG_LINE_CALLBACK", "NV01_MEMORY_DEVICELESS", "NV01_MEMORY_FLA",
+    "NV01_MEMORY_FRAMEBUFFER_CONSOLE", "NV01_MEMORY_HW_RESOURCES", "NV01_MEMORY_LIST_FBMEM",
+    "NV01_MEMORY_LIST_OBJECT", "NV01_MEMORY_LOCAL_PHYSICAL", "NV01_MEMORY_LOCAL_PRIVILEGED", "NV01_TIMER",
+    "NV2081_BINAPI", "NV2082_BINAPI_PRIVILEGED", "NV20_SUBDEVICE_DIAG", "NV30_GSYNC", "NV40_DEBUG_BUFFER",
+    "NV40_I2C", "NV9010_VBLANK_CALLBACK", "NVENC_SW_SESSION", "NVFBC_SW_SESSION", "NV_CE_UTILS", "NV_EVENT_BUFFER",
+    "NV_IMEX_SESSION", "NV_MEMORY_EXPORT", "NV_MEMORY_FABRIC", "NV_MEMORY_FABRIC_IMPORTED_REF",
+    "NV_MEMORY_FABRIC_IMPORT_V2", "NV_MEMORY_MAPPER", "NV_SEMAPHORE_SURFACE", "UVM_CHANNEL_RETAINER",
+    "ACCESS_COUNTER_NOTIFY_BUFFER", "AMPERE_A", "AMPERE_CHANNEL_GPFIFO_A", "AMPERE_COMPUTE_A", "AMPERE_DMA_COPY_A",
+    "AMPERE_USERMODE_A", "FABRIC_VASPACE_A", "FERMI_CONTEXT_SHARE_A", "FERMI_TWOD_A", "FERMI_VASPACE_A",
+    "G84_PERFBUFFER", "GF100_SUBDEVICE_INFOROM", "GF100_SUBDEVICE_MASTER", "GF100_TIMED_SEMAPHORE_SW",
+    "GF100_ZBC_CLEAR", "GP100_UVM_SW", "IO_VASPACE_A", "KEPLER_CHANNEL_GROUP_A", "KEPLER_DEVICE_VGPU",
+    "KEPLER_INLINE_TO_MEMORY_B", "MAXWELL_PROFILER", "MMU_FAULT_BUFFER", "NV0060_SYNC_GPU_BOOST",
+    "NV01_MEMORY_LOCAL_USER", "NV01_MEMORY_VIRTUAL", "NV04_SOFTWARE_TEST", "NV50_CHANNEL_GPFIFO",
+    "NV50_DEFERRED_API_CLASS", "NV50_MEMORY_VIRTUAL", "NV50_P2P", "NV50_THIRD_PARTY_P2P", "NVA081_VGPU_CONFIG",
+    "NVA084_KERNEL_HOST_VGPU_DEVICE", "NVC4D1_VIDEO_NVJPG", "NVC6B0_VIDEO_DECODER", "NVC6FA_VIDEO_OFA",
+    "NV_CONFIDENTIAL_COMPUTE", "RM_USER_SHARED_DATA", "TURING_CHANNEL_GPFIFO_A", "TURING_USERMODE_A",
+    "VOLTA_CHANNEL_GPFIFO_A", "VOLTA_USERMODE_A",
+  ),
+  "AD102": (  # gpuGetNoEngClassList_AD102, then gpuGetEngClassDescriptorList_AD102
+    "AMPERE_SMC_CONFIG_SESSION", "AMPERE_SMC_EXEC_PARTITION_REF", "AMPERE_SMC_MONITOR_SESSION",
+    "AMPERE_SMC_PARTITION_REF", "FABRIC_MANAGER_SESSION", "GF100_CHANNEL_GPFIFO", "GF100_PROFILER", "GT200_DEBUGGER",
+    "KERNEL_GRAPHICS_CONTEXT", "MAXWELL_PROFILER_CONTEXT", "MAXWELL_PROFILER_DEVICE", "MMU_VIDMEM_ACCESS_BIT_BUFFER",
+    "MPS_COMPUTE", "NV0020_GPU_MANAGEMENT", "NV0092_RG_LINE_CALLBACK", "NV01_MEMORY_DEVICELESS", "NV01_MEMORY_FLA",
+    "NV01_MEMORY_FRAMEBUFFER_CONSOLE", "NV01_MEMORY_HW_RESOURCES", "NV01_MEMORY_LIST_FBMEM",
+    "NV01_MEMORY_LIST_OBJECT", "NV01_MEMORY_LOCAL_PHYSICAL", "NV01_MEMORY_LOCAL_PRIVILEGED", "NV01_TIMER",
+    "NV2081_BINAPI", "NV2082_BINAPI_PRIVILEGED", "NV20_SUBDEVICE_DIAG", "NV30_GSYNC", "NV40_DEBUG_BUFFER",
+    "NV40_I2C", "NV9010_VBLANK_CALLBACK", "NVENC_SW_SESSION", "NVFBC_SW_SESSION", "NV_CE_UTILS", "NV_EVENT_BUFFER",
+    "NV_IMEX_SESSION", "NV_MEMORY_EXPORT", "NV_MEMORY_FABRIC", "NV_MEMORY_FABRIC_IMPORTED_REF",
+    "NV_MEMORY_FABRIC_IMPORT_V2", "NV_MEMORY_MAPPER", "NV_SEMAPHORE_SURFACE", "UVM_CHANNEL_RETAINER",
+    "ACCESS_COUNTER_NOTIFY_BUFFER", "ADA_A", "ADA_COMPUTE_A", "AMPERE_CHANNEL_GPFIFO_A", "AMPERE_DMA_COPY_B",
+    "AMPERE_USERMODE_A", "FABRIC_VASPACE_A", "FERMI_CONTEXT_SHARE_A", "FERMI_TWOD_A", "FERMI_VASPACE_A",
+    "G84_PERFBUFFER", "GF100_DISP_SW", "GF100_HDACODEC", "GF100_SUBDEVICE_INFOROM", "GF100_SUBDEVICE_MASTER",
+    "GF100_TIMED_SEMAPHORE_SW", "GF100_ZBC_CLEAR", "GP100_UVM_SW", "IO_VASPACE_A", "KEPLER_CHANNEL_GROUP_A",
+    "KEPLER_DEVICE_VGPU", "KEPLER_INLINE_TO_MEMORY_B", "MAXWELL_PROFILER", "MMU_FAULT_BUFFER",
+    "NV0060_SYNC_GPU_BOOST", "NV01_MEMORY_LOCAL_USER", "NV01_MEMORY_VIRTUAL", "NV04_DISPLAY_COMMON",
+    "NV04_SOFTWARE_TEST", "NV50_CHANNEL_GPFIFO", "NV50_DEFERRED_API_CLASS", "NV50_MEMORY_VIRTUAL", "NV50_P2P",
+    "NV50_THIRD_PARTY_P2P", "NVA081_VGPU_CONFIG", "NVA084_KERNEL_HOST_VGPU_DEVICE", "NVC372_DISPLAY_SW",
+    "NVC67A_CURSOR_IMM_CHANNEL_PIO", "NVC67B_WINDOW_IMM_CHANNEL_DMA", "NVC67E_WINDOW_CHANNEL_DMA", "NVC770_DISPLAY",
+    "NVC771_DISP_SF_USER", "NVC773_DISP_CAPABILITIES", "NVC77D_CORE_CHANNEL_DMA", "NVC77F_ANY_CHANNEL_DMA",
+    "NVC9B0_VIDEO_DECODER", "NVC9B7_VIDEO_ENCODER", "NVC9D1_VIDEO_NVJPG", "NVC9FA_VIDEO_OFA",
+    "NV_CONFIDENTIAL_COMPUTE", "RM_USER_SHARED_DATA", "TURING_CHANNEL_GPFIFO_A", "TURING_USERMODE_A",
+    "VOLTA_CHANNEL_GPFIFO_A", "VOLTA_USERMODE_A",
+  ),
+  "GH100": (  # gpuGetNoEngClassList_GH100, then gpuGetEngClassDescriptorList_GH100
+    "AMPERE_SMC_CONFIG_SESSION", "AMPERE_SMC_EXEC_PARTITION_REF", "AMPERE_SMC_MONITOR_SESSION",
+    "AMPERE_SMC_PARTITION_REF", "FABRIC_MANAGER_SESSION", "GF100_CHANNEL_GPFIFO", "GF100_PROFILER", "GT200_DEBUGGER",
+    "HOPPER_MMU_VIDMEM_ACCESS_BIT_BUFFER", "KERNEL_GRAPHICS_CONTEXT", "MAXWELL_PROFILER_CONTEXT",
+    "MAXWELL_PROFILER_DEVICE", "MMU_VIDMEM_ACCESS_BIT_BUFFER", "MPS_COMPUTE", "NV0020_GPU_MANAGEMENT",
+    "NV0092_RG_LINE_CALLBACK", "NV01_MEMORY_DEVICELESS", "NV01_MEMORY_FLA", "NV01_MEMORY_FRAMEBUFFER_CONSOLE",
+    "NV01_MEMORY_HW_RESOURCES", "NV01_MEMORY_LIST_FBMEM", "NV01_MEMORY_LIST_OBJECT", "NV01_MEMORY_LOCAL_PHYSICAL",
+    "NV01_MEMORY_LOCAL_PRIVILEGED", "NV01_TIMER", "NV2081_BINAPI", "NV2082_BINAPI_PRIVILEGED", "NV20_SUBDEVICE_DIAG",
+    "NV30_GSYNC", "NV40_DEBUG_BUFFER", "NV40_I2C", "NV9010_VBLANK_CALLBACK", "NVENC_SW_SESSION", "NVFBC_SW_SESSION",
+    "NV_CE_UTILS", "NV_COUNTER_COLLECTION_UNIT", "NV_EVENT_BUFFER", "NV_IMEX_SESSION", "NV_MEMORY_EXPORT",
+    "NV_MEMORY_EXTENDED_USER", "NV_MEMORY_FABRIC", "NV_MEMORY_FABRIC_IMPORTED_REF", "NV_MEMORY_FABRIC_IMPORT_V2",
+    "NV_MEMORY_MAPPER", "NV_MEMORY_MULTICAST_FABRIC", "NV_SEMAPHORE_SURFACE", "UVM_CHANNEL_RETAINER",
+    "ACCESS_COUNTER_NOTIFY_BUFFER", "AMPERE_CHANNEL_GPFIFO_A", "AMPERE_USERMODE_A", "FABRIC_VASPACE_A",
+    "FERMI_CONTEXT_SHARE_A", "FERMI_TWOD_A", "FERMI_VASPACE_A", "G84_PERFBUFFER", "GF100_SUBDEVICE_INFOROM",
+    "GF100_SUBDEVICE_MASTER", "GF100_TIMED_SEMAPHORE_SW", "GF100_ZBC_CLEAR", "GP100_UVM_SW", "HOPPER_A",
+    "HOPPER_CHANNEL_GPFIFO_A", "HOPPER_COMPUTE_A", "HOPPER_DMA_COPY_A", "HOPPER_SEC2_WORK_LAUNCH_A",
+    "HOPPER_USERMODE_A", "IO_VASPACE_A", "KEPLER_CHANNEL_GROUP_A", "KEPLER_DEVICE_VGPU", "KEPLER_INLINE_TO_MEMORY_B",
+    "MAXWELL_PROFILER", "MMU_FAULT_BUFFER", "NV0060_SYNC_GPU_BOOST", "NV01_MEMORY_LOCAL_USER", "NV01_MEMORY_VIRTUAL",
+    "NV04_SOFTWARE_TEST", "NV50_CHANNEL_GPFIFO", "NV50_DEFERRED_API_CLASS", "NV50_MEMORY_VIRTUAL", "NV50_P2P",
+    "NV50_THIRD_PARTY_P2P", "NVA081_VGPU_CONFIG", "NVA084_KERNEL_HOST_VGPU_DEVICE", "NVB8B0_VIDEO_DECODER",
+    "NVB8D1_VIDEO_NVJPG", "NVB8FA_VIDEO_OFA", "NV_CONFIDENTIAL_COMPUTE", "RM_USER_SHARED_DATA",
+    "TURING_CHANNEL_GPFIFO_A", "TURING_USERMODE_A", "VOLTA_CHANNEL_GPFIFO_A", "VOLTA_USERMODE_A",
+  ),
+}
+
+USERMODE_CLASSES = (rm.HOPPER_USERMODE_A, rm.AMPERE_USERMODE_A)
+CHANNEL_CLASSES = (rm.HOPPER_CHANNEL_GPFIFO_A, rm.AMPERE_CHANNEL_GPFIFO_A)
+GR_ENGINE, CE_ENGINES = rm.NV2080_ENGINE_TYPE_GRAPHICS, range(rm.NV2080_ENGINE_TYPE_COPY0, rm.NV2080_ENGINE_TYPE_COPY0 + 10)
+NV2080_ENGINE_TYPE_LAST = 0x00000040      # cl2080_notification.h: NV2080_ENGINE_TYPE_IS_VALID(i) is 0 < i < LAST
+GR_CHANNEL_RESOURCES = 16 << 20   # VA a GR channel's context buffers take in UVM_REGISTER_CHANNEL's region (the emulator's
+                                  # stand-in: RM reports the sizes in NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE)
+
+
+def gpu_class_list(chip: str) -> list[int]:
+  return sorted({CLASS_IDS[name] for name in (*GENERIC_CLASSES, *CHIP_CLASSES[chip])})
+
+
 # control command -> classes it is valid on (the command's high 16 bits name its interface's class)
 CONTROL_CLASSES = {
   rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2: (rm.NV01_DEVICE_0,), rm.NV2080_CTRL_CMD_GPU_GET_GID_INFO: (rm.NV20_SUBDEVICE_0,),
-  rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: (rm.HOPPER_CHANNEL_GPFIFO_A,),
+  rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: CHANNEL_CLASSES,
   rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: (rm.KEPLER_CHANNEL_GROUP_A,),
 }
 
@@ -66,12 +204,27 @@ class File:
 class EmulatedNVKernel:
   emulated = True
 
-  def __init__(self, va_space_mm: bool = True):
+  def __init__(self, va_space_mm: bool = True, gpu: str = DEFAULT_GPU):
     # va_space_mm=False: a kernel where UVM's va_space_mm is disabled, so UVM_MM_INITIALIZE answers
     # NV_WARN_NOTHING_TO_DO (uvm.c, uvm_api_mm_initialize; 580.142), which is not an error
+    if gpu not in GPU_MODELS: raise ValueError(f"emulated NV GPU {gpu!r}: one of {', '.join(GPU_MODELS)}")
     self.va_space_mm = va_space_mm
     self.real = KernelInterface()
-    self.gpu = NVGpu()
+    self.model = GPU_MODELS[gpu]
+    self.gpu = NVGpu(self.model)
+    self.classes = gpu_class_list(gpu)
+    m, listed = self.model, set(self.classes)
+    usermode = [c for c in USERMODE_CLASSES if c in listed]
+    channel = [c for c in CHANNEL_CLASSES if c in listed]
+    # class -> classes its parent may have (the classes this emulator allocates)
+    self.parents = {
+      rm.NV01_DEVICE_0: (rm.NV01_ROOT_CLIENT,), rm.NV20_SUBDEVICE_0: (rm.NV01_DEVICE_0,),
+      **{c: (rm.NV20_SUBDEVICE_0,) for c in usermode}, rm.FERMI_VASPACE_A: (rm.NV01_DEVICE_0,),
+      rm.KEPLER_CHANNEL_GROUP_A: (rm.NV01_DEVICE_0,), rm.FERMI_CONTEXT_SHARE_A: (rm.KEPLER_CHANNEL_GROUP_A,),
+      **{c: (rm.KEPLER_CHANNEL_GROUP_A,) for c in channel}, m.compute_class: tuple(channel), m.copy_class: tuple(channel),
+      rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: (rm.NV01_DEVICE_0,),
+    }
+    self.uvm_channels: dict[tuple, tuple] = {}   # registered (client, channel) -> (resource base, bytes) or None
     self.files: dict[int, File] = {}
     self._next_fd = 1000
     self.clients: dict[int, dict[int, Obj]] = {}
@@ -130,7 +283,7 @@ class EmulatedNVKernel:
   def register_program(self, code_addr: int, source: str | None, name: str, param_base: int, params: list):
     """The driver hands over the PTX of the cubin it uploaded at `code_addr` (drivers/emu/README.md)."""
     if source is None: raise ValueError(f"emulated NV GPU: no PTX for kernel {name}: the emulator runs PTX, not SASS")
-    self.gpu.programs[code_addr] = EmulatedProgram(source, name, param_base, params)
+    self.gpu.programs[code_addr] = EmulatedProgram(source, name, param_base, params, self.model.arch)
 
   def unregister_program(self, code_addr: int):
     self.gpu.programs.pop(code_addr, None)
@@ -171,7 +324,7 @@ class EmulatedNVKernel:
       cards = ffi.cast("nv_ioctl_card_info_t *", addr)
       for i in range(rm.NV_MAX_DEVICES): cards[i] = ffi.new("nv_ioctl_card_info_t *")[0]
       cards[0].valid, cards[0].gpu_id, cards[0].minor_number = 1, 0x100, 0
-      cards[0].pci_info.vendor_id, cards[0].pci_info.device_id, cards[0].pci_info.bus = 0x10DE, 0x2330, 1   # H100 SXM
+      cards[0].pci_info.vendor_id, cards[0].pci_info.device_id, cards[0].pci_info.bus = 0x10DE, self.model.pci_device, 1
       return 0
     if nr == rm.NV_ESC_REGISTER_FD:
       if p.ctl_fd not in self.files or self.files[p.ctl_fd].path != CTL: self._einval(f"{esc_name}: ctl_fd {p.ctl_fd} is not /dev/nvidiactl")
@@ -219,9 +372,10 @@ class EmulatedNVKernel:
       self.clients[p.hObjectNew] = {p.hObjectNew: Obj(rm.NV01_ROOT_CLIENT, 0)}
       return
     client = self._client(p.hRoot)
-    if p.hClass not in PARENTS or p.hClass == rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: raise RMFail("NV_ERR_INVALID_CLASS")
+    if p.hClass not in self.classes or p.hClass == rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: raise RMFail("NV_ERR_INVALID_CLASS")
+    if p.hClass not in self.parents: raise RMFail("NV_ERR_NOT_SUPPORTED")    # listed by the chip, not emulated
     parent = self._obj(client, p.hObjectParent, "NV_ERR_INVALID_OBJECT_PARENT")
-    if parent.cls not in PARENTS[p.hClass]: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")
+    if parent.cls not in self.parents[p.hClass]: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")
     if p.hObjectNew == 0: raise RMFail("NV_ERR_INVALID_OBJECT_NEW")
     if p.hObjectNew in client: raise RMFail("NV_ERR_INSERT_DUPLICATE_NAME")
     obj = Obj(p.hClass, p.hObjectParent)
@@ -229,25 +383,37 @@ class EmulatedNVKernel:
     a = self._params(p, struct_name) if struct_name else None
     if p.hClass == rm.NV01_DEVICE_0 and a.deviceId != 0: raise RMFail("NV_ERR_INVALID_DEVICE")
     if p.hClass == rm.NV20_SUBDEVICE_0 and a.subDeviceId != 0: raise RMFail("NV_ERR_INVALID_DEVICE")
-    if p.hClass == rm.HOPPER_USERMODE_A:
+    if p.hClass in USERMODE_CLASSES:
       obj.info["host"] = self.real.mmap(0, 0x10000, 3, kernel_mod.MAP_PRIVATE | kernel_mod.MAP_ANONYMOUS, -1, 0)
       obj.info["size"] = 0x10000
-    if p.hClass == rm.KEPLER_CHANNEL_GROUP_A and a.engineType not in (rm.NV2080_ENGINE_TYPE_GRAPHICS, rm.NV2080_ENGINE_TYPE_COPY0):
-      raise RMFail("NV_ERR_INVALID_ARGUMENT")
-    if p.hClass == rm.FERMI_CONTEXT_SHARE_A: self._find(client, a.hVASpace, rm.FERMI_VASPACE_A)
-    if p.hClass in (rm.HOPPER_COMPUTE_A, rm.HOPPER_DMA_COPY_A):
+    if p.hClass == rm.FERMI_VASPACE_A: obj.info["external"] = bool(a.flags & rm.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED)
+    if p.hClass == rm.KEPLER_CHANNEL_GROUP_A:
+      # kchangrpapiConstruct (gpu/fifo/kernel_channel_group_api.c): on GPUs with per-runlist channel RAM (GA100 and
+      # later, kfifoIsPerRunlistChramSupportedInHw) a TSG needs a valid engine type, which picks its runlist
+      if not 0 < a.engineType < NV2080_ENGINE_TYPE_LAST: raise RMFail("NV_ERR_INVALID_ARGUMENT")
+      if a.engineType != GR_ENGINE and a.engineType not in CE_ENGINES: raise RMFail("NV_ERR_NOT_SUPPORTED")   # not emulated
+      obj.info["engine"] = a.engineType
+    if p.hClass == rm.FERMI_CONTEXT_SHARE_A: obj.info["vaspace"] = self._find(client, a.hVASpace, rm.FERMI_VASPACE_A)
+    if p.hClass in (self.model.compute_class, self.model.copy_class):
       if any(client[c].cls == p.hClass for c in parent.children): raise RMFail("NV_ERR_INVALID_STATE")
-      if p.hClass == rm.HOPPER_COMPUTE_A and parent.info["engine"] != rm.NV2080_ENGINE_TYPE_GRAPHICS: raise RMFail("NV_ERR_INVALID_CLASS")
+      # a class is looked up for the channel's engine (chandesConstruct, gpu/fifo/channel_descendant.c): compute needs a
+      # GR channel; a copy object on a GR channel uses the GR engine's partner CE (GRCE)
+      if p.hClass == self.model.compute_class and parent.info["engine"] != GR_ENGINE: raise RMFail("NV_ERR_INVALID_CLASS")
       parent.info["objects"][p.hObjectNew] = p.hClass
-    if p.hClass == rm.HOPPER_CHANNEL_GPFIFO_A: self._channel(client, parent, obj, a, p.hObjectNew)
+    if p.hClass in CHANNEL_CLASSES: self._channel(client, parent, obj, a, p.hObjectNew, p.hClass)
     client[p.hObjectNew] = obj
     parent.children.append(p.hObjectNew)
 
-  def _channel(self, client, group: Obj, obj: Obj, a, handle: int):
+  def _channel(self, client, group: Obj, obj: Obj, a, handle: int, cls: int):
+    # kchannelConstruct (src/nvidia/src/kernel/gpu/fifo/kernel_channel.c, 580.142)
+    if not a.hContextShare: raise RMFail("NV_ERR_NOT_SUPPORTED")     # the TSG's legacy context shares: not emulated
     ctx = self._find(client, a.hContextShare, rm.FERMI_CONTEXT_SHARE_A)
-    if ctx.parent != obj.parent and ctx.parent not in (obj.parent,): raise RMFail("NV_ERR_INVALID_OBJECT_HANDLE")
+    if ctx.parent != obj.parent: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")   # the context share's parent is the TSG
     if a.gpFifoEntries == 0 or a.gpFifoEntries & (a.gpFifoEntries - 1): raise RMFail("NV_ERR_INVALID_ARGUMENT")
-    if a.engineType not in (rm.NV2080_ENGINE_TYPE_GRAPHICS, rm.NV2080_ENGINE_TYPE_COPY0): raise RMFail("NV_ERR_INVALID_ARGUMENT")
+    # "Engine type of channel = ... not compatible with engine type of TSG = ...": a valid engineType must be the TSG's;
+    # the channel takes the TSG's engine (0 inherits it)
+    if 0 < a.engineType < NV2080_ENGINE_TYPE_LAST and a.engineType != group.info["engine"]: raise RMFail("NV_ERR_INVALID_ARGUMENT")
+    engine = group.info["engine"]
     userd = self._find(client, a.hUserdMemory[0], rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
     if a.userdOffset[0] + 0x200 > userd.info["size"]: raise RMFail("NV_ERR_INVALID_OFFSET")
     notifier = None
@@ -257,9 +423,9 @@ class EmulatedNVKernel:
     if not self._gpu_mapped(a.gpFifoOffset, 8 * a.gpFifoEntries): raise RMFail("NV_ERR_INVALID_ADDRESS")
     if userd.info.get("va") is None: raise RMFail("NV_ERR_INVALID_ADDRESS")
     token = len(self.tokens) + 1
-    obj.info.update(engine=a.engineType, objects={}, token=token)
-    proc = ChannelProcessor(self.gpu, "compute" if a.engineType == rm.NV2080_ENGINE_TYPE_GRAPHICS else "copy", handle,
-                            a.gpFifoOffset, a.gpFifoEntries, userd.info["va"] + a.userdOffset[0], notifier, obj.info["objects"], None)
+    obj.info.update(engine=engine, objects={}, token=token, vaspace=ctx.info["vaspace"], bound=False)
+    proc = ChannelProcessor(self.gpu, "compute" if engine == GR_ENGINE else "copy", handle, a.gpFifoOffset,
+                            a.gpFifoEntries, userd.info["va"] + a.userdOffset[0], notifier, obj.info["objects"], None, cls)
     obj.info["proc"] = proc
     self.tokens[token] = handle
 
@@ -276,8 +442,8 @@ class EmulatedNVKernel:
     if p.paramsSize != ffi.sizeof(struct_name) or not p.params: raise RMFail("NV_ERR_INVALID_PARAM_STRUCT")
     c = ffi.cast(struct_name + " *", p.params)
     if p.cmd == rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2:
-      c.numClasses = len(GPU_CLASSES)
-      c.classList[0:len(GPU_CLASSES)] = GPU_CLASSES
+      c.numClasses = len(self.classes)
+      c.classList[0:len(self.classes)] = self.classes
     elif p.cmd == rm.NV2080_CTRL_CMD_GPU_GET_GID_INFO:
       if c.flags != rm.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY: raise RMFail("NV_ERR_NOT_SUPPORTED")
       c.length = 16
@@ -285,10 +451,15 @@ class EmulatedNVKernel:
     elif p.cmd == rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN:
       c.workSubmitToken = obj.info["token"]
     elif p.cmd == rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
+      channels = [client[h] for h in obj.children if client[h].cls in CHANNEL_CLASSES]
+      # kchangrpapiCtrlCmdGpFifoSchedule (gpu/fifo/kernel_channel_group_api.c): every channel must be schedulable;
+      # kchannelIsSchedulable (kernel_channel.c) refuses a GR channel of an externally owned VA space that UVM has not
+      # bound (bIsContextBound, set by nvGpuOpsBindChannelResources from UVM_REGISTER_CHANNEL; Bug 1737765)
+      if any(ch.info["engine"] == GR_ENGINE and ch.info["vaspace"].info["external"] and not ch.info["bound"]
+             for ch in channels): raise RMFail("NV_ERR_INVALID_STATE")
       if c.bEnable:
-        for h in obj.children:
-          ch = client[h]
-          if ch.cls == rm.HOPPER_CHANNEL_GPFIFO_A and not ch.info["proc"].is_alive():
+        for ch in channels:
+          if not ch.info["proc"].is_alive():
             self.gpu.channels.append(ch.info["proc"])
             ch.info["proc"].start()
 
@@ -383,8 +554,46 @@ class EmulatedNVKernel:
   def _uvm_create_external_range(self, f, p):
     self._need_init(f)
     if p.base % PAGE or p.length % PAGE or p.length == 0: raise RMFail("NV_ERR_INVALID_ADDRESS")
-    if any(b < p.base + p.length and p.base < b + n for b, n in self.uvm_ranges.items()): raise RMFail("NV_ERR_UVM_ADDRESS_IN_USE")
+    if any(b < p.base + p.length and p.base < b + n for b, n in self._uvm_va_ranges()): raise RMFail("NV_ERR_UVM_ADDRESS_IN_USE")
     self.uvm_ranges[p.base] = p.length
+
+  def _uvm_va_ranges(self) -> list[tuple[int, int]]:
+    """(base, length) of every range in UVM's VA space: external ranges and registered channels' resources."""
+    return [*self.uvm_ranges.items(), *(r for r in self.uvm_channels.values() if r)]
+
+  def _uvm_register_channel(self, f, p):
+    # uvm_api_register_channel (kernel-open/nvidia-uvm/uvm_user_channel.c, 580.142)
+    self._need_init(f)
+    if not self.uvm_gpu_registered or getattr(self, "vaspace", None) is None or bytes(p.gpuUuid) != GPU_UUID:
+      raise RMFail("NV_ERR_INVALID_DEVICE")      # uvm_va_space_get_gpu_by_uuid_with_gpu_va_space
+    client = self._client(p.hClient)             # rmCtrlFd is not checked (the TODO of Bug 1624521 there)
+    ch = client.get(p.hChannel)
+    if ch is None or ch.cls not in CHANNEL_CLASSES: raise RMFail("NV_ERR_INVALID_OBJECT_HANDLE")   # nvGpuOpsVerifyChannel
+    if client.get(self.vaspace) is not ch.info["vaspace"]: raise RMFail("NV_ERR_INVALID_CHANNEL")   # another VA space
+    key = (p.hClient, p.hChannel)
+    if key in self.uvm_channels: raise RMFail("NV_ERR_INVALID_CHANNEL")    # already registered
+    resources = None
+    if ch.info["engine"] == GR_ENGINE:    # GR context buffers get VA in [base, base + length); CE channels have none
+      if p.base % PAGE or p.length % PAGE or not p.base or not p.length or p.base + p.length >= 1 << 64:
+        raise RMFail("NV_ERR_INVALID_ADDRESS")  # uvm_api_range_invalid
+      if p.base + p.length - 1 >= self.model.max_channel_va: raise RMFail("NV_ERR_OUT_OF_RANGE")
+      if p.length < GR_CHANNEL_RESOURCES or any(b < p.base + GR_CHANNEL_RESOURCES and p.base < b + n
+                                                for b, n in self._uvm_va_ranges()):
+        raise RMFail("NV_ERR_INVALID_ADDRESS")  # create_va_range: no free VA of that size in the region
+      resources = (p.base, GR_CHANNEL_RESOURCES)
+    self.uvm_channels[key] = resources
+    ch.info["bound"] = True                     # bind_channel_resources -> nvGpuOpsBindChannelResources
+
+  def _uvm_unregister_channel(self, f, p):
+    # uvm_api_unregister_channel (uvm_user_channel.c): the channel must be registered; it is stopped
+    self._need_init(f)
+    key = (p.hClient, p.hChannel)
+    if key not in self.uvm_channels: raise RMFail("NV_ERR_INVALID_CHANNEL")
+    del self.uvm_channels[key]
+    ch = self.clients.get(p.hClient, {}).get(p.hChannel)
+    if ch is not None:
+      ch.info["bound"] = False
+      if "proc" in ch.info: self.gpu.release(ch.info["proc"])
 
   def _uvm_map_external_allocation(self, f, p):
     self._need_init(f)

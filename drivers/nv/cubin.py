@@ -19,6 +19,15 @@ Facts used here, observed in ptxas 13.0 output and decoded by `cuobjdump -elf` (
 - `.text.<name>` sh_info bits 24..31 hold the register count on sm_80 (0 on sm_90: use EIATTR_REGCOUNT).
 - `.nv.shared.<name>` (NOBITS) is the static shared memory; on sm_90 its size includes the 1 KiB that
   ptxas reserves at its start (`.nv.shared.reserved.0`), so a 1024-byte `.shared` array gives 2048.
+- `.nv.constant<N>.<name>` is constant bank N of a kernel (`.nv.constant<N>` without a name: of the module). Bank 0
+  holds the driver's area and the parameters; ptxas puts 64-bit immediates it cannot encode in an instruction (double
+  constants, e.g. the renderer's `0d3FB999999999999A`) into bank 2 (`DMUL R26, R10, c[0x2][0x0]`): the driver must
+  bind every bank a kernel has, with the section's bytes.
+- `.rel.<section>` / `.rela.<section>` list relocations: addresses the loader must patch into the code or a constant
+  bank (R_CUDA_64 and friends; globals, function pointers). The renderer's kernels have none (3850 cached cubins
+  checked, only the unloaded `.rela.debug_frame` has entries); `relocations` lists those a kernel has.
+- The driver area of bank 0 (below the parameters) as ptxas 13.0 code reads it (`cuobjdump -sass` of kernels using
+  %ntid, %nctaid, cvta.local / cvta.shared and a stack frame, sm_80 .. sm_90): DRIVER_AREA below.
 """
 from __future__ import annotations
 import functools, io, os, shutil, struct, subprocess, tempfile, threading
@@ -43,6 +52,23 @@ EIATTR_MAXREG_COUNT = 0x1B
 EIATTR_EXIT_INSTR_OFFSETS = 0x1C
 EIATTR_REGCOUNT = 0x2F
 EIATTR_NUM_BARRIERS = 0x4C
+
+# bank 0 driver area: byte offset of each value ptxas code loads from c[0x0][...] (all sm_80 .. sm_90 code seen)
+DRIVER_AREA = {
+  "NTID": 0x00,            # u32 x3: %ntid (LDC / ULDC c[0x0][0x0])
+  "NCTAID": 0x0C,          # u32 x3: %nctaid (c[0x0][0xc])
+  "SHARED_WINDOW": 0x18,   # u64: generic address of the CTA's shared memory (cvta.shared, sm_80 .. sm_89; sm_90
+                           # forms it from SR_SWINHI instead)
+  "LOCAL_WINDOW": 0x20,    # u64: generic address of the thread's local memory (cvta.local: IADD3 R, R1, c[0x0][0x20])
+  "STACK_POINTER": 0x28,   # u32: the stack pointer's start (every kernel's first instruction: LDC R1, c[0x0][0x28])
+}
+# The stack grows down from the top of the 16 MiB local window, below 0x240 bytes the ABI keeps at its top:
+# STACK_POINTER = 0xFFFDC0 (what the CUDA driver writes there; tinygrad's NV runtime, which runs ptxas code on real
+# GPUs through the same ioctls, writes it too), so local memory must reach from the top of the window down to
+# STACK_POINTER - frame: SHADER_LOCAL_MEMORY_HIGH_SIZE >= frame + 0x240.
+LOCAL_WINDOW_BYTES = 1 << 24
+STACK_RESERVED = 0x240
+STACK_TOP = LOCAL_WINDOW_BYTES - STACK_RESERVED
 
 
 class PtxasNotFound(RuntimeError):
@@ -133,6 +159,14 @@ class CubinKernel:
   max_threads: tuple | None = None
   barriers: int = 0
   attributes: dict = field(default_factory=dict)   # every raw attribute of `.nv.info.<name>`: {attr: [value]}
+  const_banks: dict = field(default_factory=dict)  # constant banks other than 0: {bank: bytes of .nv.constant<bank>}
+  cbank0_data: bytes = b""                         # `.nv.constant0.<name>` as the cubin holds it
+  relocations: list = field(default_factory=list)  # (relocation section, entries) that patch this kernel's sections
+
+  @property
+  def local_high(self) -> int:
+    """Bytes of local memory per thread at the top of the local window this kernel's stack needs (0: no stack)."""
+    return self.stack_size + STACK_RESERVED if self.stack_size else 0
 
   def build_cbuf0(self, param_values: list[int]) -> bytes:
     """Constant bank 0 as the kernel reads it: zeros for the driver's area, then each parameter (an int:
@@ -172,6 +206,14 @@ def load_cubin(data: bytes) -> dict[str, CubinKernel]:
       if fmt == EIFMT_SVAL and len(val) == 8:
         sym, value = struct.unpack("<II", val)
         per_symbol.setdefault(symbols[sym].name, {})[attr] = value
+  def data(section) -> bytes:
+    return bytes(section["sh_size"]) if section["sh_type"] == "SHT_NOBITS" else section.data()
+
+  relocs = {}      # section index a relocation section patches -> [(its name, entries)]
+  for s in elf.iter_sections():
+    if s["sh_type"] in ("SHT_REL", "SHT_RELA") and s["sh_size"] and "debug" not in s.name:
+      relocs.setdefault(s["sh_info"], []).append((s.name, s["sh_size"] // s["sh_entsize"]))
+  index = {s.name: i for i, s in enumerate(elf.iter_sections())}
   kernels = {}
   for s in elf.iter_sections():
     if not s.name.startswith(".text."): continue
@@ -194,10 +236,19 @@ def load_cubin(data: bytes) -> dict[str, CubinKernel]:
     const0 = sections.get(f".nv.constant0.{name}")
     shared = sections.get(f".nv.shared.{name}")
     max_threads = struct.unpack("<III", attrs[EIATTR_MAX_THREADS][0]) if EIATTR_MAX_THREADS in attrs else None
+    banks = {}
+    for sec_name in sections:    # the kernel's own bank N, else the module's
+      parts = sec_name.split(".")
+      if len(parts) >= 3 and parts[1] == "nv" and parts[2].startswith("constant") and parts[2][8:].isdigit():
+        bank, owner = int(parts[2][8:]), ".".join(parts[3:])
+        if bank and owner in (name, "") and (owner == name or bank not in banks): banks[bank] = data(sections[sec_name])
+    patched = [f".text.{name}", *(f".nv.constant{b}.{name}" for b in range(18)), *(f".nv.constant{b}" for b in banks)]
     kernels[name] = CubinKernel(
       name=name, text=s.data(), text_offset=s["sh_offset"], params=params, param_base=base, param_size=size,
       cbank0_size=const0["sh_size"] if const0 is not None else base + size, registers=regs,
       shared_size=shared["sh_size"] if shared is not None else 0,
       stack_size=max(fn.get(EIATTR_FRAME_SIZE, 0), fn.get(EIATTR_MIN_STACK_SIZE, 0)),
-      max_threads=max_threads, barriers=attrs.get(EIATTR_NUM_BARRIERS, [0])[0], attributes=attrs)
+      max_threads=max_threads, barriers=attrs.get(EIATTR_NUM_BARRIERS, [0])[0], attributes=attrs,
+      const_banks=banks, cbank0_data=data(const0) if const0 is not None else b"",
+      relocations=[r for sec in patched if sec in index for r in relocs.get(index[sec], [])])
   return kernels

@@ -1,8 +1,10 @@
 """The NV driver: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA runtime.
 
 Opening the device builds the RM object tree on /dev/nvidiactl (root client, device, subdevice, usermode doorbell
-page, a UVM-owned VA space, a channel group with a context share, a compute and a copy GPFIFO channel, the
-compute and DMA-copy classes the GPU lists) and registers the GPU and the VA space with /dev/nvidia-uvm.
+page, a UVM-owned VA space, two channel groups (TSGs) each with a context share: a GRAPHICS one holding the compute
+GPFIFO channel and a COPY0 one holding the copy channel, since RM binds a TSG and its channels to one engine's
+runlist; the newest compute, DMA-copy, channel and usermode classes the GPU lists) and registers the GPU, the VA
+space and every channel with /dev/nvidia-uvm (a channel in a UVM-owned VA space is schedulable only once bound).
 
 Memory: host pages mmapped at a driver-chosen address below 2**40 (GPFIFO entries hold 40-bit addresses),
 described to RM as an OS descriptor (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) and mapped by UVM at the same GPU virtual
@@ -17,7 +19,13 @@ A driver-owned fence semaphore per channel (released after each submission) tell
 
 Kernel arguments: the kernel reads its parameters from constant bank 0 (at the cubin's parameter base); the
 driver copies the argument words from the hcq kernarg address into each launch's bank 0 when the pushbuffer is
-written (eager) or submitted (bound queues, so a JIT replay's patched arguments are seen).
+written (eager) or submitted (bound queues, so a JIT replay's patched arguments are seen). Bank 0's driver area gets
+what ptxas code reads there (cubin.DRIVER_AREA: %ntid, %nctaid, the shared and local windows, the stack pointer);
+every other constant bank of the cubin (bank 2: ptxas's 64-bit immediates) is uploaded with the code and bound.
+
+Channel state a launch relies on is sent at the head of the next compute submission (`_state_words`): local memory
+(SET_SHADER_LOCAL_MEMORY_A/B and _NON_THROTTLED_A/B/C, grown when a kernel's stack needs more) and an instruction-
+cache invalidation after program memory was written (a freed program's memory is reused for the next one).
 """
 from __future__ import annotations
 import os, re, time, struct
@@ -27,7 +35,7 @@ import numpy as np
 from .. import kernel as kernel_mod
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from . import rm, qmd, pushbuf as pb
-from .cubin import compile_ptx, load_cubin
+from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
 
 _ffi = cffi.FFI()
@@ -38,6 +46,22 @@ OVERRUN = 0x10000
 GPFIFO_ENTRIES = 1024
 _va_cursor = [VA_BASE]                            # process-wide: every NVDriver shares the address space
 SHARED_WINDOW, LOCAL_WINDOW = 0xFE00_0000, 0xFF00_0000   # generic-address windows (driver's choice, below VA_BASE)
+CHANNEL_VA_BYTES = 64 << 20   # per channel, the VA region UVM_REGISTER_CHANNEL maps the channel's context buffers into
+                              # (driver's choice; RM reports the sizes in NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE)
+CONST_BANK_ALIGN = 256        # constant banks are placed at 256-byte boundaries after a program's code
+
+# Per SM architecture: (resident warps per SM, SMs per TPC, TPCs of the largest chip of the architecture, the shared
+# memory carveouts an SM can be set to in KiB). Warps and carveouts: CUDA C++ Programming Guide, "Compute
+# Capabilities" (technical specifications table; "Shared Memory" of 8.x and 9.0); TPCs: NVIDIA's architecture
+# whitepapers (full GA100 128 SMs, GA102 84, AD102 144, GH100 144; two SMs per TPC). Local memory is sized for the
+# full chip because the hardware places each TPC's slice at base + TPC index * bytes per TPC.
+SM_LIMITS = {
+  "sm_80": (64, 2, 64, (0, 8, 16, 32, 64, 100, 132, 164)),
+  "sm_86": (48, 2, 42, (0, 8, 16, 32, 64, 100)),
+  "sm_89": (48, 2, 72, (0, 8, 16, 32, 64, 100)),
+  "sm_90": (64, 2, 72, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),
+}
+MIN_CARVEOUT = 8 << 10         # the smallest nonzero carveout, as Mesa NVK picks (gv100_sm_config_smem_size)
 
 
 class NVError(RuntimeError):
@@ -81,6 +105,10 @@ class Channel:
   subchannels: dict = field(default_factory=dict)   # subchannel -> class
   cls: int = 0                                      # channel class and engine type, to allocate it again
   engine: int = 0
+  group: int = 0                                    # its channel group (TSG)
+  window: int = 0                                   # the VA region registered with UVM for it
+  local_generation: int = 0                         # the local memory its method stream last set up
+  code_generation: int = 0                          # program memory writes its last invalidation covered
 
 
 class RMClient:
@@ -184,14 +212,19 @@ class NVDriver:
     self.subdevice = self.rm.alloc(self.device, rm.NV20_SUBDEVICE_0, ffi.new("NV2080_ALLOC_PARAMETERS *"))
     classes = self.rm.control(self.device, rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2)
     listed = set(classes.classList[0:classes.numClasses])
-    compute = [c for c in rm.COMPUTE_CLASSES if c in listed]
-    copy = [c for c in rm.COPY_CLASSES if c in listed]
-    if not compute or not copy:
-      raise NVError(f"NV device: the GPU lists no supported compute/copy class (supported: Ampere, Ada, Hopper; "
+    picked = {kind: [c for c in known if c in listed] for kind, known in
+              (("compute", rm.COMPUTE_CLASSES), ("copy", rm.COPY_CLASSES), ("channel", rm.CHANNEL_CLASSES),
+               ("usermode", rm.USERMODE_CLASSES))}
+    if not all(picked.values()):
+      missing = ", ".join(kind for kind, found in picked.items() if not found)
+      raise NVError(f"NV device: the GPU lists no supported {missing} class (supported: Ampere, Ada, Hopper; "
                     f"GPU classes: {sorted(hex(c) for c in listed)})")
-    self.compute_class, self.copy_class = compute[0], copy[0]
-    self.target, self.qmd_version, channel_class, usermode_class = rm.COMPUTE_CLASSES[self.compute_class]   # sm_90, ...
+    self.compute_class, self.copy_class = picked["compute"][0], picked["copy"][0]
+    self.channel_class, self.usermode_class = channel_class, usermode_class = picked["channel"][0], picked["usermode"][0]
+    self.target, self.qmd_version = rm.COMPUTE_CLASSES[self.compute_class]   # sm_90, (4, 0)
     self.qmd_table = qmd.TABLES[self.qmd_version]
+    self.warps_per_sm, self.sms_per_tpc, self.tpcs, carveouts = SM_LIMITS[self.target]
+    self.carveouts = [kib << 10 for kib in carveouts if kib << 10 >= MIN_CARVEOUT]
     gid = ffi.new("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS *")
     gid.flags = rm.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY
     self.rm.control(self.subdevice, rm.NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid)
@@ -207,23 +240,35 @@ class NVDriver:
     self.vaspace = self.rm.alloc(self.device, rm.FERMI_VASPACE_A, vp)
     self._uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hVaSpace=self.vaspace)
     self._free_va: dict[int, list] = {}
+    self._free_windows: list[int] = []
     self.error_notifier = self.alloc(PAGE)
-    gp = ffi.new("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *")
-    gp.engineType = rm.NV2080_ENGINE_TYPE_GRAPHICS
-    self.group = self.rm.alloc(self.device, rm.KEPLER_CHANNEL_GROUP_A, gp)
-    cp = ffi.new("NV_CTXSHARE_ALLOCATION_PARAMETERS *")
-    cp.hVASpace, cp.flags = self.vaspace, rm.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC
-    self.ctxshare = self.rm.alloc(self.group, rm.FERMI_CONTEXT_SHARE_A, cp)
+    # One TSG per engine: RM ties a TSG and every channel in it to the runlist of the TSG's engine and rejects a channel
+    # whose engineType differs from its TSG's with NV_ERR_INVALID_ARGUMENT ("Engine type of channel ... not compatible
+    # with engine type of TSG", src/nvidia/src/kernel/gpu/fifo/kernel_channel.c, kchannelConstruct; GA100 and later,
+    # kfifoIsPerRunlistChramSupportedInHw). The copy channel gets a COPY0 TSG, as UVM's own CE channels do
+    # (nvGpuOpsTsgAllocate, src/nvidia/src/kernel/rmapi/nv_gpu_ops.c).
+    self.groups, self.ctxshares = {}, {}
+    for engine in (rm.NV2080_ENGINE_TYPE_GRAPHICS, rm.NV2080_ENGINE_TYPE_COPY0):
+      gp = ffi.new("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *")
+      gp.engineType = engine
+      self.groups[engine] = self.rm.alloc(self.device, rm.KEPLER_CHANNEL_GROUP_A, gp)
+      cp = ffi.new("NV_CTXSHARE_ALLOCATION_PARAMETERS *")
+      cp.hVASpace, cp.flags = self.vaspace, rm.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC
+      self.ctxshares[engine] = self.rm.alloc(self.groups[engine], rm.FERMI_CONTEXT_SHARE_A, cp)
+    self.group, self.ctxshare = self.groups[rm.NV2080_ENGINE_TYPE_GRAPHICS], self.ctxshares[rm.NV2080_ENGINE_TYPE_GRAPHICS]
     self.channels = {
       "compute": self._channel("compute", channel_class, rm.NV2080_ENGINE_TYPE_GRAPHICS,
                                {pb.SUBC_COMPUTE: self.compute_class, pb.SUBC_COPY: self.copy_class}),
       "copy": self._channel("copy", channel_class, rm.NV2080_ENGINE_TYPE_COPY0, {pb.SUBC_COPY: self.copy_class}),
     }
-    sp = ffi.new("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS *"); sp.bEnable = 1
-    self.rm.control(self.group, rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, sp)
+    self._schedule()
     self._arenas: list = []          # launch/pushbuffer memory: [memory, offset, live blocks]
     self._inflight: list = []        # (channel, fence value, arena) of eager blocks
     self._ptx: dict[bytes, str] = {}
+    self._local = None               # (memory, bytes per thread, bytes per TPC) of the shader local memory
+    self._local_generation = 0       # bumped when the local memory changes
+    self._local_retired: list = []   # [memory, channel, fence value]: freed once that channel passed the value
+    self._code_generation = 1        # bumped whenever program memory is written
     self.sass_version = int(self.target[3:], 16)   # sm_90 -> 0x90 (SASS_VERSION holds the sm as two hex digits)
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
 
@@ -257,14 +302,28 @@ class NVDriver:
     return self.k.mmap(0, length, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE, kernel_mod.MAP_SHARED, fd, 0)
 
   def _channel(self, name: str, cls: int, engine: int, subchannels: dict) -> Channel:
+    """A GPFIFO channel in the TSG of `engine`, its objects, its work-submit token, registered with UVM."""
     ring, userd = self.alloc(GPFIFO_ENTRIES * pb.GP_ENTRY_BYTES), self.alloc(PAGE)
     p = ffi.new("NV_CHANNEL_ALLOC_PARAMS *")
     p.hObjectError, p.gpFifoOffset, p.gpFifoEntries = self.error_notifier.handle, ring.addr, GPFIFO_ENTRIES
-    p.hContextShare, p.hUserdMemory[0], p.userdOffset[0], p.engineType = self.ctxshare, userd.handle, 0, engine
-    handle = self.rm.alloc(self.group, cls, p)
+    p.hContextShare, p.hUserdMemory[0], p.userdOffset[0], p.engineType = self.ctxshares[engine], userd.handle, 0, engine
+    handle = self.rm.alloc(self.groups[engine], cls, p)
     for c in dict.fromkeys(subchannels.values()): self.rm.alloc(handle, c)
     token = self.rm.control(handle, rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN).workSubmitToken
-    return Channel(name, handle, ring, userd, token, self.alloc(PAGE), subchannels=subchannels, cls=cls, engine=engine)
+    # UVM_REGISTER_CHANNEL maps the channel's context buffers into the VA space and binds them (nvGpuOpsBindChannel-
+    # Resources sets bIsContextBound, rmapi/nv_gpu_ops.c); RM schedules a GR channel of an externally owned VA space only
+    # once bound (kchannelIsSchedulable, gpu/fifo/kernel_channel.c; else NVA06C_CTRL_CMD_GPFIFO_SCHEDULE returns
+    # NV_ERR_INVALID_STATE, kernel_channel_group_api.c). The region: driver-chosen VA no allocation uses.
+    window = self._free_windows.pop() if self._free_windows else self._take_va(CHANNEL_VA_BYTES)
+    self._uvm(rm.UVM_REGISTER_CHANNEL, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hChannel=handle,
+              base=window, length=CHANNEL_VA_BYTES)
+    return Channel(name, handle, ring, userd, token, self.alloc(PAGE), subchannels=subchannels, cls=cls, engine=engine,
+                   group=self.groups[engine], window=window)
+
+  def _schedule(self):
+    for group in self.groups.values():
+      sp = ffi.new("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS *"); sp.bEnable = 1
+      self.rm.control(group, rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, sp)
 
   def _init_words(self, ch: Channel) -> list[int]:
     p = pb.Pushbuffer()
@@ -273,6 +332,39 @@ class NVDriver:
       p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, SHARED_WINDOW >> 32, SHARED_WINDOW & 0xFFFFFFFF)
       p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, LOCAL_WINDOW >> 32, LOCAL_WINDOW & 0xFFFFFFFF)
     return p.words
+
+  def _state_words(self, ch: Channel) -> list[int]:
+    """Methods the compute channel needs before the launches of the submission being written: the current local
+    memory, and an instruction-cache invalidation if program memory was written since its last one (the SMs' caches
+    would otherwise run the instructions a freed program left at a reused address; the QMD's INVALIDATE_SHADER_*
+    bits cover data and constants on every launch, code only here)."""
+    if pb.SUBC_COMPUTE not in ch.subchannels: return []
+    p = pb.Pushbuffer()
+    if ch.local_generation != self._local_generation and self._local is not None:
+      mem, _per_thread, per_tpc = self._local
+      p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_LOCAL_MEMORY_A, hi32(mem.addr), lo32(mem.addr))
+      p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, hi32(per_tpc), lo32(per_tpc),
+               self.tpcs * self.sms_per_tpc)
+      for retired in self._local_retired:      # what this channel used before is free once this submission is done
+        if retired[1] is None: retired[1:] = [ch, ch.fence_value + 1]
+      ch.local_generation = self._local_generation
+    if ch.code_generation != self._code_generation:
+      p.method(pb.SUBC_COMPUTE, pb.INVALIDATE_SHADER_CACHES_NO_WFI, pb.INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION)
+      ch.code_generation = self._code_generation
+    return p.words
+
+  def _ensure_local_memory(self, per_thread: int):
+    """Shader local memory for `per_thread` bytes per thread (SHADER_LOCAL_MEMORY_*_SIZE of a QMD): every resident warp
+    of every TPC gets its slice (a warp's 32 threads rounded to 512 bytes, a TPC's slice to 32 KiB: the granules
+    tinygrad's NV runtime uses on real GPUs)."""
+    if per_thread == 0 or (self._local is not None and self._local[1] >= per_thread): return
+    per_thread = (per_thread + 255) // 256 * 256
+    per_warp = (per_thread * 32 + 0x1FF) // 0x200 * 0x200
+    per_tpc = (per_warp * self.warps_per_sm * self.sms_per_tpc + 0x7FFF) // 0x8000 * 0x8000
+    mem = self.alloc(per_tpc * self.tpcs)
+    if self._local is not None: self._local_retired.append([self._local[0], None, 0])
+    self._local = (mem, per_thread, per_tpc)
+    self._local_generation += 1
 
   # ---- memory ----
   def alloc(self, nbytes: int) -> NVMemory:
@@ -334,11 +426,24 @@ class NVDriver:
     return binary
 
   def load_program(self, binary: bytes, name: str):
+    """Upload a kernel's code and its constant banks other than 0 (bound at each launch) into one allocation."""
     kernels = load_cubin(binary)
     if name not in kernels: raise NVError(f"NV: cubin has no kernel {name!r} (it has {sorted(kernels)})")
     kern = kernels[name]
-    mem = self.alloc(len(kern.text) + 256)
+    if kern.relocations:
+      raise NVError(f"NV: kernel {name}: the cubin has relocations ({', '.join(f'{sec}: {n}' for sec, n in kern.relocations)}) "
+                    f"and this driver does not apply relocations (baregrad's renderer produces none: a kernel that "
+                    f"references globals, .const variables or function addresses cannot be loaded)")
+    offsets, end = {}, len(kern.text)
+    for bank, data in sorted(kern.const_banks.items()):
+      if not data: continue
+      offsets[bank] = (end + CONST_BANK_ALIGN - 1) // CONST_BANK_ALIGN * CONST_BANK_ALIGN
+      end = offsets[bank] + len(data)
+    mem = self.alloc(end + 256)
     self.view(mem.addr, len(kern.text))[:] = kern.text
+    for bank, off in offsets.items(): self.view(mem.addr + off, len(kern.const_banks[bank]))[:] = kern.const_banks[bank]
+    kern.bank_addrs = {bank: (mem.addr + off, len(kern.const_banks[bank])) for bank, off in offsets.items()}
+    self._code_generation += 1     # the next compute submission invalidates the instruction caches first
     # the emulated GPU runs the PTX, not the SASS: the side channel (drivers/emu/README.md); the real kernel ignores it
     if self.k.emulated and binary not in self._ptx:
       raise NVError(f"NV emulator: no PTX known for kernel {name} (compile it with this driver)")
@@ -376,6 +481,10 @@ class NVDriver:
       if self._u64(ch.fence.addr) >= value: arena[2] -= 1
       else: keep.append((ch, value, arena))
     self._inflight = keep
+    done = [r for r in self._local_retired if r[1] is not None and self._u64(r[1].fence.addr) >= r[2]]
+    for retired in done:
+      self._local_retired.remove(retired)
+      self.free(retired[0])
 
   def _u64(self, addr: int) -> int: return struct.unpack("<Q", self.view(addr, 8))[0]
 
@@ -414,6 +523,7 @@ class NVDriver:
     if not isinstance(args_addr, int): raise NVError(f"NV queue: exec of {program.name} needs a concrete kernarg address")
     block = tuple(local_size) if tuple(local_size) != (1, 1, 1) else tuple(program.meta.get("local_size", (1, 1, 1)))
     cb_size = (max(kern.cbank0_size, kern.param_base + 8) + 255) // 256 * 256
+    self._carveout(program.name, kern)      # a kernel no carveout holds fails here, not on the GPU
     p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
     p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, tuple(global_size), block, args_addr, cb_size))
     p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
@@ -422,6 +532,7 @@ class NVDriver:
     """Write the QMD and constant bank 0 of every launch in `encoded` into launch memory and fill in the words that
     name them: (words, the arenas the launches took, the (kernarg, bank 0, bytes) copies of their parameters)."""
     words, arenas, copies = list(encoded.words), [], []
+    self._ensure_local_memory(max((launch.kern.local_high for _, launch in encoded.fixups), default=0))
     for i, launch in encoded.fixups:
       addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size)
       copies += self._write_launch(addr, launch)
@@ -429,15 +540,35 @@ class NVDriver:
       arenas.append(arena)
     return words, arenas, copies
 
+  def _carveout(self, name: str, kern) -> tuple[int, int, int]:
+    """(min, target, max) shared-memory carveout in bytes for a kernel: the smallest the SM can be set to that holds
+    the CTA's shared memory, up to the largest. On sm_80 .. sm_89 each CTA also takes 1 KiB the system reserves
+    (CUDA C++ Programming Guide, "Shared Memory" of compute capability 8.x); sm_90 cubins count it in .nv.shared."""
+    need = (kern.shared_size + 255) // 256 * 256 + (1024 if int(self.target[3:]) < 90 else 0)
+    fits = [c for c in self.carveouts if c >= need]
+    if not fits:
+      raise NVError(f"NV: kernel {name} needs {need} bytes of shared memory per CTA; a {self.target} SM holds at most "
+                    f"{self.carveouts[-1]} (use less shared memory per block)")
+    return fits[0], fits[0], self.carveouts[-1]
+
   def _write_launch(self, addr: int, launch: "Launch") -> list[tuple[int, int, int]]:
     """The QMD at `addr` and constant bank 0 after it; returns the copies that put the parameters into bank 0."""
     kern, cbuf0, cb_size = launch.kern, addr + qmd.QMD_BYTES, launch.cb_size
-    fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbuf0=cbuf0, cbuf0_size=cb_size, grid=launch.grid,
-                               block=launch.block, registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
-                               local_size=kern.stack_size, sass_version=self.sass_version)
+    cbufs = {0: (cbuf0, cb_size), **kern.bank_addrs}
+    fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbufs=cbufs, grid=launch.grid, block=launch.block,
+                               registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
+                               sm_config=self._carveout(launch.name, kern), local_high=kern.local_high,
+                               sass_version=self.sass_version)
     self.view(addr, qmd.QMD_BYTES)[:] = qmd.pack(self.qmd_table, fields)
-    self.view(cbuf0, cb_size)[:] = bytes(cb_size)
-    struct.pack_into("<3I", self.view(cbuf0, 12), 0, *launch.block)   # %ntid in the driver area (c[0x0][0x0..0xb], as ptxas reads it)
+    bank0 = bytearray(cb_size)
+    bank0[:len(kern.cbank0_data)] = kern.cbank0_data
+    area = DRIVER_AREA
+    struct.pack_into("<3I", bank0, area["NTID"], *launch.block)
+    struct.pack_into("<3I", bank0, area["NCTAID"], *launch.grid)
+    struct.pack_into("<Q", bank0, area["SHARED_WINDOW"], SHARED_WINDOW)
+    struct.pack_into("<Q", bank0, area["LOCAL_WINDOW"], LOCAL_WINDOW)
+    struct.pack_into("<I", bank0, area["STACK_POINTER"], STACK_TOP)
+    self.view(cbuf0, cb_size)[:] = bytes(bank0)
     return [(launch.args_addr + 8 * prm.ordinal, cbuf0 + kern.param_base + prm.offset, prm.size) for prm in kern.params]
 
   def _copy_params(self, copies):
@@ -449,7 +580,8 @@ class NVDriver:
     if self._faulted(): self.check_faults(self.name)
     words, arenas, copies = self._place(encoded)
     self._copy_params(copies)
-    self._submit_words(self.channels[kind], words, arenas)
+    ch = self.channels[kind]
+    self._submit_words(ch, self._state_words(ch) + words, arenas)
 
   def _submit_words(self, ch: Channel, words: list[int], arenas=()):
     entries = []
@@ -505,7 +637,13 @@ class NVDriver:
     if self._faulted(): self.check_faults(self.name)
     for i, v in patch: bound.words[i] = v
     self._copy_params(bound.copies)
-    self._ring(self.channels[kind], [(bound.memory.addr, bound.nwords)], [])
+    ch = self.channels[kind]
+    entries, arenas = [], []
+    if (state := self._state_words(ch)):
+      addr, arena = self._block(4 * len(state))
+      np.frombuffer(self.view(addr, 4 * len(state)), np.uint32)[:] = state
+      entries, arenas = [(addr, len(state))], [arena]
+    self._ring(ch, [*entries, (bound.memory.addr, bound.nwords)], arenas)
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
     deadline, sleep = time.monotonic() + timeout, 1e-5
@@ -543,16 +681,20 @@ class NVDriver:
     """Robust-channel recovery as RM expects of a client: free the faulted channels (RM stops them), clear the error
     notifier and allocate new ones; what they still held is dropped."""
     for kind, old in list(self.channels.items()):
-      self.rm.free(self.group, old.handle)
+      self._uvm(rm.UVM_UNREGISTER_CHANNEL, gpuUuid=self.uuid, hClient=self.rm.root, hChannel=old.handle)
+      self._free_windows.append(old.window)
+      self.rm.free(old.group, old.handle)
       for ch, _, arena in self._inflight:
         if ch is old: arena[2] -= 1
       self._inflight = [entry for entry in self._inflight if entry[0] is not old]
+      for retired in [r for r in self._local_retired if r[1] is old]:
+        self._local_retired.remove(retired)
+        self.free(retired[0])
       for mem in (old.ring, old.userd, old.fence): self.free(mem)
     self.view(self.error_notifier.addr, 16)[:] = bytes(16)
     for kind, old in list(self.channels.items()):
       self.channels[kind] = self._channel(kind, old.cls, old.engine, old.subchannels)
-    sp = ffi.new("NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS *"); sp.bEnable = 1
-    self.rm.control(self.group, rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, sp)
+    self._schedule()
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
     self._stalled = None
 

@@ -62,6 +62,23 @@ for _i in range(8):   # CONSTANT_BUFFER_VALID(i) MW(640+i), ADDR_LOWER/UPPER(i) 
 TABLES = {(4, 0): V04_00, (3, 0): V03_00}
 QMD_TYPE_GRID_CTA = 2            # NVCBC0_QMDV04_00_QMD_TYPE_GRID_CTA
 
+# MIN/MAX/TARGET_SM_CONFIG_SHARED_MEM_SIZE hold an SM's shared-memory carveout (the L1/shared split the SM is set to
+# while the grid runs) as `bytes / 4096 + 1`: the headers give no comment, the encoding is Mesa NVK's
+# (src/nouveau/vulkan/nvk_cmd_dispatch.c and src/nouveau/compiler/nak/qmd.rs: gv100_sm_config_smem_size, the same
+# fields in QMD V02_02 .. V04_00), and nouveau's gallium driver (nvc0/nve4_compute.c) writes them the same way.
+SM_CONFIG_GRANULE = 4096
+
+
+def sm_config_shared_mem(nbytes: int) -> int:
+  """The SM_CONFIG_SHARED_MEM_SIZE field value of a carveout of `nbytes` (a multiple of 4 KiB)."""
+  if nbytes % SM_CONFIG_GRANULE: raise ValueError(f"shared memory carveout {nbytes} is not a multiple of 4 KiB")
+  return nbytes // SM_CONFIG_GRANULE + 1
+
+
+def sm_config_bytes(value: int) -> int | None:
+  """The carveout in bytes a SM_CONFIG_SHARED_MEM_SIZE field value encodes; None for 0 (not an encoding)."""
+  return (value - 1) * SM_CONFIG_GRANULE if value else None
+
 
 def pack(table: dict, values: dict) -> bytes:
   """A QMD with `values` (field name -> int) at the table's bit positions; other bits zero."""
@@ -81,42 +98,62 @@ def unpack(table: dict, data: bytes) -> dict:
   return {name: (bits >> lo) & ((1 << (hi - lo + 1)) - 1) for name, (hi, lo) in table.items()}
 
 
-def launch_fields(version: tuple, *, program: int, cbuf0: int, cbuf0_size: int, grid, block, registers: int,
-                  shared: int, barriers: int, local_size: int, sass_version: int) -> dict:
-  """The field values of one grid launch, for QMD `version` (4, 0) or (3, 0)."""
+def launch_fields(version: tuple, *, program: int, cbufs: dict, grid, block, registers: int, shared: int,
+                  barriers: int, sm_config: tuple, local_low: int = 0, local_high: int = 0, sass_version: int) -> dict:
+  """The field values of one grid launch, for QMD `version` (4, 0) or (3, 0). cbufs: {bank: (address, bytes)};
+  sm_config: the (min, target, max) shared-memory carveout in bytes; local_low / local_high: bytes of local memory
+  per thread from address 0 up / from the top of the local window down (where ptxas code keeps its stack)."""
   v = {"QMD_GROUP_ID": 0x3F, "API_VISIBLE_CALL_LIMIT": 1, "SAMPLER_INDEX": 1, "QMD_MAJOR_VERSION": version[0],
        "INVALIDATE_TEXTURE_HEADER_CACHE": 1, "INVALIDATE_TEXTURE_SAMPLER_CACHE": 1, "INVALIDATE_TEXTURE_DATA_CACHE": 1,
        "INVALIDATE_SHADER_DATA_CACHE": 1, "INVALIDATE_SHADER_CONSTANT_CACHE": 1,
        "CTA_THREAD_DIMENSION0": block[0], "CTA_THREAD_DIMENSION1": block[1], "CTA_THREAD_DIMENSION2": block[2],
        "SHARED_MEMORY_SIZE": (shared + 255) // 256 * 256, "BARRIER_COUNT": barriers,
-       "SHADER_LOCAL_MEMORY_LOW_SIZE": (local_size + 15) // 16 * 16, "SASS_VERSION": sass_version,
-       "PROGRAM_ADDRESS_LOWER": program & 0xFFFFFFFF, "PROGRAM_ADDRESS_UPPER": program >> 32,
-       "CONSTANT_BUFFER_VALID_0": 1, "CONSTANT_BUFFER_SIZE_SHIFTED4_0": (cbuf0_size + 15) >> 4}
+       "MIN_SM_CONFIG_SHARED_MEM_SIZE": sm_config_shared_mem(sm_config[0]),
+       "TARGET_SM_CONFIG_SHARED_MEM_SIZE": sm_config_shared_mem(sm_config[1]),
+       "MAX_SM_CONFIG_SHARED_MEM_SIZE": sm_config_shared_mem(sm_config[2]),
+       "SHADER_LOCAL_MEMORY_LOW_SIZE": (local_low + 15) // 16 * 16, "SHADER_LOCAL_MEMORY_HIGH_SIZE": (local_high + 15) // 16 * 16,
+       "SASS_VERSION": sass_version, "PROGRAM_ADDRESS_LOWER": program & 0xFFFFFFFF, "PROGRAM_ADDRESS_UPPER": program >> 32}
   if version == (4, 0):
-    if cbuf0 & 63: raise ValueError(f"QMD V04_00: constant buffer address {cbuf0:#x} is not 64-byte aligned")
     v.update({"QMD_TYPE": QMD_TYPE_GRID_CTA, "QMD_MINOR_VERSION": version[1], "GRID_WIDTH": grid[0],
-              "GRID_HEIGHT": grid[1], "GRID_DEPTH": grid[2], "REGISTER_COUNT": registers,
-              "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0": (cbuf0 >> 6) & 0xFFFFFFFF,
-              "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0": cbuf0 >> 38})
+              "GRID_HEIGHT": grid[1], "GRID_DEPTH": grid[2], "REGISTER_COUNT": registers})
   else:
     v.update({"QMD_VERSION": version[1], "CTA_RASTER_WIDTH": grid[0], "CTA_RASTER_HEIGHT": grid[1],
-              "CTA_RASTER_DEPTH": grid[2], "REGISTER_COUNT_V": registers, "SM_GLOBAL_CACHING_ENABLE": 1,
-              "CONSTANT_BUFFER_ADDR_LOWER_0": cbuf0 & 0xFFFFFFFF, "CONSTANT_BUFFER_ADDR_UPPER_0": cbuf0 >> 32})
+              "CTA_RASTER_DEPTH": grid[2], "REGISTER_COUNT_V": registers, "SM_GLOBAL_CACHING_ENABLE": 1})
+  for i, (addr, size) in sorted(cbufs.items()):
+    v.update({f"CONSTANT_BUFFER_VALID_{i}": 1, f"CONSTANT_BUFFER_SIZE_SHIFTED4_{i}": (size + 15) >> 4})
+    if version == (4, 0):
+      if addr & 63: raise ValueError(f"QMD V04_00: constant buffer {i} address {addr:#x} is not 64-byte aligned")
+      v.update({f"CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_{i}": (addr >> 6) & 0xFFFFFFFF,
+                f"CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_{i}": addr >> 38})
+    else:
+      v.update({f"CONSTANT_BUFFER_ADDR_LOWER_{i}": addr & 0xFFFFFFFF, f"CONSTANT_BUFFER_ADDR_UPPER_{i}": addr >> 32})
   return v
 
 
 def read_launch(version: tuple, data: bytes) -> dict:
-  """What the emulator needs from a QMD: program, constant buffer 0, grid, block (version-independent names)."""
+  """What the emulator needs from a QMD, under version-independent names: program, the valid constant buffers
+  ({bank: (address, bytes)}), grid, block, shared memory, SM carveout fields, local memory sizes."""
   f = unpack(TABLES[version], data)
+  cbufs = {}
+  for i in range(8):
+    if not f[f"CONSTANT_BUFFER_VALID_{i}"]: continue
+    if version == (4, 0):
+      addr = (f[f"CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_{i}"] << 38) | (f[f"CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_{i}"] << 6)
+    else:
+      addr = (f[f"CONSTANT_BUFFER_ADDR_UPPER_{i}"] << 32) | f[f"CONSTANT_BUFFER_ADDR_LOWER_{i}"]
+    cbufs[i] = (addr, f[f"CONSTANT_BUFFER_SIZE_SHIFTED4_{i}"] << 4)
   if version == (4, 0):
-    cb = (f["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0"] << 38) | (f["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0"] << 6)
     grid = (f["GRID_WIDTH"], f["GRID_HEIGHT"], f["GRID_DEPTH"])
     major, minor = f["QMD_MAJOR_VERSION"], f["QMD_MINOR_VERSION"]
   else:
-    cb = (f["CONSTANT_BUFFER_ADDR_UPPER_0"] << 32) | f["CONSTANT_BUFFER_ADDR_LOWER_0"]
     grid = (f["CTA_RASTER_WIDTH"], f["CTA_RASTER_HEIGHT"], f["CTA_RASTER_DEPTH"])
     major, minor = f["QMD_MAJOR_VERSION"], f["QMD_VERSION"]
   return {"version": (major, minor), "program": (f["PROGRAM_ADDRESS_UPPER"] << 32) | f["PROGRAM_ADDRESS_LOWER"],
-          "cbuf0": cb, "cbuf0_valid": f["CONSTANT_BUFFER_VALID_0"], "cbuf0_size": f["CONSTANT_BUFFER_SIZE_SHIFTED4_0"] << 4,
-          "grid": grid, "block": (f["CTA_THREAD_DIMENSION0"], f["CTA_THREAD_DIMENSION1"], f["CTA_THREAD_DIMENSION2"]),
-          "shared": f["SHARED_MEMORY_SIZE"]}
+          "cbufs": cbufs, "cbuf0": cbufs.get(0, (0, 0))[0], "cbuf0_valid": int(0 in cbufs), "cbuf0_size": cbufs.get(0, (0, 0))[1],
+          "grid": grid,
+          "block": (f["CTA_THREAD_DIMENSION0"], f["CTA_THREAD_DIMENSION1"], f["CTA_THREAD_DIMENSION2"]),
+          "shared": f["SHARED_MEMORY_SIZE"],
+          "sm_config": (f["MIN_SM_CONFIG_SHARED_MEM_SIZE"], f["TARGET_SM_CONFIG_SHARED_MEM_SIZE"],
+                        f["MAX_SM_CONFIG_SHARED_MEM_SIZE"]),
+          "local": (f["SHADER_LOCAL_MEMORY_LOW_SIZE"], f["SHADER_LOCAL_MEMORY_HIGH_SIZE"]),
+          "invalidate_instruction_cache": f["INVALIDATE_INSTRUCTION_CACHE"]}

@@ -184,34 +184,44 @@ def test_qmd_pack_every_field_bit_exact(version):
 @pytest.mark.parametrize("version", [(4, 0), (3, 0)])
 def test_qmd_launch_bit_exact(version):
   """The QMD of one launch, byte for byte as the header says, and read back by the emulator's decoder."""
-  program, cbuf0, cb_size = 0x7F12_3456_7800, 0x20_0000_1140, 0x2F4
+  program, cbuf0, cb_size, cbuf2 = 0x7F12_3456_7800, 0x20_0000_1140, 0x2F4, 0x20_0000_2000
   grid, block = (70000, 3, 2), (96, 2, 1)
-  fields = qmd.launch_fields(version, program=program, cbuf0=cbuf0, cbuf0_size=cb_size, grid=grid, block=block,
-                             registers=38, shared=1000, barriers=1, local_size=20, sass_version=0x90)
+  fields = qmd.launch_fields(version, program=program, cbufs={0: (cbuf0, cb_size), 2: (cbuf2, 0x9A)}, grid=grid,
+                             block=block, registers=38, shared=1000, barriers=1, sm_config=(8 << 10, 16 << 10, 228 << 10),
+                             local_low=20, local_high=0x341, sass_version=0x90)
   want = {"QMD_GROUP_ID": 0x3F, "API_VISIBLE_CALL_LIMIT": API_VISIBLE_CALL_LIMIT_NO_CHECK,
           "SAMPLER_INDEX": SAMPLER_INDEX_VIA_HEADER_INDEX, "QMD_MAJOR_VERSION": version[0],
           "INVALIDATE_TEXTURE_HEADER_CACHE": TRUE, "INVALIDATE_TEXTURE_SAMPLER_CACHE": TRUE,
           "INVALIDATE_TEXTURE_DATA_CACHE": TRUE, "INVALIDATE_SHADER_DATA_CACHE": TRUE,
           "INVALIDATE_SHADER_CONSTANT_CACHE": TRUE, "CTA_THREAD_DIMENSION0": 96, "CTA_THREAD_DIMENSION1": 2,
           "CTA_THREAD_DIMENSION2": 1, "SHARED_MEMORY_SIZE": 1024, "BARRIER_COUNT": 1, "SHADER_LOCAL_MEMORY_LOW_SIZE": 32,
+          "SHADER_LOCAL_MEMORY_HIGH_SIZE": 0x350,
+          # SM_CONFIG_SHARED_MEM_SIZE: KiB / 4 + 1 (Mesa NVK gv100_sm_config_smem_size): 8 KiB, 16 KiB, 228 KiB
+          "MIN_SM_CONFIG_SHARED_MEM_SIZE": 3, "TARGET_SM_CONFIG_SHARED_MEM_SIZE": 5, "MAX_SM_CONFIG_SHARED_MEM_SIZE": 58,
           "SASS_VERSION": 0x90, "PROGRAM_ADDRESS_LOWER": 0x3456_7800, "PROGRAM_ADDRESS_UPPER": 0x7F12,
-          "CONSTANT_BUFFER_VALID_0": TRUE, "CONSTANT_BUFFER_SIZE_SHIFTED4_0": 0x300 >> 4}
+          "CONSTANT_BUFFER_VALID_0": TRUE, "CONSTANT_BUFFER_SIZE_SHIFTED4_0": 0x300 >> 4,
+          "CONSTANT_BUFFER_VALID_2": TRUE, "CONSTANT_BUFFER_SIZE_SHIFTED4_2": 0xA0 >> 4}
   if version == (4, 0):
     want.update({"QMD_TYPE": QMD_TYPE_GRID_CTA, "QMD_MINOR_VERSION": 0, "GRID_WIDTH": 70000, "GRID_HEIGHT": 3,
                  "GRID_DEPTH": 2, "REGISTER_COUNT": 38, "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0": 0x8000_0045,
-                 "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0": 0})
+                 "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0": 0, "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_2": 0x8000_0080,
+                 "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_2": 0})
   else:
     want.update({"QMD_VERSION": 0, "CTA_RASTER_WIDTH": 70000, "CTA_RASTER_HEIGHT": 3, "CTA_RASTER_DEPTH": 2,
                  "REGISTER_COUNT_V": 38, "SM_GLOBAL_CACHING_ENABLE": 1, "CONSTANT_BUFFER_ADDR_LOWER_0": 0x0000_1140,
-                 "CONSTANT_BUFFER_ADDR_UPPER_0": 0x20})
+                 "CONSTANT_BUFFER_ADDR_UPPER_0": 0x20, "CONSTANT_BUFFER_ADDR_LOWER_2": 0x0000_2000,
+                 "CONSTANT_BUFFER_ADDR_UPPER_2": 0x20})
   assert fields == want
   data = qmd.pack(qmd.TABLES[version], fields)
   assert data == _bytes_from_fields(QMD[version], want, qmd.QMD_BYTES)
   if version == (4, 0):     # spot checks as raw words: GRID_WIDTH MW(1055:1024) is dword 32, PROGRAM_ADDRESS_LOWER dword 38
     assert int.from_bytes(data[128:132], "little") == 70000 and int.from_bytes(data[152:156], "little") == 0x3456_7800
   launch = qmd.read_launch(version, data)
-  assert launch == {"version": version, "program": program, "cbuf0": cbuf0, "cbuf0_valid": 1, "cbuf0_size": 0x300,
-                    "grid": grid, "block": block, "shared": 1024}
+  assert launch == {"version": version, "program": program, "cbufs": {0: (cbuf0, 0x300), 2: (cbuf2, 0xA0)},
+                    "cbuf0": cbuf0, "cbuf0_valid": 1, "cbuf0_size": 0x300, "grid": grid, "block": block, "shared": 1024,
+                    "sm_config": (3, 5, 58), "local": (32, 0x350), "invalidate_instruction_cache": 0}
+  assert [qmd.sm_config_bytes(v) for v in launch["sm_config"]] == [8 << 10, 16 << 10, 228 << 10]
+  assert qmd.sm_config_bytes(0) is None      # 0 encodes no carveout
 
 
 # ==== pushbuffer =================================================================================================
@@ -237,7 +247,10 @@ WFI_SCOPE, WFI_SCOPE_ALL = (0, 0), 0x1
 _COMPUTE = {"NO_OPERATION": 0x0100, "SET_SHADER_SHARED_MEMORY_WINDOW_A": 0x02A0, "SET_SHADER_SHARED_MEMORY_WINDOW_B": 0x02A4,
             "SEND_PCAS_A": 0x02B4, "SEND_SIGNALING_PCAS2_B": 0x02C0, "SET_SHADER_LOCAL_MEMORY_A": 0x0790,
             "SET_SHADER_LOCAL_MEMORY_B": 0x0794, "SET_SHADER_LOCAL_MEMORY_WINDOW_A": 0x07B0,
-            "SET_SHADER_LOCAL_MEMORY_WINDOW_B": 0x07B4, "INVALIDATE_SHADER_CACHES_NO_WFI": 0x1698}
+            "SET_SHADER_LOCAL_MEMORY_WINDOW_B": 0x07B4, "INVALIDATE_SHADER_CACHES_NO_WFI": 0x1698,
+            "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A": 0x02E4, "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B": 0x02E8,
+            "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C": 0x02EC}
+INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION, INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION_TRUE = (0, 0), 0x1
 COMPUTE_METHODS = {rm.AMPERE_COMPUTE_A: _COMPUTE, rm.AMPERE_COMPUTE_B: _COMPUTE, rm.ADA_COMPUTE_A: _COMPUTE,
                    rm.HOPPER_COMPUTE_A: _COMPUTE}
 SEND_PCAS_A_QMD_ADDRESS_SHIFTED8, SEND_PCAS_A_QMD_ADDRESS_SHIFTED8_SHIFT = (31, 0), 8    # the QMD's address >> 8
@@ -279,6 +292,8 @@ PUSHBUF = {
   "SEM_RELEASE_TIMESTAMP": _f(SEM_EXECUTE_RELEASE_TIMESTAMP), "WFI_SCOPE_ALL": _f(WFI_SCOPE, WFI_SCOPE_ALL),
   **{k: v for k, v in _COMPUTE.items() if k != "NO_OPERATION"},
   "PCAS_ACTION_INVALIDATE_COPY_SCHEDULE": _f(SEND_SIGNALING_PCAS2_B_PCAS_ACTION, PCAS_ACTION_INVALIDATE_COPY_SCHEDULE),
+  "INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION": _f(INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION,
+                                                    INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION_TRUE),
   **_COPY,
   **{"DMA_" + k.replace("_TRUE", ""): _f(*v) for k, v in LAUNCH_DMA.items()},
   "GP_ENTRY_BYTES": GP_ENTRY_SIZE, "GP_ENTRY_MAX_LENGTH": (1 << (GP_ENTRY1_LENGTH[0] - GP_ENTRY1_LENGTH[1] + 1)) - 1,
@@ -362,13 +377,14 @@ CLASS_IDS = {
   "AMPERE_DMA_COPY_B": 0x0000C7B5, "HOPPER_DMA_COPY_A": 0x0000C8B5,
 }
 # compute class -> (CUDA compute capability of those chips, newest QMD version of the class's QMD header (DOC
-# clc6c0qmd.h / clc7c0qmd.h / clc9c0qmd.h: V03_00, clcbc0qmd.h: V04_00), host and usermode class the same chips list
-# (OGKM src/nvidia/generated/g_gpu_class_list.c: GA100, GA102, AD102, GH100))
-COMPUTE_CLASSES = {
-  0xCBC0: ("sm_90", (4, 0), 0xC86F, 0xC661), 0xC9C0: ("sm_89", (3, 0), 0xC56F, 0xC561),
-  0xC7C0: ("sm_86", (3, 0), 0xC56F, 0xC561), 0xC6C0: ("sm_80", (3, 0), 0xC56F, 0xC561),
-}
-COPY_CLASSES = (0xC8B5, 0xC7B5, 0xC6B5)     # GH100, GA102 / AD102, GA100
+# clc6c0qmd.h / clc7c0qmd.h / clc9c0qmd.h: V03_00, clcbc0qmd.h: V04_00))
+COMPUTE_CLASSES = {0xCBC0: ("sm_90", (4, 0)), 0xC9C0: ("sm_89", (3, 0)), 0xC7C0: ("sm_86", (3, 0)), 0xC6C0: ("sm_80", (3, 0))}
+# newest first; OGKM src/nvidia/generated/g_gpu_class_list.c lists for GH100 HOPPER_DMA_COPY_A, HOPPER_CHANNEL_GPFIFO_A and
+# AMPERE_CHANNEL_GPFIFO_A, HOPPER_USERMODE_A and AMPERE_USERMODE_A; for AD102 and GA102 AMPERE_DMA_COPY_B; for GA100
+# AMPERE_DMA_COPY_A; for the three Ampere/Ada chips AMPERE_CHANNEL_GPFIFO_A and AMPERE_USERMODE_A
+COPY_CLASSES = (0xC8B5, 0xC7B5, 0xC6B5)
+CHANNEL_CLASSES = (0xC86F, 0xC56F)
+USERMODE_CLASSES = (0xC661, 0xC561)
 
 # ---- escapes: OGKM kernel-open/common/inc/nv-ioctl-numbers.h, src/nvidia/arch/nvalloc/unix/include/nv_escape.h
 ESCAPE_NUMBERS = {
@@ -394,7 +410,8 @@ RM_API_VERSION = {"NV_RM_API_VERSION_CMD_STRICT": 0, "NV_RM_API_VERSION_CMD_RELA
 
 # ---- UVM: OGKM kernel-open/nvidia-uvm/uvm_linux_ioctl.h (UVM_INITIALIZE), uvm_ioctl.h (UVM_IOCTL_BASE(i) = i on Linux);
 # each takes <NAME>_PARAMS
-UVM_NUMBERS = {"UVM_INITIALIZE": 0x30000001, "UVM_REGISTER_GPU_VASPACE": 25, "UVM_MAP_EXTERNAL_ALLOCATION": 33,
+UVM_NUMBERS = {"UVM_INITIALIZE": 0x30000001, "UVM_REGISTER_GPU_VASPACE": 25, "UVM_REGISTER_CHANNEL": 27,
+               "UVM_UNREGISTER_CHANNEL": 28, "UVM_MAP_EXTERNAL_ALLOCATION": 33,
                "UVM_FREE": 34, "UVM_REGISTER_GPU": 37, "UVM_CREATE_EXTERNAL_RANGE": 73, "UVM_MM_INITIALIZE": 75}
 
 # ---- flags: OGKM nvos.h (NVOS02_FLAGS_PHYSICALITY 7:4 NONCONTIGUOUS 1, COHERENCY 15:12 CACHED 1, MAPPING 31:30 NO_MAP 1;
@@ -404,7 +421,7 @@ FLAGS = {
   "NVOS02_FLAGS_PHYSICALITY_NONCONTIGUOUS": 1 << 4, "NVOS02_FLAGS_COHERENCY_CACHED": 1 << 12,
   "NVOS02_FLAGS_MAPPING_NO_MAP": 1 << 30, "NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED": 1 << 3,
   "NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING": 1 << 6, "NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC": 1,
-  "NV2080_ENGINE_TYPE_GRAPHICS": 0x00000001, "NV2080_ENGINE_TYPE_COPY0": 0x00000009,
+  "NV2080_ENGINE_TYPE_NULL": 0x00000000, "NV2080_ENGINE_TYPE_GRAPHICS": 0x00000001, "NV2080_ENGINE_TYPE_COPY0": 0x00000009,
   "NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY": 0x00000002,
 }
 
@@ -429,13 +446,14 @@ ALLOC_PARAMS = {
 NV_STATUS = {
   "NV_OK": 0x00000000, "NV_ERR_GENERIC": 0x0000FFFF, "NV_ERR_ILLEGAL_ACTION": 0x00000016, "NV_ERR_IN_USE": 0x00000017,
   "NV_ERR_INSERT_DUPLICATE_NAME": 0x00000019, "NV_ERR_INSUFFICIENT_RESOURCES": 0x0000001A,
-  "NV_ERR_INVALID_ADDRESS": 0x0000001E, "NV_ERR_INVALID_ARGUMENT": 0x0000001F, "NV_ERR_INVALID_CLASS": 0x00000022,
+  "NV_ERR_INVALID_ADDRESS": 0x0000001E, "NV_ERR_INVALID_ARGUMENT": 0x0000001F, "NV_ERR_INVALID_CHANNEL": 0x00000021,
+  "NV_ERR_INVALID_CLASS": 0x00000022,
   "NV_ERR_INVALID_CLIENT": 0x00000023, "NV_ERR_INVALID_COMMAND": 0x00000024, "NV_ERR_INVALID_DEVICE": 0x00000026,
   "NV_ERR_INVALID_FLAGS": 0x00000029, "NV_ERR_INVALID_LIMIT": 0x0000002E, "NV_ERR_INVALID_OBJECT_HANDLE": 0x00000033,
   "NV_ERR_INVALID_OBJECT_NEW": 0x00000034, "NV_ERR_INVALID_OBJECT_PARENT": 0x00000036,
   "NV_ERR_INVALID_OFFSET": 0x00000037, "NV_ERR_INVALID_PARAM_STRUCT": 0x0000003A, "NV_ERR_INVALID_STATE": 0x00000040,
   "NV_ERR_NO_MEMORY": 0x00000051, "NV_ERR_NOT_SUPPORTED": 0x00000056, "NV_ERR_OBJECT_NOT_FOUND": 0x00000057,
-  "NV_ERR_OPERATING_SYSTEM": 0x00000059, "NV_ERR_UVM_ADDRESS_IN_USE": 0x00000068,
+  "NV_ERR_OPERATING_SYSTEM": 0x00000059, "NV_ERR_OUT_OF_RANGE": 0x0000005B, "NV_ERR_UVM_ADDRESS_IN_USE": 0x00000068,
   "NV_WARN_NOTHING_TO_DO": 0x00010006,
 }
 # ---- robust-channel errors: OGKM src/common/sdk/nvidia/inc/nverror.h; the error notifier's status: OGKM
@@ -515,6 +533,9 @@ STRUCTS = {
                                                 "rmCtrlFd": (9248, 4), "hClient": (9252, 4), "hMemory": (9256, 4),
                                                 "rmStatus": (9260, 4)}),
   "UVM_FREE_PARAMS": (24, {"base": (0, 8), "length": (8, 8), "rmStatus": (16, 4)}),
+  "UVM_REGISTER_CHANNEL_PARAMS": (56, {"gpuUuid": (0, 16), "rmCtrlFd": (16, 4), "hClient": (20, 4), "hChannel": (24, 4),
+                                       "base": (32, 8), "length": (40, 8), "rmStatus": (48, 4)}),
+  "UVM_UNREGISTER_CHANNEL_PARAMS": (28, {"gpuUuid": (0, 16), "hClient": (16, 4), "hChannel": (20, 4), "rmStatus": (24, 4)}),
 }
 
 # every scalar drivers/nv/rm.py defines
@@ -522,8 +543,8 @@ RM_SCALARS = {**CLASS_IDS, **ESCAPE_NUMBERS, **UVM_NUMBERS, **FLAGS, **RM_API_VE
               **{name: cmd for name, (cmd, _) in CONTROLS.items()}, **RC_ERRORS, "NV_OK": NV_STATUS["NV_OK"],
               "NOTIFICATION_STATUS_ERROR": NOTIFICATION_STATUS_ERROR, "HEADERS_VERSION": "580.142"}
 # its tables, each compared in full by a test below
-RM_TABLES = {"SUPPORTED_SERIES", "ESCAPES", "UVM_IOCTLS", "COMPUTE_CLASSES", "COPY_CLASSES", "CONTROLS", "ALLOC_PARAMS",
-             "CLASS_NAMES", "NV_STATUS", "STATUS", "RC_ERRORS"}
+RM_TABLES = {"SUPPORTED_SERIES", "ESCAPES", "UVM_IOCTLS", "COMPUTE_CLASSES", "COPY_CLASSES", "CHANNEL_CLASSES",
+             "USERMODE_CLASSES", "CONTROLS", "ALLOC_PARAMS", "CLASS_NAMES", "NV_STATUS", "STATUS", "RC_ERRORS"}
 
 
 def test_rm_scalars_match_headers():
@@ -555,8 +576,8 @@ def test_rm_controls_classes_and_alloc_params():
     assert cmd >> 16 == int(name[2:6], 16), name
   assert rm.ALLOC_PARAMS == ALLOC_PARAMS
   assert rm.COMPUTE_CLASSES == COMPUTE_CLASSES and list(rm.COMPUTE_CLASSES) == sorted(COMPUTE_CLASSES, reverse=True)
-  assert rm.COPY_CLASSES == COPY_CLASSES
-  for cls, (_, version, _, _) in COMPUTE_CLASSES.items(): assert version in qmd.TABLES, rm.class_name(cls)
+  assert rm.COPY_CLASSES == COPY_CLASSES and rm.CHANNEL_CLASSES == CHANNEL_CLASSES and rm.USERMODE_CLASSES == USERMODE_CLASSES
+  for cls, (_, version) in COMPUTE_CLASSES.items(): assert version in qmd.TABLES, rm.class_name(cls)
   assert rm.CLASS_NAMES == {v: k for k, v in CLASS_IDS.items()}
 
 
@@ -632,12 +653,16 @@ def test_method_data_it_does_not_emulate_is_rejected(fresh, words, want):
   assert want in _fault(fresh, words)
 
 
-def _qmd_fault(d, edit) -> str:
+TINY_PTX = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry tiny(.param .u64 out)\n{\n  ret;\n}\n"
+
+
+def _qmd_fault(d, edit, program: int = 0x1000) -> str:
   """Submit a launch whose V04_00 QMD (otherwise what the driver writes) went through `edit(fields) -> bits to or in`."""
   table = qmd.TABLES[(4, 0)]
   mem = d.alloc(4096)
-  fields = qmd.launch_fields((4, 0), program=0x1000, cbuf0=mem.addr + 1024, cbuf0_size=0x400, grid=(1, 1, 1),
-                             block=(32, 1, 1), registers=16, shared=0, barriers=0, local_size=0, sass_version=0x90)
+  fields = qmd.launch_fields((4, 0), program=program, cbufs={0: (mem.addr + 1024, 0x400)}, grid=(1, 1, 1),
+                             block=(32, 1, 1), registers=16, shared=0, barriers=0, sm_config=(8 << 10, 8 << 10, 228 << 10),
+                             sass_version=0x90)
   extra = edit(fields) or 0
   data = int.from_bytes(qmd.pack(table, fields), "little") | extra
   d.view(mem.addr, qmd.QMD_BYTES)[:] = data.to_bytes(qmd.QMD_BYTES, "little")
@@ -660,8 +685,10 @@ def test_qmd_of_another_type_is_rejected(fresh):
   assert "QMD_TYPE 1 is not emulated" in _qmd_fault(fresh, lambda f: f.update(QMD_TYPE=1))     # GRID_NULL
 
 
-def test_qmd_binding_constant_buffers_beyond_0_is_rejected(fresh):
-  assert "constant buffers [3] are valid" in _qmd_fault(fresh, lambda f: f.update(CONSTANT_BUFFER_VALID_3=1))
+def test_qmd_binding_a_constant_buffer_the_kernel_lacks_is_rejected(fresh):
+  program, _ = fresh.load_program(fresh.compile(TINY_PTX), "tiny")
+  msg = _qmd_fault(fresh, lambda f: f.update(CONSTANT_BUFFER_VALID_3=1), program)
+  assert "constant buffers [3] are valid but the kernel has no such constant bank" in msg
 
 
 def test_a_well_formed_qmd_gets_past_the_checks(fresh):

@@ -70,8 +70,9 @@ def test_pushbuffer_formats():
 @pytest.mark.parametrize("version", [(4, 0), (3, 0)])
 def test_qmd_round_trip(version):
   table = qmd.TABLES[version]
-  fields = qmd.launch_fields(version, program=0x7F12_3456_7800, cbuf0=0x20_0000_1100, cbuf0_size=0x300, grid=(70000, 3, 2),
-                             block=(256, 2, 1), registers=38, shared=1024, barriers=1, local_size=0, sass_version=0x90)
+  fields = qmd.launch_fields(version, program=0x7F12_3456_7800, cbufs={0: (0x20_0000_1100, 0x300)}, grid=(70000, 3, 2),
+                             block=(256, 2, 1), registers=38, shared=1024, barriers=1, sm_config=(8 << 10, 8 << 10, 100 << 10),
+                             sass_version=0x90)
   data = qmd.pack(table, fields)
   assert len(data) == qmd.QMD_BYTES == 384           # V04_00 runs to bit 3071 (clcbc0qmd.h); V03_00 fits
   back = qmd.unpack(table, data)
