@@ -15,6 +15,8 @@ from typing import Iterator
 import numpy as np
 from baregrad.compiler.dtype import dtypes, to_dtype
 from .tensor import Tensor
+from .composite import ShapeError
+from .losses import attention_weights
 
 
 class StateDictError(ValueError):
@@ -262,6 +264,140 @@ class Dropout(Module):
     return keep.where(x * (1 / (1 - self.p)), 0.0)
 
 
+# ---------------------------------------------------------------- attention
+
+def _additive_mask(mask, dtype, device, op: str, name: str) -> Tensor:
+  """torch's MultiheadAttention masks as one float mask to add to the scores: a bool mask is True where a
+  position may NOT be attended (-inf there, 0 elsewhere); a float mask is added as it is."""
+  if not isinstance(mask, Tensor): mask = Tensor(np.asarray(mask), device=device)
+  if mask.dtype.is_bool: return mask.where(-math.inf, 0.0).cast(dtype)
+  if not mask.dtype.is_float:
+    raise TypeError(f"{op}: {name} must be a bool or float tensor, got {mask.dtype.name}")
+  return mask.cast(dtype)
+
+
+class MultiheadAttention(Module):
+  """torch.nn.MultiheadAttention: the parameters have torch's names and layouts (`in_proj_weight` (3E, E) packs
+  the query, key and value projections in that order, `in_proj_bias` (3E,), `out_proj.weight`, `out_proj.bias`),
+  so a torch state_dict loads by name; they are initialized as torch does (Xavier-uniform in_proj_weight, zero
+  biases). kdim/vdim different from embed_dim and add_bias_kv are not supported.
+
+  Differences from torch: `batch_first` defaults to True (inputs (N, L, E)); `key` and `value` default to the
+  query (self-attention); `is_causal=True` without an `attn_mask` builds the causal mask (torch asks for the
+  mask too). Masks as torch: a bool `attn_mask` ((L, S) or (N * num_heads, L, S)) or `key_padding_mask` (N, S) is
+  True where attention is NOT allowed; a float one is added to the scores. Dropout on the attention weights only
+  while training."""
+  def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, batch_first: bool = True,
+               dtype=None, device=None):
+    if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+      raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be a positive multiple of num_heads "
+                       f"({num_heads})")
+    if not 0 <= dropout <= 1: raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], got {dropout}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+    self.dropout, self.batch_first = dropout, batch_first
+    # xavier_uniform_ on (3E, E): bound sqrt(6 / (fan_in + fan_out))
+    self.in_proj_weight = _param(_uniform((3 * embed_dim, embed_dim), math.sqrt(6 / (4 * embed_dim)), dt, device))
+    self.in_proj_bias = _param(Tensor.zeros(3 * embed_dim, dtype=dt, device=device)) if bias else None
+    self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt, device=device)
+    if bias: self.out_proj.bias = _param(Tensor.zeros(embed_dim, dtype=dt, device=device))
+
+  def _project(self, x: Tensor, part: int, parts: int = 1) -> Tensor:
+    """x @ W.T + b for rows [part * E, (part + parts) * E) of the packed projection."""
+    E = self.embed_dim
+    rows = (part * E, (part + parts) * E)
+    w = self.in_proj_weight if parts == 3 else self.in_proj_weight.shrink((rows, None))
+    out = x @ w.T
+    if self.in_proj_bias is None: return out
+    return out + (self.in_proj_bias if parts == 3 else self.in_proj_bias.shrink((rows,)))
+
+  def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, key_padding_mask=None,
+              need_weights: bool = True, attn_mask=None, average_attn_weights: bool = True, is_causal: bool = False):
+    """Returns (attn_output, attn_weights): the output has the query's shape; the weights (None unless
+    need_weights) are (N, L, S) averaged over heads, or (N, num_heads, L, S)."""
+    op = f"MultiheadAttention({self.embed_dim}, {self.num_heads})"
+    key = query if key is None else key
+    value = key if value is None else value
+    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+      raise ShapeError(f"{op}: query, key and value must all be batched 3-D or unbatched 2-D, got shapes "
+                       f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+      if t.shape[-1] != self.embed_dim:
+        raise ShapeError(f"{op}: {name} of shape {tuple(t.shape)} must have {self.embed_dim} features in its last dim")
+    batched = query.ndim == 3
+    same = query is key and key is value
+    if not batched: query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+    elif not self.batch_first: query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+    N, L, E = query.shape
+    S, H, D = key.shape[1], self.num_heads, self.head_dim
+    if key.shape[0] != N or value.shape[0] != N or value.shape[1] != S:
+      raise ShapeError(f"{op}: query, key and value disagree on the batch or key length: shapes {tuple(query.shape)}, "
+                       f"{tuple(key.shape)}, {tuple(value.shape)} (as (N, L, E))")
+    if same: q, k, v = self._project(query, 0, 3).split(E, dim=-1)
+    else: q, k, v = self._project(query, 0), self._project(key, 1), self._project(value, 2)
+    q, k, v = (t.reshape(N, -1, H, D).permute(0, 2, 1, 3) for t in (q, k, v))   # (N, H, positions, D)
+    mask = None
+    if attn_mask is not None:
+      mask = _additive_mask(attn_mask, q.dtype, q.device, op, "attn_mask")
+      if mask.shape == (L, S): mask = mask.reshape(1, 1, L, S)
+      elif mask.shape == (N * H, L, S): mask = mask.reshape(N, H, L, S)
+      else:
+        raise ShapeError(f"{op}: attn_mask must have shape ({L}, {S}) or ({N * H}, {L}, {S}), got {tuple(mask.shape)}")
+    if key_padding_mask is not None:
+      kpm = _additive_mask(key_padding_mask, q.dtype, q.device, op, "key_padding_mask")
+      want = (N, S) if batched else (S,)
+      if kpm.shape != want: raise ShapeError(f"{op}: key_padding_mask must have shape {want}, got {tuple(kpm.shape)}")
+      kpm = kpm.reshape(N, 1, 1, S)
+      mask = kpm if mask is None else mask + kpm
+    causal = is_causal and attn_mask is None
+    if causal and mask is not None:   # merge the causal mask into the others
+      rows = Tensor.arange(L, dtype=dtypes.int32, device=q.device).reshape(L, 1)
+      cols = Tensor.arange(S, dtype=dtypes.int32, device=q.device).reshape(1, S)
+      mask, causal = mask + (cols > rows).where(-math.inf, 0.0).cast(q.dtype), False
+    weights = attention_weights(q, k, mask, self.dropout if self.training else 0.0, causal)
+    out = (weights @ v).permute(0, 2, 1, 3).reshape(N, L, E)
+    out = self.out_proj(out)
+    if not batched: out = out.reshape(L, E)
+    elif not self.batch_first: out = out.transpose(0, 1)
+    if not need_weights: return out, None
+    if average_attn_weights: weights = weights.mean(1)
+    return out, (weights if batched else weights.reshape(*weights.shape[1:]))
+
+
+class TransformerBlock(Module):
+  """A pre-LayerNorm transformer block on (N, L, dim) inputs:
+
+      x = x + self_attn(norm1(x))            (causal by default)
+      x = x + linear2(gelu(linear1(norm2(x))))
+
+  The names and layouts are those of torch.nn.TransformerEncoderLayer(dim, num_heads, dim_feedforward,
+  activation="gelu", norm_first=True, batch_first=True), so its state_dict loads by name; GELU is the exact (erf)
+  form, as torch's. `dropout` as torch (on the attention weights, after attention, after the GELU and after
+  linear2), only while training. forward's `attn_mask` (torch's MultiheadAttention convention: a bool mask is True
+  where attention is NOT allowed) replaces the causal mask; `key_padding_mask` is added to it."""
+  def __init__(self, dim: int, num_heads: int, dim_feedforward: int | None = None, dropout: float = 0.0,
+               causal: bool = True, bias: bool = True, eps: float = 1e-5, dtype=None, device=None):
+    hidden = 4 * dim if dim_feedforward is None else dim_feedforward
+    self.self_attn = MultiheadAttention(dim, num_heads, dropout=dropout, bias=bias, batch_first=True, dtype=dtype,
+                                        device=device)
+    self.linear1 = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
+    self.linear2 = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)
+    self.norm1 = LayerNorm(dim, eps=eps, dtype=dtype, device=device)
+    self.norm2 = LayerNorm(dim, eps=eps, dtype=dtype, device=device)
+    self.dropout, self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
+    self.dim, self.causal = dim, causal
+
+  def forward(self, x: Tensor, attn_mask=None, key_padding_mask=None) -> Tensor:
+    if x.ndim != 3 or x.shape[-1] != self.dim:
+      raise ShapeError(f"TransformerBlock({self.dim}): expected an (N, L, {self.dim}) input, got {tuple(x.shape)}")
+    h = self.norm1(x)
+    a, _ = self.self_attn(h, h, h, key_padding_mask=key_padding_mask, need_weights=False, attn_mask=attn_mask,
+                          is_causal=self.causal)
+    x = x + self.dropout1(a)
+    h = self.linear2(self.dropout(self.linear1(self.norm2(x)).gelu()))
+    return x + self.dropout2(h)
+
+
 # ---------------------------------------------------------------- losses
 
 def _reduce(loss: Tensor, reduction: str, op: str) -> Tensor:
@@ -302,4 +438,4 @@ def mse_loss(pred: Tensor, target, reduction: str = "mean") -> Tensor:
 
 
 __all__ = ["Module", "Sequential", "Linear", "Conv2d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout",
-           "cross_entropy", "mse_loss", "StateDictError"]
+           "MultiheadAttention", "TransformerBlock", "cross_entropy", "mse_loss", "StateDictError"]
