@@ -148,7 +148,7 @@ def scalar_dtype(x) -> DType:
   if isinstance(x, (bool, np.bool_)): return dtypes.bool
   if isinstance(x, (int, np.integer)):
     return dtypes.default_int if -2**31 <= x < 2**31 else dtypes.int64 if -2**63 <= x < 2**63 else \
-      _raise(OverflowError(f"Python int {x} does not fit in int64"))
+      dtypes.uint64 if 0 <= x < 2**64 else _raise(OverflowError(f"Python int {x} does not fit in int64 or uint64"))
   if isinstance(x, (float, np.floating)): return dtypes.default_float
   raise TypeError(f"unsupported scalar {x!r} of type {type(x).__name__}")
 

@@ -142,6 +142,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     n = max(0, math.ceil((stop - start) / step))
     all_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
     dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
+    if dtype is None and all_int and not all(dt.min <= int(v) <= dt.max for v in (start, stop - step, step)):
+      dt = dtypes.int64          # values past the default int's range: int64, as numpy picks
     dev = Device.default() if device is None else canonical(device)
     idx = Tensor(UOp(Ops.IOTA, dt if dt.is_int else dtypes.int32, (UOp(Ops.DEVICE, None, (), dev),), n))
     if not dt.is_int: idx = idx.cast(dt)
@@ -176,6 +178,13 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
 
   # ---------------- movement primitives ----------------
   def reshape(self, *shape) -> Tensor:
+    """A new view of the elements in `shape`: one entry may be -1 (inferred), and None keeps that dim's size
+    (tinygrad's form, e.g. reshape(None, -1) flattens all but the first dim)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+    if any(s is None for s in shape):
+      if len(shape) > self.ndim:
+        raise ShapeError(f"reshape: None keeps a dim of shape {_fmt(self.shape)}, but {shape!r} has more entries")
+      shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     shape = _shape_args(shape, "reshape")
     if shape.count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
     if -1 in shape:
@@ -292,7 +301,16 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     elif isinstance(other, Scalar):
       dt = weak_promote(self.dtype, other)
       if dt.is_int and not isinstance(other, (bool, np.bool_)) and not dt.min <= int(other) <= dt.max:
-        raise OverflowError(f"Python int {other} does not fit the tensor's dtype {dt.name}; cast the tensor first")
+        # a Python int outside the tensor's range widens the result as numpy 1's value-based promotion did
+        # (numpy 2 raises): int32 + 2**40 is int64; past uint64/int64 it is an OverflowError
+        v = int(other)
+        kinds = ("uint8", "uint16", "uint32", "uint64") if dt.is_unsigned and v >= 0 else ("int8", "int16", "int32", "int64")
+        fits = [np.dtype(k) for k in kinds if np.iinfo(k).min <= v <= np.iinfo(k).max]
+        wide = np.promote_types(dt.np, fits[0]) if fits else None
+        if wide is None or wide.kind not in "iu":
+          raise OverflowError(f"Python int {other} does not fit an integer dtype together with {self.dtype.name}; "
+                              "use a float or cast the tensor")
+        dt = to_dtype(wide.name)
     elif isinstance(other, BoundVariable):
       other = other.tensor(self.device)
       dt = weak_promote(self.dtype, 1)

@@ -217,3 +217,36 @@ def test_multiply_add_rounds_twice_like_numpy():
     (ew,) = (Tensor(a) * Tensor(b) + Tensor(c)).schedule()
     assert 'optimize("fp-contract=fast")' in mm.program.source
     assert "fp-contract" not in ew.program.source
+
+
+def test_arange_past_int32_is_int64():
+  got = Tensor.arange(2**31 - 2, 2**31 + 2)
+  assert got.dtype == dtypes.int64
+  np.testing.assert_array_equal(got.numpy(), np.arange(2**31 - 2, 2**31 + 2))
+  assert Tensor.arange(5).dtype == dtypes.int32 and Tensor.arange(-2**31, -2**31 + 3).dtype == dtypes.int32
+
+
+def test_reshape_none_keeps_the_dim():
+  x = Tensor(np.arange(24).reshape(2, 3, 4))
+  assert x.reshape(None, -1).shape == (2, 12) and x.reshape(2, None, 4).shape == (2, 3, 4)
+  np.testing.assert_array_equal(x.reshape(None, 12).numpy(), np.arange(24).reshape(2, 12))
+  with pytest.raises(ValueError):
+    x.reshape(None, None, None, None)
+
+
+@pytest.mark.parametrize("dt, value, want_dt", [(np.int32, 2**40, np.int64), (np.int32, -2**40, np.int64),
+                                                (np.uint8, 300, np.uint16), (np.int8, -300, np.int16),
+                                                (np.uint32, 2**40, np.uint64), (np.uint64, 2**63, np.uint64)])
+def test_int_constants_outside_the_dtype_widen_it(dt, value, want_dt):
+  """numpy 1's value-based promotion (numpy 2 raises OverflowError): the result dtype holds the constant."""
+  a = np.array([1, 7], dt)
+  got = Tensor(a) + value
+  assert got.dtype.np == np.dtype(want_dt)
+  np.testing.assert_array_equal(got.numpy(), a.astype(want_dt) + np.array(value, want_dt))
+
+
+def test_int_constants_no_integer_dtype_holds_raise():
+  with pytest.raises(OverflowError, match="2361183241434822606848"):
+    Tensor([1]) + 2**71
+  with pytest.raises(OverflowError, match="int32"):
+    Tensor([1]) + 2**63
