@@ -1,6 +1,6 @@
 """Kernel AST -> program: simplify, decompose, linearize, render, compile, load. Cached per AST."""
 from __future__ import annotations
-import math, re
+import math, os, re
 from dataclasses import dataclass
 from .uop import UOp, Ops, ALU
 from .pattern import graph_rewrite, substitute
@@ -36,6 +36,14 @@ def _amd_renderer():   # AMD: RDNA3 assembly -> code object, no external tools
 
 
 RENDERERS["AMD"] = _amd_renderer
+
+
+def _msl_renderer():   # METAL: MSL source, compiled by Metal when the driver makes a library of it
+  from .render_msl import MSLRenderer
+  return MSLRenderer()
+
+
+RENDERERS["METAL"] = _msl_renderer
 _programs: dict = {}      # (ast, device, opts) -> Program, least recently used first
 PROGRAM_CACHE = settings.PROGRAM_CACHE   # loaded programs kept for reuse
 
@@ -65,8 +73,9 @@ stats = {"kernels_compiled": 0}
 
 
 def renderer_for(device: str):
-  if device not in RENDERERS: raise RuntimeError(f"no renderer for device {device}")
-  return RENDERERS[device]()
+  kind = device.partition(":")[0]     # AMD:1 renders as AMD does
+  if kind not in RENDERERS: raise RuntimeError(f"no renderer for device {device}")
+  return RENDERERS[kind]()
 
 
 def rewrite_passes(renderer) -> list[tuple]:
@@ -170,32 +179,72 @@ def compile_source(device: str, src, renderer=None) -> bytes:
 
 
 def get_program(spec: KernelSpec):
-  from baregrad.hcq.device import Device
-  from baregrad.hcq.program import Program
-  key = (spec.ast, spec.device, spec.opts)
-  drop_stale_programs()
+  return get_programs([spec])[0]
+
+
+def _cached(key):
   prog = _programs.pop(key, None)
-  if prog is not None:
-    _programs[key] = prog      # most recently used last
-    return prog
-  return on_deep_stack(_compile_program, spec, key)
+  if prog is not None: _programs[key] = prog      # most recently used last
+  return prog
 
 
-def _compile_program(spec: KernelSpec, key):
-  from baregrad.hcq.device import Device
-  from baregrad.hcq.program import Program
+@dataclass
+class _Rendered:
+  spec: KernelSpec
+  key: tuple
+  renderer: object
+  low: Lowered
+  name: str
+  src: object
+
+
+def get_programs(specs) -> list:
+  """The loaded Program of each spec. Those not loaded yet are lowered and rendered here one after another, then
+  compiled at once by a pool of threads sized to the cores where the compiler is another process (cc, ptxas),
+  then loaded in order: a cold schedule waits for its slowest compile, not for the sum of them."""
+  drop_stale_programs()
+  out, pending = [], {}
+  for i, spec in enumerate(specs):     # any iterable (a progress bar over the schedule)
+    out.append(None)
+    key = (spec.ast, spec.device, spec.opts)
+    if (prog := _cached(key)) is not None: out[i] = prog
+    elif key in pending: pending[key][1].append(i)
+    else: pending[key] = (on_deep_stack(_render, spec, key), [i])
+  jobs = list(pending.values())
+  external = [r for r, _ in jobs if not hasattr(r.renderer, "compile")]
+  binaries = {}
+  if len(external) > 1:
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=min(len(external), os.cpu_count() or 1)) as pool:
+      for r, b in zip(external, pool.map(lambda r: compile_source(r.spec.device, r.src, r.renderer), external)):
+        binaries[r.key] = b
+  for r, idxs in jobs:
+    binary = binaries.get(r.key)
+    if binary is None: binary = on_deep_stack(compile_source, r.spec.device, r.src, r.renderer)
+    prog = _load(r, binary)
+    for i in idxs: out[i] = prog
+  return out
+
+
+def _render(spec: KernelSpec, key) -> _Rendered:
   renderer = renderer_for(spec.device)
   low = lower(spec, renderer)
   name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
   src = renderer.render(name, low.program, low.alias, len(spec.params), low.variables)
   if DEBUG >= 4: print(src)
-  dev = Device.get(spec.device)
-  binary = compile_source(spec.device, src, renderer)
-  prog = Program(spec.device, name, binary, src, len(spec.params), tuple(v.arg[0] for v in low.variables),
-                 meta={**estimate(low.ast, spec.params), **low.launch}).load(dev)
+  return _Rendered(spec, key, renderer, low, name, src)
+
+
+def _load(r: _Rendered, binary: bytes):
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.program import Program
+  spec, low = r.spec, r.low
+  prog = Program(spec.device, r.name, binary, r.src, len(spec.params), tuple(v.arg[0] for v in low.variables),
+                 meta={**estimate(low.ast, spec.params), **low.launch}).load(Device.get(spec.device))
   stats["kernels_compiled"] += 1
-  if _viz.VIZ: _viz.viz_event("kernel", spec=spec, launch=low.launch, opt_ast=low.opt_ast, passes=rewrite_passes(renderer),
-                              ast=low.ast, program=low.program, source=src, name=name)
-  _programs[key] = prog
+  if _viz.VIZ: _viz.viz_event("kernel", spec=spec, launch=low.launch, opt_ast=low.opt_ast,
+                              passes=rewrite_passes(r.renderer), ast=low.ast, program=low.program, source=r.src,
+                              name=r.name)
+  _programs[r.key] = prog
   while len(_programs) > PROGRAM_CACHE: _programs.pop(next(iter(_programs)))
   return prog

@@ -11,7 +11,7 @@ from .pattern import substitute
 from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
 from .pack import pack_matmuls
 from . import codegen
-from .codegen import get_program, drop_stale_programs
+from .codegen import get_program, get_programs, drop_stale_programs
 from .deepstack import on_deep_stack
 from . import viz as _viz   # VIZ=out.html report hook
 from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
@@ -110,14 +110,18 @@ def build_plan(sink: UOp) -> Plan:
     else:
       ref[m] = ("new", len(new_buffers))
       new_buffers.append((m.device, math.prod(m.shape), m.dtype))
+  def runs(item) -> bool:
+    out = item.params[0]
+    return math.prod(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) != 0
+  kernels = [item for item in sched.items if not isinstance(item, CopySpec) and runs(item)]
+  programs = dict(zip(map(id, kernels), get_programs(progress(kernels, "compile kernels"))))
   steps = []
-  for item in progress(sched.items, "compile kernels"):
+  for item in sched.items:
     if isinstance(item, CopySpec):
       steps.append((None, [ref[item.dest], ref[item.src]], {"name": f"copy {item.src.device}->{item.device}"}))
       continue
-    out = item.params[0]
-    if math.prod(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) == 0: continue
-    prog = get_program(item)
+    if not runs(item): continue
+    prog = programs[id(item)]
     refs = [ref[p] if p.op is not Ops.BUFFER else ("in", p.arg.index) for p in item.params]
     steps.append((prog, refs, dict(prog.meta, name=prog.name)))
   outputs = []

@@ -2,7 +2,7 @@
 (tests/amd/test_render.py, tests/nv/test_ptx.py), plus a matrix of every ALU op, cast and bitcast on every dtype.
 
 A record is `(name, kernel AST, [(param dtype, element count)])`. The kernels are recorded with
-`compiler.schedule.get_program` wrapped while the op suite runs on the CPU device; its own failures do not matter here.
+`compiler.schedule.get_programs` wrapped while the op suite runs on the CPU device; its own failures do not matter here.
 When the pytest session itself runs the whole op suite (the default run), tests/conftest.py records it in process
 (`plan_session`, `recording`) and moves the tests that read the records after it, so the suite runs once; otherwise
 (`pytest tests/amd`, a -k selection, another device) it is run once more in a subprocess on the CPU."""
@@ -57,29 +57,33 @@ def recording(item):
   session plan_session chose to record."""
   if _in_process is None or Path(str(item.path)).resolve() not in {TESTS / f for f in OP_SUITE}:
     yield; return
-  original = schedule.get_program
+  original = schedule.get_programs
 
-  def capture(spec):
-    if spec.device == "CPU" and spec.ast not in _in_process: _in_process[spec.ast] = record(spec)
-    return original(spec)
-  schedule.get_program = capture
+  def capture(specs):
+    specs = list(specs)
+    for spec in specs:
+      if spec.device == "CPU" and spec.ast not in _in_process: _in_process[spec.ast] = record(spec)
+    return original(specs)
+  schedule.get_programs = capture
   try: yield
-  finally: schedule.get_program = original
+  finally: schedule.get_programs = original
 
 
 def _capture_main(out: str, files: list[str]):
-  """Run the op suite in this process with get_program wrapped; pickle the kernel records to `out`."""
+  """Run the op suite in this process with get_programs wrapped; pickle the kernel records to `out`."""
   import pytest
   sys.setrecursionlimit(100000)
   seen: dict = {}
-  original = schedule.get_program
+  original = schedule.get_programs
 
-  def capture(spec):
-    if spec.ast not in seen and spec.device == "CPU": seen[spec.ast] = record(spec)
-    return original(spec)
-  schedule.get_program = capture
+  def capture(specs):
+    specs = list(specs)
+    for spec in specs:
+      if spec.ast not in seen and spec.device == "CPU": seen[spec.ast] = record(spec)
+    return original(specs)
+  schedule.get_programs = capture
   pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=", *files])
-  schedule.get_program = original
+  schedule.get_programs = original
   with open(out, "wb") as f: pickle.dump(list(seen.values()), f)
 
 

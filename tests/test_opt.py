@@ -230,3 +230,25 @@ def test_beam_through_realize(monkeypatch, tmp_path):
   got = (Tensor(a) @ Tensor(b) + 3).numpy()
   np.testing.assert_allclose(got, a @ b + 3, rtol=1e-4, atol=1e-4)
   assert list((tmp_path / "beam").iterdir()), "BEAM wrote no cache entry: it did not search"
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_a_cold_schedule_compiles_its_kernels_in_parallel(monkeypatch):
+  """The kernels of one schedule that are not loaded yet are compiled by a pool: two compiles meet at a barrier
+  (which times out if they run one after another)."""
+  import threading
+  from baregrad.compiler import codegen
+  barrier, calls, original = threading.Barrier(2, timeout=30), [], codegen.compile_source
+  def meet(device, src, renderer=None):
+    calls.append(threading.get_ident())
+    if len(calls) <= 2: barrier.wait()
+    return original(device, src, renderer)
+  monkeypatch.setattr(codegen, "compile_source", meet)
+  codegen.clear_programs()
+  r = rng(11)
+  a, b = Tensor(r.random(97, dtype=np.float32)), Tensor(r.random(97, dtype=np.float32))
+  outs = [(a * 3.25 + b).exp2(), (a - b * 1.5).sqrt(), (a.reshape(97, 1) * b).sum(1)]
+  Tensor.realize(*outs)
+  assert len(set(calls[:2])) == 2
+  np.testing.assert_allclose(outs[0].numpy(), np.exp2(a.numpy() * 3.25 + b.numpy()), rtol=1e-5)
+  codegen.clear_programs()

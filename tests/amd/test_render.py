@@ -1,7 +1,7 @@
 """AMD renderer (compiler/render_amd.py) against independent references, no GPU needed.
 
 Kernels: every kernel the op test suite compiles (recorded by running the suite in a subprocess with
-`compiler.schedule.get_program` wrapped; the suite itself runs on the CPU device as usual), plus a matrix of
+`compiler.schedule.get_programs` wrapped; the suite itself runs on the CPU device as usual), plus a matrix of
 every ALU op, cast and bitcast on every dtype, plus hand-made edge-case kernels. Each goes through the same
 lowering as `codegen.get_program` for a threaded renderer (to_threads -> optimize_ast -> linearize -> render).
 
