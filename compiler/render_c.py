@@ -135,37 +135,26 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
   return out, reads, updates
 
 
-# A fused expression of hundreds of exp/sin/log/sqrt terms is one loop body of tens of thousands of statements with
-# a few selects (branches) per term. Some gcc passes grow faster than linearly there: partial redundancy
-# elimination, points-to analysis and loop splitting on long dependence chains through branches, and loop
-# if-conversion (only tried for the vectorizer, which gives up on such a body anyway). Measured with gcc 12 -O3,
-# 500-term chains: sin 4.5 s -> 1.9 s, exp2/sqrt 4.9 s -> 0.8 s, pow 8.7 s -> 5.3 s of gcc; sums of 500 terms
-# barely change. What they buy there is small (hash-consing already shares every common subexpression): runtimes
-# the same within 1%, except one exp2/sqrt chain 10% slower without PRE. So a kernel with more statements than
-# this is compiled without them (clang has no such attribute, and needs none).
+# Function attributes (gcc; clang has no optimize attribute, and needs none of the first kind):
+# - a kernel of more than HUGE_KERNEL_STATEMENTS statements (a fused expression of hundreds of exp/sin/log/sqrt terms)
+#   is compiled without the gcc passes that grow faster than linearly there (PRE, points-to, loop splitting and
+#   if-conversion). gcc 12 -O3, 500-term chains: sin 4.5 s -> 1.9 s, exp2/sqrt 4.9 s -> 0.8 s, pow 8.7 s -> 5.3 s;
+#   runtimes within 1% (one exp2/sqrt chain 10% slower).
+# - kernels are compiled with -ffp-contract=off (a*b+c rounds twice, as numpy); one whose float reduction sums
+#   products (matmul, conv: acc + a*b) fuses multiply-adds, as BLAS does (clang: its fp pragma).
 HUGE_KERNEL_STATEMENTS = 2048
-HUGE_KERNEL_OPTIMIZE = ("no-tree-pre", "no-tree-pta", "no-split-loops", "no-tree-loop-if-convert")
 
 
-def sums_products(program: list[UOp], alias: dict) -> bool:
-  """Whether a float reduction of the kernel accumulates products (matmul, conv): acc + a*b."""
-  for u in program:
-    if u.op is not Ops.ACC_UPDATE or not u.dtype.is_float: continue
-    new = alias.get(u.src[1], u.src[1])
-    if u.arg is Ops.ADD and new.op is Ops.MUL: return True
-    if u.arg is None and new.op is Ops.ADD and any(alias.get(s, s).op is Ops.MUL for s in new.src): return True
-  return False
-
-
-def kernel_attributes(huge: bool, fused: bool) -> tuple[str, str]:
-  """(text before the function, first line of its body). Kernels are compiled with -ffp-contract=off (IEEE,
-  unfused, as numpy computes elementwise ops); a kernel that sums products may fuse multiply-adds, as BLAS does:
-  gcc's optimize attribute or clang's fp pragma turn contraction back on for that function only."""
-  gcc = (HUGE_KERNEL_OPTIMIZE if huge else ()) + (("fp-contract=fast",) if fused else ())
-  before = ('#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize('
-            + ", ".join(f'"{o}"' for o in gcc) + ')))\n#endif\n') if gcc else ""
-  body = "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n" if fused else ""
-  return before, body
+def kernel_attributes(program: list[UOp], alias: dict, statements: int) -> tuple[str, str]:
+  """(text before the function, first line of its body)."""
+  def product(u): return alias.get(u, u).op is Ops.MUL
+  fused = any(u.op is Ops.ACC_UPDATE and u.dtype.is_float and (product(u.src[1]) if u.arg is Ops.ADD else u.arg is None
+              and alias.get(u.src[1], u.src[1]).op is Ops.ADD and any(map(product, alias.get(u.src[1], u.src[1]).src)))
+              for u in program)
+  gcc = (("no-tree-pre", "no-tree-pta", "no-split-loops", "no-tree-loop-if-convert")
+         if statements > HUGE_KERNEL_STATEMENTS else ()) + (("fp-contract=fast",) if fused else ())
+  before = f'#if defined(__GNUC__) && !defined(__clang__)\n__attribute__((optimize({", ".join(map(repr, gcc))})))\n#endif\n'
+  return before.replace("'", '"') if gcc else "", "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif" if fused else ""
 
 
 class CRenderer:
@@ -302,6 +291,6 @@ class CRenderer:
       elif op in OPS: new_var(u, alu(op, u.src[-1].dtype, *[name_of(s) for s in u.src]))
       else:
         raise NotImplementedError(f"C renderer: no rule for {op.name}")
-    before, body = kernel_attributes(len(lines) > HUGE_KERNEL_STATEMENTS, sums_products(program, alias))
-    head[1:1] = [body.rstrip("\n")] if body else []
+    before, body = kernel_attributes(program, alias, len(lines))
+    head[1:1] = [body] if body else []
     return "".join(t + "\n" for t in vtypes.values()) + before + "\n".join(head + lines + ["}"]) + "\n"
