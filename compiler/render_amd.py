@@ -40,6 +40,10 @@ KERNARG_PTR, WORKGROUP_ID_X, LOCAL_ID = Reg("s", 2, phys=0), Reg("s", 1, phys=2)
 RESERVED_SGPRS, RESERVED_VGPRS = 3, 1
 # v_cmp_class masks (RDNA3 ISA guide, V_CMP_CLASS_F32): bit 3 -normal, 4 -denormal, 7 +denormal, 8 +normal
 CLASS_FINITE_NONZERO, CLASS_POSITIVE_FINITE_NONZERO = 0x198, 0x180
+# gfx1100's VALU trans-use hazard (LLVM AMDGPU.td FeatureVALUTransUseHazard, GCNHazardRecognizer::
+# fixVALUTransUseHazard): a transcendental's (v_rcp/v_sqrt/v_rsq...) result is read only after
+# `s_waitcnt_depctr va_vdst(0)` (0xfff, what LLVM inserts) or enough other VALUs
+DEPCTR_VA_VDST_0 = 0x0FFF
 MEM_LOAD = {1: "u8", 2: "u16", 4: "b32", 8: "b64"}
 MEM_STORE = {1: "b8", 2: "b16", 4: "b32", 8: "b64"}
 
@@ -145,6 +149,12 @@ class _Renderer:
     """Emit `name d, srcs...` into a new VGPR (pair when size=2) and return it."""
     d = self.v(size)
     self.e(name, d, *srcs)
+    return d
+
+  def trans(self, name: str, x, size: int = 1) -> Reg:
+    """A transcendental estimate into a new register, readable after the s_waitcnt_depctr that follows it."""
+    d = self.o(name, x, size=size)
+    self.e("s_waitcnt_depctr", Imm(DEPCTR_VA_VDST_0))
     return d
 
   def sel(self, f, t, cond=VCC_LO) -> Reg:
@@ -522,7 +532,7 @@ class _Renderer:
     return self.sel(q, self.o("v_mul_f32", Imm(0x1F800000), q))
 
   def _fdiv32(self, a, b) -> Reg:
-    r = self.o("v_rcp_f32", b)
+    r = self.trans("v_rcp_f32", b)
     if a is None:
       e = self.o("v_fma_f32", Neg(b), r, Imm(0x3F800000))
       q = self.o("v_fma_f32", e, r, r)
@@ -541,7 +551,7 @@ class _Renderer:
   def fdiv64(self, a, b) -> Reg:
     """As fdiv32 with two Newton steps on the reciprocal (a None: 1 / b)."""
     one = self.mov64(Imm(0), Imm(0x3FF00000))
-    r0 = r = self.o("v_rcp_f64", b, size=2)
+    r0 = r = self.trans("v_rcp_f64", b, size=2)
     for _ in range(2):
       e = self.o("v_fma_f64", Neg(b), r, one, size=2)
       r = self.o("v_fma_f64", e, r, r, size=2)
@@ -565,7 +575,7 @@ class _Renderer:
     self.e("v_cmp_gt_f32", VCC_LO, Imm(0x0F800000), x)          # x < 2^-96
     xs = self.sel(x, self.o("v_mul_f32", Imm(0x4F800000), x))     # * 2^32
     small = self.o("v_cndmask_b32", Imm(0), Imm(1), VCC_LO)
-    s = self.o("v_sqrt_f32", xs)
+    s = self.trans("v_sqrt_f32", xs)
     s_dn = self.o("v_add_nc_u32", Imm(-1), s)
     s_up = self.o("v_add_nc_u32", Imm(1), s)
     r_dn = self.o("v_fma_f32", Neg(s_dn), s, xs)
@@ -583,7 +593,7 @@ class _Renderer:
     """sqrt by v_rsq_f64 refined with Newton-Raphson (Goldschmidt form) and two residual corrections;
     0, inf, NaN and negative inputs take v_sqrt_f64's answer."""
     half = self.mov64(Imm(0), Imm(0x3FE00000))
-    y = self.o("v_rsq_f64", x, size=2)
+    y = self.trans("v_rsq_f64", x, size=2)
     g = self.o("v_mul_f64", x, y, size=2)
     h = self.o("v_mul_f64", half, y, size=2)
     r = self.o("v_fma_f64", Neg(g), h, half, size=2)
@@ -592,7 +602,7 @@ class _Renderer:
     for _ in range(2):
       d = self.o("v_fma_f64", Neg(g), g, x, size=2)
       g = self.o("v_fma_f64", d, h, g, size=2)
-    s = self.o("v_sqrt_f64", x, size=2)
+    s = self.trans("v_sqrt_f64", x, size=2)
     self.e("v_cmp_class_f64", VCC_LO, x, Imm(CLASS_POSITIVE_FINITE_NONZERO))
     return self.sel64(s, g)
 
@@ -602,7 +612,7 @@ class _Renderer:
     it never overshoots), one Newton step z += z*(-d*z)/2^32, then q = mulhi(n, z) is short by at most 2,
     fixed by two conditional corrections."""
     f = self.o("v_cvt_f32_u32", d)
-    f = self.o("v_rcp_iflag_f32", f)
+    f = self.trans("v_rcp_iflag_f32", f)
     f = self.o("v_mul_f32", Imm(0x4F7FFFFE), f)
     z = self.o("v_cvt_u32_f32", f)
     nd = self.o("v_sub_nc_u32", Imm(0), d)

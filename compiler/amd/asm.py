@@ -107,6 +107,18 @@ def _parse_delay(text: str) -> int:
   return result
 
 
+def _parse_depctr(text: str) -> int:
+  value = parse_int(text)
+  if value is not None: return value
+  result = sum(((1 << w) - 1) << lo for lo, w in isa.DEPCTR_FIELDS.values())     # fields not named: no wait
+  for m in re.finditer(r"(\S+)", text):
+    f = re.fullmatch(r"depctr_(\w+)\((\d+)\)", m[1])
+    if not f or f[1] not in isa.DEPCTR_FIELDS: raise AsmError(f"bad s_waitcnt_depctr field {m[1]!r}")
+    lo, w = isa.DEPCTR_FIELDS[f[1]]
+    result = result & ~(((1 << w) - 1) << lo) | (int(f[2]) & ((1 << w) - 1)) << lo
+  return result
+
+
 def _parse_hwreg(text: str) -> int:
   m = re.fullmatch(r"hwreg\((\w+)(?:,\s*(\d+),\s*(\d+))?\)", text.strip())
   if not m: raise AsmError(f"expected hwreg(name[, offset, size]), got {text!r}")
@@ -130,7 +142,7 @@ def _parse_sendmsg(text: str) -> int:
   return msg | (int(m[2] or 0) << 4) | (int(m[3] or 0) << 8)
 
 
-_IMM16_PARSERS = {"waitcnt": _parse_waitcnt, "delay": _parse_delay, "hwreg": _parse_hwreg, "sendmsg": _parse_sendmsg}
+_IMM16_PARSERS = {"waitcnt": _parse_waitcnt, "delay": _parse_delay, "depctr": _parse_depctr, "hwreg": _parse_hwreg, "sendmsg": _parse_sendmsg}
 _LABEL_NAME_RE = re.compile(r"[A-Za-z_.$][\w.$]*")
 
 
@@ -206,7 +218,7 @@ def parse(line: str) -> Inst | None:
   mnemonic, _, rest = line.partition(" ")
   mnemonic = mnemonic.lower()
   entry = encodings(mnemonic)[0]
-  if entry.fmt == "SOPP" and entry.operands and entry.operands[0].kind in ("waitcnt", "delay"):
+  if entry.fmt == "SOPP" and entry.operands and entry.operands[0].kind in ("waitcnt", "delay", "depctr"):
     texts, mods = ([rest.strip()] if rest.strip() else []), []
   else:
     texts, mods = split_modifiers(split_operands(rest))

@@ -118,7 +118,7 @@ def waitcnt(vmcnt: int | None = None, lgkmcnt: int | None = None, expcnt: int | 
 # the modifiers an Inst may carry, as llvm-mc spells them: flags are True, omod an isa.OMOD code, op_sel and
 # friends a tuple of bits, offsets integers
 _OMOD_TEXT = {code: text for text, code in isa.OMOD.items()}
-_IMM16_TEXT_KINDS = ("waitcnt", "delay", "hwreg", "sendmsg")
+_IMM16_TEXT_KINDS = ("waitcnt", "delay", "depctr", "hwreg", "sendmsg")
 
 
 def mods_text(mods: dict) -> list[str]:

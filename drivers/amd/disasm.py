@@ -88,6 +88,15 @@ def delay_text(value: int) -> str:
   return " | ".join(parts)
 
 
+def depctr_text(value: int) -> str:
+  """llvm-mc's form: the fields that wait (all of them when none does), or hex when unused bits are set."""
+  fields = {n: (value >> lo) & ((1 << w) - 1) for n, (lo, w) in isa.DEPCTR_FIELDS.items()}
+  used = sum(((1 << w) - 1) << lo for lo, w in isa.DEPCTR_FIELDS.values())
+  if value & ~used & 0xFFFF: return f"0x{value:x}"
+  waiting = [n for n, (lo, w) in isa.DEPCTR_FIELDS.items() if fields[n] != (1 << w) - 1] or list(fields)
+  return " ".join(f"depctr_{n}({fields[n]})" for n in waiting)
+
+
 def hwreg_text(value: int) -> str:
   reg, offset, size = value & 0x3F, (value >> 6) & 0x1F, ((value >> 11) & 0x1F) + 1
   name = isa.HWREG_NAMES.get(reg, str(reg))
@@ -107,6 +116,7 @@ def imm16_text(kind: str, value: int) -> str | None:
     return str(value) if value <= 64 else f"0x{value:x}"     # llvm prints inline-sized values in decimal
   if kind == "waitcnt": return waitcnt_text(value)
   if kind == "delay": return delay_text(value)
+  if kind == "depctr": return depctr_text(value)
   if kind == "hwreg": return hwreg_text(value)
   if kind == "sendmsg": return sendmsg_text(value)
   raise DisasmError(f"unknown immediate kind {kind!r}")

@@ -303,6 +303,7 @@ SOPP = _table("""
   s_set_inst_prefetch_distance       0x004  simm16:hex
   s_clause                           0x005  simm16:hex
   s_delay_alu                        0x007  simm16:delay
+  s_waitcnt_depctr                   0x008  simm16:depctr
   s_waitcnt                          0x009  simm16:waitcnt
   s_wait_idle                        0x00a
   s_wait_event                       0x00b  simm16:hex
@@ -1449,6 +1450,10 @@ HWREG_NAMES = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 5: "HW
 # message ids for sendmsg(...) without an operation (llvm-mc-19 disassembly of s_sendmsg)
 SENDMSG_NAMES = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS",
                  5: "MSG_STALL_WAVE_GEN", 6: "MSG_HALT_WAVES", 9: "MSG_GS_ALLOC_REQ"}
+# s_waitcnt_depctr fields on gfx11 (name: (low bit, width)), as llvm-mc-19 -mcpu=gfx1100 disassembles them
+# (AMDGPU's DepCtr table, AMDGPUAsmUtils.cpp): each field's all-ones value is "no wait"; bits 5-6 are unused
+DEPCTR_FIELDS = {"hold_cnt": (7, 1), "sa_sdst": (0, 1), "va_vdst": (12, 4), "va_sdst": (9, 3), "va_ssrc": (8, 1),
+                 "va_vcc": (1, 1), "vm_vsrc": (2, 3)}
 # s_delay_alu fields: instid0 [3:0], instskip [6:4], instid1 [10:7]
 DELAY_INSTID = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1",
                 "TRANS32_DEP_2", "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2",

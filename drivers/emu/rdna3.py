@@ -16,7 +16,9 @@ wave offset (those enabled); v0 = workitem id x | y << 10 | z << 20 (ENABLE_VGPR
 says which are present); EXEC = the wave's live lanes.
 
 Decoding uses the instruction tables in baregrad.drivers.amd.isa (shared with the assembler).
-Semantics live in rdna3_valu.py, rdna3_salu.py and rdna3_mem.py.
+Semantics live in rdna3_valu.py (float rounding: rdna3_float.py), rdna3_salu.py and rdna3_mem.py. Every step is
+checked by rdna3_deps.py against what the program must resolve itself: outstanding loads until the s_waitcnt that
+completes them (MissingWait) and the gfx1100 hazards (HazardError).
 """
 from __future__ import annotations
 
@@ -28,14 +30,16 @@ import numpy as np
 from baregrad.drivers.amd import isa
 from baregrad.drivers.amd.codeobj import KernelDescriptor, read_code_object
 from .memory import Memory, MemoryFault, HostMemory  # noqa: F401  (re-exported for users)
+from .rdna3_deps import DepState, HazardError, MissingWait, analyze
+from .rdna3_deps import step as dependency_step
 from .rdna3_mem import compile_ds, compile_smem, compile_vmem
 from .rdna3_salu import compile_salu
 from .rdna3_state import (ALL, EXEC, LANE, U32, U64, VCC, EmulatorError, FloatMode, IllegalInstruction, Waves,
                           mask_to_bits, unemulated_float_mode)
 from .rdna3_valu import compile_valu
 
-__all__ = ["dispatch", "Memory", "HostMemory", "MemoryFault", "IllegalInstruction", "EmulatorError",
-           "InstructionBudgetExceeded", "Program", "load_program"]
+__all__ = ["dispatch", "Memory", "HostMemory", "MemoryFault", "IllegalInstruction", "EmulatorError", "MissingWait",
+           "HazardError", "InstructionBudgetExceeded", "Program", "load_program"]
 
 NORMAL, BRANCH, END, BARRIER, JUMP = range(5)
 _SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1")
@@ -54,6 +58,7 @@ class Compiled:
   cond: object = None          # BRANCH: fn(w, sel) -> bool array (taken), None = always
   target: int = 0              # BRANCH target pc
   dest: object = None          # JUMP: fn(w, sel) -> int64 array of pcs
+  dep: object = None           # rdna3_deps.Dep: registers touched, counters, hazards
 
 
 def _uses_literal(inst, get) -> bool:
@@ -88,7 +93,7 @@ def decode(code: bytes, pc: int):
 def _signed16(v: int) -> int: return v - 0x10000 if v & 0x8000 else v
 
 
-_SOPP_NOOPS = {"s_nop", "s_waitcnt", "s_delay_alu", "s_clause", "s_sleep", "s_setprio", "s_sendmsg", "s_icache_inv",
+_SOPP_NOOPS = {"s_nop", "s_waitcnt", "s_waitcnt_depctr", "s_delay_alu", "s_clause", "s_sleep", "s_setprio", "s_sendmsg", "s_icache_inv",
                "s_wakeup", "s_round_mode", "s_denorm_mode", "s_set_inst_prefetch_distance", "s_wait_idle",
                "s_wait_event", "s_ttracedata", "s_ttracedata_imm", "s_incperflevel", "s_decperflevel", "s_setkill",
                "s_cbranch_cdbgsys", "s_cbranch_cdbguser", "s_cbranch_cdbgsys_or_user", "s_cbranch_cdbgsys_and_user"}
@@ -132,6 +137,10 @@ class Program:
       raise IllegalInstruction(pc, dword, f"cannot execute {name}: {e}", self.text(pc)) from None
     if c is None:
       raise IllegalInstruction(pc, dword, f"instruction {name} ({fmt}) has no semantics in the emulator", self.text(pc))
+    try:
+      c.dep = analyze(inst, get)
+    except EmulatorError as e:
+      raise IllegalInstruction(pc, dword, f"cannot execute {name}: {e}", self.text(pc)) from None
     return c
 
   def _compile_inst(self, pc, inst, get, literal, size):
@@ -218,6 +227,7 @@ def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_siz
       g1 = min(n_groups, g0 + groups_per_batch)
       w = _setup(prog, g0, g1, grid, block, waves_per_group, lds_bytes, kernarg_addr, dispatch_ptr, queue_ptr)
       w.memory, w.code_base = mem, code_address
+      w.deps = DepState(w.n)
       steps += _run(prog, w, max_steps)
   return steps
 
@@ -290,6 +300,7 @@ def _run(prog: Program, w: Waves, max_steps: int) -> int:
         "a runaway loop? pass a larger max_steps to dispatch() for long kernels")
     c = prog.at(pc)
     try:
+      if w.tracking or c.dep.starts: dependency_step(w, c.dep, sel, pc, prog.text)
       if c.run is not None: c.run(w, sel)
     except (MemoryFault, EmulatorError) as e:
       e.add_note(f"in kernel {prog.name!r} at pc {pc:#x}: {prog.text(pc)}")

@@ -86,6 +86,8 @@ class Waves:
     self.exec_dirty = True
     self.memory = None
     self.code_base = 0
+    self.deps = None            # rdna3_deps.DepState: outstanding loads and hazard windows
+    self.tracking = False       # something outstanding: every instruction is checked against it
 
   # ---- exec mask ----
   def lanes(self, sel) -> np.ndarray:

@@ -9,7 +9,8 @@ Each entry of OPS is (output type, input types, fn): fn takes typed numpy arrays
 (k, 32) (or broadcastable) and returns a typed result; the compiler converts raw register bits
 to and from those types and applies the modifiers. Special shapes (carry, compare, lane ops,
 packed math) are compiled by the functions further down. The float min/max family and the clamp
-modifier depend on the wave's MODE bits (rdna3_state.FloatMode, from the kernel descriptor).
+modifier depend on the wave's MODE bits (rdna3_state.FloatMode, from the kernel descriptor). FMA, the
+transcendentals and the division helpers round as rdna3_float.py computes them.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import re
 
 import numpy as np
 
+from . import rdna3_float as rf
 from .rdna3_state import (EXEC, F16, F32, F64, I16, I32, I64, LANE, U16, U32, U64, VCC, EmulatorError, FloatMode,
                           bits_to_mask, check_vgpr, mask_to_bits, vector_source)
 
@@ -98,21 +100,6 @@ def _med3_float(ieee: bool):
 
 def _med3(a, b, c, fmin, fmax):
   return fmax(fmin(a, b), fmin(fmax(a, b), c))
-
-
-def _flushed(x):
-  """Denormals replaced by a zero of the same sign (NaN bits kept)."""
-  x = np.asarray(x)
-  with np.errstate(invalid="ignore"):
-    tiny = (x != 0) & (np.abs(x) < np.finfo(x.dtype).tiny)
-  return _pick(tiny, np.copysign(np.zeros_like(x), x), x)
-
-
-def _transcendental_f32(fn):
-  """V_RCP_F32, V_RSQ_F32, V_SQRT_F32, V_EXP_F32, V_LOG_F32 (RDNA3 ISA guide, 16.8 "VOP1 Instructions"): "1ULP
-  accuracy, denormals are flushed", for inputs and results alike and whatever MODE's denorm setting (compilers
-  scale denormal operands around these instructions for that reason). Computed correctly rounded in float32."""
-  return lambda a: _flushed(fn(_flushed(a)))
 
 
 def _cvt_int(x, lo, hi, dtype):
@@ -277,21 +264,27 @@ for _t in ("f16", "f32", "f64"):
   _op(f"v_rndne_{_t}", _t, _t, _rndne)
   _op(f"v_fract_{_t}", _t, _t, _fract)
   _op(f"v_frexp_mant_{_t}", _t, _t, _frexp_mant)
-for _t in ("f16", "f64"):     # "denormals are supported" (V_RCP_F64 & co, V_SQRT_F16 & co)
-  _op(f"v_rcp_{_t}", _t, _t, lambda a: a.dtype.type(1) / a)
-  _op(f"v_rsq_{_t}", _t, _t, lambda a: a.dtype.type(1) / np.sqrt(a))
-  _op(f"v_sqrt_{_t}", _t, _t, np.sqrt)
-_op("v_rcp_f32", "f32", "f32", _transcendental_f32(lambda a: np.float32(1) / a))
-_op("v_rsq_f32", "f32", "f32", _transcendental_f32(lambda a: np.float32(1) / np.sqrt(a)))
-_op("v_sqrt_f32", "f32", "f32", _transcendental_f32(np.sqrt))
-_op("v_rcp_iflag_f32", "f32", "f32", lambda a: np.float32(1) / a)
+# Transcendentals (RDNA3 ISA guide, 16.8 "VOP1 Instructions"), computed correctly rounded (why not worse, inside
+# the documented 1 ULP / (2**29) ULP: rdna3_float.nearest_f32): f32 rcp/rsq/sqrt/exp/log "denormals are flushed"
+# (inputs and results, whatever MODE's denorm setting: the note is unconditional); f64 rcp/rsq/sqrt and f16 keep
+# denormals
+_op("v_rcp_f16", "f16", "f16", lambda a: F16(1) / a)
+_op("v_rsq_f16", "f16", "f16", lambda a: F16(1) / np.sqrt(a))
+_op("v_sqrt_f16", "f16", "f16", np.sqrt)
+_op("v_rcp_f64", "f64", "f64", rf.rcp_f64)
+_op("v_rsq_f64", "f64", "f64", rf.rsq_f64)
+_op("v_sqrt_f64", "f64", "f64", rf.sqrt_f64)
+_op("v_rcp_f32", "f32", "f32", rf.rcp_f32)
+_op("v_rsq_f32", "f32", "f32", rf.rsq_f32)
+_op("v_sqrt_f32", "f32", "f32", rf.sqrt_f32)
+_op("v_rcp_iflag_f32", "f32", "f32", rf.rcp_iflag_f32)
 _op("v_frexp_exp_i32_f32", "i32", "f32", _frexp_exp)
 _op("v_frexp_exp_i32_f64", "i32", "f64", _frexp_exp)
 _op("v_frexp_exp_i16_f16", "i16", "f16", lambda a: _frexp_exp(a).astype(I16))
 _op("v_exp_f16", "f16", "f16", np.exp2)
 _op("v_log_f16", "f16", "f16", np.log2)
-_op("v_exp_f32", "f32", "f32", _transcendental_f32(np.exp2))
-_op("v_log_f32", "f32", "f32", _transcendental_f32(np.log2))
+_op("v_exp_f32", "f32", "f32", rf.exp_f32)
+_op("v_log_f32", "f32", "f32", rf.log_f32)
 for _t in ("f16", "f32"):
   # v_sin/v_cos take the angle in revolutions (x * 2pi radians)
   _op(f"v_sin_{_t}", _t, _t, lambda a: np.sin(a.astype(F64) * (2 * np.pi)).astype(a.dtype))
@@ -326,10 +319,8 @@ for _t in ("f16", "f32"):
   _op(f"v_subrev_{_t}", _t, f"{_t} {_t}", lambda a, b: b - a)
   for _kind in ("min3", "max3", "med3", "maxmin", "minmax"):
     _minmax_op(f"v_{_kind}_{_t}", _kind, _t, 3)
-  _op(f"v_div_fixup_{_t}", _t, f"{_t} {_t} {_t}", lambda q, d, n: _div_fixup(q, d, n))
-_op("v_div_fixup_f64", "f64", "f64 f64 f64", lambda q, d, n: _div_fixup(q, d, n))
-_op("v_div_fmas_f32", "f32", "f32 f32 f32", lambda a, b, c: _fma(a, b, c))
-_op("v_div_fmas_f64", "f64", "f64 f64 f64", lambda a, b, c: _fma(a, b, c))
+  _op(f"v_div_fixup_{_t}", _t, f"{_t} {_t} {_t}", rf.div_fixup)
+_op("v_div_fixup_f64", "f64", "f64 f64 f64", rf.div_fixup)
 _op("v_mul_dx9_zero_f32", "f32", "f32 f32", lambda a, b: np.where((a == 0) | (b == 0), np.float32(0), a * b))
 _op("v_fma_dx9_zero_f32", "f32", "f32 f32 f32", lambda a, b, c: np.where((a == 0) | (b == 0), c, _fma(a, b, c)))
 _op("v_ldexp_f32", "f32", "f32 i32", lambda a, b: np.ldexp(a, np.clip(b, -1000, 1000)).astype(F32))
@@ -429,26 +420,7 @@ def _cls_i32(a):
   return np.where((x == 0) | (x == -1), -1, 31 - _top_bit(y)).astype(I32)
 
 
-def _fma(a, b, c):
-  """Fused multiply-add: exact in float64 for f16/f32 (products of f32 fit in f64's 53 bits)."""
-  if a.dtype == F64 or np.result_type(a, b, c) == F64:
-    return _fma64(a, b, c)
-  dt = np.result_type(a, b, c)
-  return (a.astype(F64) * b.astype(F64) + c.astype(F64)).astype(dt)
-
-
-def _fma64(a, b, c):
-  # no exact fused f64 multiply-add in numpy; a*b+c with two roundings (documented limitation)
-  return np.asarray(a, F64) * np.asarray(b, F64) + np.asarray(c, F64)
-
-
-def _div_fixup(q, d, n):
-  """v_div_fixup: the quotient q of n/d, with IEEE special cases (0, inf, NaN) decided here.
-  Without the scaling of v_div_scale (emulated as a no-op) this is n/d where a special case
-  applies, else q."""
-  exact = n / d
-  special = ~np.isfinite(exact) | ~np.isfinite(n) | ~np.isfinite(d) | (d == 0) | (n == 0)
-  return np.where(special, exact, q).astype(q.dtype)
+_fma = rf.fma         # one rounding ("0.5ULP accuracy", V_FMA_F32/F64/F16 in 16.12)
 
 
 # ---- raw bits <-> typed values ----
@@ -791,17 +763,32 @@ def _compile_mad64(d: _Valu):
 
 
 def _compile_div_scale(d: _Valu):
-  """v_div_scale: emulated without scaling (returns S0, VCC = 0); v_div_fmas then is a plain
-  fma and v_div_fixup handles the special cases, so the division sequence stays correct for
-  operands away from the extremes of the exponent range."""
+  """v_div_scale_f32/f64 (VOP3SD): D = S0 scaled for the division macro, the lane mask of quotients to be rescaled
+  by v_div_fmas in SDST (rdna3_float.div_scale; inactive lanes read 0)."""
   t = "f64" if d.inst.name.endswith("f64") else "f32"
-  r0 = d.sources[0][1]
+  readers = [r for _, r in d.sources]
+  check_vgpr(d.vdst(), 2 if t == "f64" else 1, d.n_vgprs)
 
   def run(w, sel):
-    a = _modify(typed(r0(w, sel), t), t, 0, d)
+    s0, s1, s2 = (_modify(typed(r(w, sel), t), t, i, d) for i, r in enumerate(readers))
     lanes = w.lanes(sel)
-    _write_result(w, sel, d, t, np.broadcast_to(a, lanes.shape), _active(w, sel))
-    w.write_s(d.sdst(), sel, np.zeros(lanes.shape[0], U32))
+    value, vcc = rf.div_scale(s0, s1, s2)
+    _write_result(w, sel, d, t, _output(np.broadcast_to(value, lanes.shape), t, d), _active(w, sel))
+    w.write_s(d.sdst(), sel, mask_to_bits(np.broadcast_to(vcc, lanes.shape) & lanes))
+  return run
+
+
+def _compile_div_fmas(d: _Valu):
+  """v_div_fmas_f32/f64: fma(S0, S1, S2), rescaled on the lanes VCC selects (rdna3_float.div_fmas)."""
+  t = "f64" if d.inst.name.endswith("f64") else "f32"
+  readers = [r for _, r in d.sources]
+  check_vgpr(d.vdst(), 2 if t == "f64" else 1, d.n_vgprs)
+
+  def run(w, sel):
+    a, b, c = (_modify(typed(r(w, sel), t), t, i, d) for i, r in enumerate(readers))
+    lanes = w.lanes(sel)
+    result = rf.div_fmas(a, b, c, bits_to_mask(w.S[VCC][sel]))
+    _write_result(w, sel, d, t, _output(np.broadcast_to(result, lanes.shape), t, d), _active(w, sel))
   return run
 
 
@@ -874,6 +861,7 @@ _SPECIAL = {
   "v_add_co_ci_u32": _compile_carry, "v_sub_co_ci_u32": _compile_carry, "v_subrev_co_ci_u32": _compile_carry,
   "v_mad_u64_u32": _compile_mad64, "v_mad_i64_i32": _compile_mad64,
   "v_div_scale_f32": _compile_div_scale, "v_div_scale_f64": _compile_div_scale,
+  "v_div_fmas_f32": _compile_div_fmas, "v_div_fmas_f64": _compile_div_fmas,
   "v_readfirstlane_b32": _compile_readfirstlane, "v_readlane_b32": _compile_readlane,
   "v_writelane_b32": _compile_writelane, "v_mbcnt_lo_u32_b32": _compile_mbcnt, "v_mbcnt_hi_u32_b32": _compile_mbcnt,
   "v_swap_b32": _compile_swap, "v_permlane64_b32": _compile_permlane64,

@@ -46,6 +46,8 @@ IMM16 = {
               "vmcnt(1) expcnt(0) lgkmcnt(3)"],
   "delay": ["instid0(VALU_DEP_1)", "instid0(VALU_DEP_1) | instskip(NEXT) | instid1(SALU_CYCLE_1)",
             "instid0(TRANS32_DEP_2) | instskip(SKIP_3) | instid1(VALU_DEP_4)", "instskip(SAME) | instid1(VALU_DEP_2)"],
+  "depctr": ["0xfff", "depctr_va_vdst(0)", "depctr_hold_cnt(0)", "depctr_va_vdst(3) depctr_vm_vsrc(1)", "0x0",
+             "0xff9f"],
   "hwreg": ["hwreg(HW_REG_MODE)", "hwreg(HW_REG_MODE, 4, 2)", "hwreg(HW_REG_HW_ID1, 0, 8)", "hwreg(52, 8, 3)",
             "hwreg(HW_REG_SHADER_CYCLES)"],
   "sendmsg": ["sendmsg(MSG_DEALLOC_VGPRS)", "sendmsg(MSG_INTERRUPT)", "sendmsg(MSG_HALT_WAVES)"],

@@ -174,3 +174,79 @@ def ulps_apart(got: int, want: float, t: str) -> float:
 def flushed(b: int, t: str) -> int:
   """A denormal replaced by the zero of its sign ("denormals are flushed")."""
   return (b & (1 << (FORMATS[t].bits - 1))) if is_denormal(b, t) else b
+
+
+def exact(b: int, t: str) -> Fraction: return Fraction(value(b, t))
+
+
+def neighbours(x: Fraction, t: str) -> tuple[float, float]:
+  """The two values of format t around the exact value x (equal when x is representable), by exact rounding down
+  and up; only for x inside the format's normal range."""
+  f = FORMATS[t].float_t
+  toward_zero = round_to(x, t, "rz")
+  if Fraction(toward_zero) == x: return toward_zero, toward_zero
+  away = float(np.nextafter(f(toward_zero), f(math.copysign(math.inf, toward_zero))))
+  return (toward_zero, away) if x > 0 else (away, toward_zero)
+
+
+# ---- V_FMA_* (16.12): "fma(S0, S1, S2)", "0.5ULP accuracy": the exact a * b + c rounded once ----
+
+def fma(a: int, b: int, c: int, t: str) -> int:
+  x, y, z = value(a, t), value(b, t), value(c, t)
+  if not all(map(math.isfinite, (x, y, z))):
+    with np.errstate(invalid="ignore"): return bits_of(np.float64(x) * y + z, t)     # inf * 0, inf - inf: NaN
+  r = Fraction(x) * Fraction(y) + Fraction(z)
+  if r == 0: return bits_of(x * y + z, t)            # the sign of an exact zero: the IEEE sum rule
+  return bits_of(round_to(r, t), t)
+
+
+# ---- V_DIV_SCALE / V_DIV_FMAS / V_DIV_FIXUP (16.12) with the readings of drivers/emu/rdna3_float.py ----
+
+DIV = {"f32": dict(big=96, k=64, tiny_num=23, gap=-150), "f64": dict(big=768, k=128, tiny_num=53, gap=-1075)}
+
+
+def _denormal(x: float, t: str) -> bool:
+  return x != 0 and math.isfinite(x) and abs(x) < np.finfo(FORMATS[t].float_t).tiny
+
+
+def div_scale(s0: int, s1: int, s2: int, t: str) -> tuple[int, bool]:
+  """(D0 bits, VCC) following the pseudocode: D0 keeps S0 unless a branch scales it; "1/S1 denormal" means
+  |S1| above 2**(bias - 1); with 1/S1 and S2/S1 both denormal the denominator is scaled down."""
+  p = DIV[t]
+  x0, x1, x2 = value(s0, t), value(s1, t), value(s2, t)
+  scale = lambda k: bits_of(round_to(Fraction(x0) * Fraction(2) ** k, t), t) if math.isfinite(x0) else s0
+  bias = max_exponent(t) >> 1
+  inv_denormal = abs(x1) > 2.0 ** (bias - 1)
+  q = Fraction(x2) / Fraction(x1) if x1 != 0 and math.isfinite(x1) and math.isfinite(x2) else None
+  q_denormal = q is not None and _denormal(round_to(q, t), t)
+  if x2 == 0 or x1 == 0: return bits_of(math.nan, t), False
+  if exponent_field(s2, t) - exponent_field(s1, t) >= p["big"]: return (scale(p["k"]) if x0 == x1 else s0), True
+  if _denormal(x1, t): return scale(p["k"]), False
+  if inv_denormal and q_denormal: return (scale(-p["k"]) if x0 == x1 else s0), True
+  if inv_denormal: return scale(-p["k"]), False
+  if q_denormal: return (scale(p["k"]) if x0 == x2 else s0), True
+  if exponent_field(s2, t) <= p["tiny_num"]: return scale(p["k"]), False
+  return s0, False
+
+
+def div_fmas(a: int, b: int, c: int, vcc: bool, t: str) -> int:
+  if not vcc: return fma(a, b, c, t)
+  k = DIV[t]["k"] if exponent_field(c, t) > max_exponent(t) >> 1 else -DIV[t]["k"]
+  r = (Fraction(value(a, t)) * Fraction(value(b, t)) + Fraction(value(c, t))) * Fraction(2) ** k
+  return bits_of(round_to(r, t), t)
+
+
+def div_fixup(q: int, d: int, n: int, t: str) -> int:
+  sign_out = sign(d, t) != sign(n, t)
+  signed = lambda x: bits_of(-abs(x) if sign_out else abs(x), t)
+  top = 1 << (FORMATS[t].bits - 1)
+  x, y = value(d, t), value(n, t)
+  if is_nan(n, t): return quieted(n, t)
+  if is_nan(d, t): return quieted(d, t)
+  if (x == 0 and y == 0) or (math.isinf(x) and math.isinf(y)): return top | bits_of(math.inf, t) | quiet_bit(t)
+  if x == 0 or math.isinf(y): return signed(math.inf)
+  if math.isinf(x) or y == 0: return signed(0.0)
+  if t != "f16":
+    if exponent_field(n, t) - exponent_field(d, t) < DIV[t]["gap"]: return signed(0.0)
+    if is_nan(q, t): return signed(math.inf)
+  return (q | top) if sign_out else (q & ~top)

@@ -446,8 +446,6 @@ F32_CASES = [
   ("v_min3_f32 v4, v0, v1, v2", (F, G, H), lambda: ref32(np.minimum(np.minimum(F, G), H))),
   ("v_max3_f32 v4, v0, v1, v2", (F, G, H), lambda: ref32(np.maximum(np.maximum(F, G), H))),
   ("v_med3_f32 v4, v0, v1, v2", (F, G, H), lambda: ref32(np.sort(np.stack([F, G, H]), axis=0)[1])),
-  ("v_sqrt_f32 v4, v0", (P,), lambda: ref32(np.sqrt(P))),
-  ("v_rcp_f32 v4, v0", (P,), lambda: ref32(1 / P)),
   ("v_floor_f32 v4, v0", (F,), lambda: ref32(np.floor(F))),
   ("v_ceil_f32 v4, v0", (F,), lambda: ref32(np.ceil(F))),
   ("v_trunc_f32 v4, v0", (F,), lambda: ref32(np.trunc(F))),
@@ -471,7 +469,9 @@ def test_valu_f32(inst, args, ref):
   np.testing.assert_array_equal(got, ref())
 
 
-TRANSCENDENTAL = [
+TRANSCENDENTAL = [   # "1ULP accuracy" (RDNA3 ISA guide, 16.8): the emulator is off by up to 1 ULP on purpose
+  ("v_sqrt_f32 v4, v0", (P,), lambda: np.sqrt(P.astype(np.float64))),
+  ("v_rcp_f32 v4, v0", (P,), lambda: 1 / P.astype(np.float64)),
   ("v_exp_f32 v4, v0", (F / 10,), lambda: np.exp2(F / 10)),
   ("v_log_f32 v4, v0", (P,), lambda: np.log2(P)),
   ("v_rsq_f32 v4, v0", (P,), lambda: 1 / np.sqrt(P.astype(np.float64))),
@@ -798,6 +798,7 @@ def test_inactive_lanes_do_not_fault():
     v_lshlrev_b32 v1, 2, v0
     s_waitcnt lgkmcnt(0)
     global_load_b32 v2, v1, s[4:5]
+    s_waitcnt vmcnt(0)
     v_add_f32 v2, 1.0, v2
     global_store_b32 v1, v2, s[4:5]
     s_endpgm

@@ -497,3 +497,220 @@ def test_mode_writes_that_keep_the_emulated_modes_run():
   got, _ = run_lanes("s_denorm_mode 0xf\n  s_round_mode 0x0\n  s_setreg_b32 hwreg(HW_REG_GPR_ALLOC, 0, 4), s0\n"
                      "  v_add_f32 v4, v0, v1", [0x00000001], [0x00000001])
   assert got.tolist() == [2]                  # denormal + denormal, kept
+
+
+# =============================================================================================
+# fused multiply-add rounds once; transcendentals at their documented accuracy; the division helpers and the
+# division macro they serve (LLVM SIISelLowering::LowerFDIV32 / LowerFDIV64) at the exponent extremes
+# =============================================================================================
+
+FMA_DOUBLE_ROUNDING = {  # a * b + c whose float64 rounding lands on a tie (or drops a product bit) of the type
+  "f32": [(0x3F800800, 0x3F800800, 0x17800000), (0x3F800800, 0xBF800800, 0x97800000)],   # (1+2^-12)^2 +- 2^-80
+  "f64": [(0x3FF0000000400000, 0x3FF0000000400000, 0xBFF0000000000000)],                # (1+2^-30)^2 - 1
+}
+
+
+def _fma_cases(t: str) -> list[tuple[int, int, int]]:
+  rng = np.random.default_rng(7)
+  f = ref.FORMATS[t]
+  lo, hi = {"f16": (-6, 6), "f32": (-60, 60), "f64": (-400, 400)}[t]
+  a = (rng.standard_normal(600) * 2.0 ** rng.integers(lo, hi, 600)).astype(f.float_t)
+  b = (rng.standard_normal(600) * 2.0 ** rng.integers(lo, hi, 600)).astype(f.float_t)
+  prod = a.astype(np.float64) * b.astype(np.float64)
+  c = (-prod * (1 + rng.standard_normal(600) * 2.0 ** -f.mant)).astype(f.float_t)    # near cancellation
+  c[::3] = (rng.standard_normal(200) * 2.0 ** rng.integers(lo, hi, 200)).astype(f.float_t)
+  cases = [(ref.bits_of(x, t), ref.bits_of(y, t), ref.bits_of(z, t)) for x, y, z in zip(a, b, c)]
+  return FMA_DOUBLE_ROUNDING.get(t, []) + cases + list(itertools.product(ref.SPECIALS[t][:10], repeat=3))[::7]
+
+
+@pytest.mark.parametrize("inst,t", [("v_fma_f32 v4, v0, v1, v2", "f32"), ("v_fma_f16 v4, v0, v1, v2", "f16"),
+                                    ("v_fma_f64 v[4:5], v[0:1], v[2:3], v[0:1]", "f64"),
+                                    ("v_mov_b32 v4, v2\n  v_fmac_f32 v4, v0, v1", "f32")])
+def test_fma_rounds_once(inst, t):
+  # V_FMA_F32/F64/F16 (16.12): D = fma(S0, S1, S2), "0.5ULP accuracy": the exact value rounded once
+  cases = _fma_cases(t)
+  if t == "f64":        # three 64-bit operands do not fit in v0..v3: c = a here, and b = a for the constructed cases
+    cases = [(a, b, a) for a, b, _ in cases]
+    lo_hi = lambda i, cs: split64([c[i] for c in cs])
+    g_lo, g_hi = run_lanes(inst, *lo_hi(0, cases), *lo_hi(1, cases))
+    constructed = FMA_DOUBLE_ROUNDING["f64"]
+    c_lo, c_hi = run_lanes("v_fma_f64 v[4:5], v[0:1], v[0:1], v[2:3]", *lo_hi(0, constructed), *lo_hi(2, constructed))
+    cases += constructed
+    got = [int(l) | int(h) << 32 for l, h in zip(list(g_lo) + list(c_lo), list(g_hi) + list(c_hi))]
+  else:
+    width = 0xFFFF if t == "f16" else 0xFFFFFFFF
+    got = [int(g) & width for g in run_lanes(inst, *zip(*cases))[0]]
+  want = [ref.fma(a, b, c, t) for a, b, c in cases]
+  bad = [(hex(a), hex(b), hex(c), hex(g), hex(w)) for (a, b, c), g, w in zip(cases, got, want)
+         if g != w and not (ref.is_nan(g, t) and ref.is_nan(w, t))]
+  assert not bad, f"{inst}: {len(bad)} of {len(cases)} differ from the single rounding; (a, b, c, got, want): {bad[:5]}"
+  if t in FMA_DOUBLE_ROUNDING:      # the cases a float64 a*b+c gets wrong are among them, and are right here
+    f = ref.FORMATS[t]
+    for a, b, c in FMA_DOUBLE_ROUNDING[t]:
+      naive = f.float_t(np.float64(ref.value(a, t)) * ref.value(b, t) + ref.value(c, t))
+      assert ref.bits_of(naive, t) != ref.fma(a, b, c, t)
+
+
+def _sqrt_neighbours(x: float) -> tuple[float, float]:
+  """The float32 values around sqrt(x), decided by exact squares."""
+  v = np.float32(math.sqrt(x))
+  up = lambda y: np.nextafter(y, np.float32(np.inf))
+  while Fraction(float(v)) ** 2 > Fraction(x): v = np.nextafter(v, np.float32(0))
+  while Fraction(float(up(v))) ** 2 <= Fraction(x): v = up(v)
+  return (float(v), float(v)) if Fraction(float(v)) ** 2 == Fraction(x) else (float(v), float(up(v)))
+
+
+def _sqrt_nearest(x: float) -> float:
+  lo, hi = _sqrt_neighbours(x)
+  return lo if ((Fraction(lo) + Fraction(hi)) / 2) ** 2 >= Fraction(x) else hi
+
+
+def test_rcp_and_sqrt_f32_are_correctly_rounded_in_the_hard_cases():
+  """The guide allows 1 ULP (16.8); the emulator returns the correctly rounded value, which LLVM's division sequence
+  needs in cases like 1 / (1 - 2**-24) (rdna3_float.nearest_f32): checked against exact rationals."""
+  rng = np.random.default_rng(3)
+  xs = (rng.random(400) * 2.0 ** rng.integers(-120, 120, 400)).astype(np.float32)
+  hard = [ref.bits_of(np.float32((2 ** 24 - k) * 2.0 ** -24), "f32") for k in range(1, 9)]
+  xs = [ref.bits_of(x, "f32") for x in xs if x > 0] + hard + [0x3F800001, 0x40400000, 0x3EAAAAAB, 0x7E7FFFFF]
+  nearest = {"v_rcp_f32": lambda x: ref.round_to(1 / Fraction(x), "f32"),
+             "v_sqrt_f32": lambda x: _sqrt_nearest(x)}
+  for name, want in nearest.items():
+    got = _unary(f"{name} v4, v0", "f32", xs)
+    bad = [(hex(x), hex(g)) for x, g in zip(xs, got) if ref.value(g, "f32") != want(ref.value(x, "f32"))]
+    assert not bad, (name, bad[:5])
+
+
+DIV_VALUES = {   # operands across each format's range: denormals, the reciprocal-denormal range, near overflow
+  "f32": [e for m in (1.0, 1.5, 1.9999998807907104) for e in (-149, -140, -127, -126, -125, -100, -64, -30, -1, 0, 1,
+                                                           30, 64, 96, 100, 125, 126, 127)],
+  "f64": [e for m in (1.0, 1.5, 1.9999999999999998) for e in (-1074, -1060, -1023, -1022, -1021, -900, -512, -100, 0,
+                                                           1, 100, 512, 900, 1021, 1022, 1023)],
+}
+
+
+def _div_operands(t: str) -> list[int]:
+  f = ref.FORMATS[t]
+  out = set()
+  for m in (1.0, 1.5, 1.9999998807907104 if t == "f32" else 1.9999999999999998):
+    for e in sorted(set(DIV_VALUES[t])):
+      x = f.float_t(m * 2.0 ** e) if e > -1000 or t == "f32" else f.float_t(np.ldexp(m, e))
+      if np.isfinite(x) and x != 0: out.add(ref.bits_of(x, t))
+  rng = np.random.default_rng(11)
+  lo, hi = (-149, 127) if t == "f32" else (-1074, 1023)
+  for _ in range(12):
+    x = f.float_t(np.ldexp(rng.random() + 0.5, int(rng.integers(lo, hi))))
+    if np.isfinite(x) and x != 0: out.add(ref.bits_of(x, t))
+  return sorted(out)
+
+
+PAD6 = "\n".join(["  v_mov_b32 v15, 0"] * 6)     # the trans-use hazard distance after v_rcp
+LLVM_FDIV32 = f"""v_div_scale_f32 v4, null, v1, v1, v0
+  v_div_scale_f32 v5, vcc_lo, v0, v1, v0
+  v_rcp_f32 v6, v4
+{PAD6}
+  v_fma_f32 v7, -v4, v6, 1.0
+  v_fma_f32 v6, v7, v6, v6
+  v_mul_f32 v7, v5, v6
+  v_fma_f32 v8, -v4, v7, v5
+  v_fma_f32 v7, v8, v6, v7
+  v_fma_f32 v8, -v4, v7, v5
+  v_div_fmas_f32 v8, v8, v6, v7
+  v_div_fixup_f32 v4, v8, v1, v0"""
+LLVM_FDIV64 = f"""v_div_scale_f64 v[4:5], null, v[2:3], v[2:3], v[0:1]
+  v_rcp_f64 v[6:7], v[4:5]
+{PAD6}
+  v_fma_f64 v[8:9], -v[4:5], v[6:7], 1.0
+  v_fma_f64 v[6:7], v[6:7], v[8:9], v[6:7]
+  v_fma_f64 v[8:9], -v[4:5], v[6:7], 1.0
+  v_div_scale_f64 v[13:14], vcc_lo, v[0:1], v[2:3], v[0:1]
+  v_fma_f64 v[6:7], v[6:7], v[8:9], v[6:7]
+  v_mul_f64 v[8:9], v[13:14], v[6:7]
+  v_fma_f64 v[4:5], -v[4:5], v[8:9], v[13:14]
+  v_div_fmas_f64 v[4:5], v[4:5], v[6:7], v[8:9]
+  v_div_fixup_f64 v[4:5], v[4:5], v[2:3], v[0:1]"""
+
+
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_llvm_division_macro_is_correctly_rounded_at_the_extremes(t):
+  """V_DIV_SCALE / V_DIV_FMAS / V_DIV_FIXUP exist for this sequence (LLVM SIISelLowering::LowerFDIV32/64, as LLVM
+  emits it for gfx1100): its quotient must be the correctly rounded a / b for every pair, denormal operands and
+  quotients, reciprocals below the normal range (v_rcp flushes them: 16.8) and quotients that overflow included."""
+  xs = _div_operands(t)
+  pairs = [(a, b ^ s) for a in xs for b in xs for s in (0, 1 << (ref.FORMATS[t].bits - 1))]
+  if t == "f32":
+    got = _unary_pairs(LLVM_FDIV32, pairs)
+  else:
+    a_lo, a_hi = split64([a for a, _ in pairs])
+    b_lo, b_hi = split64([b for _, b in pairs])
+    g_lo, g_hi = run_lanes(LLVM_FDIV64, a_lo, a_hi, b_lo, b_hi)
+    got = [int(l) | int(h) << 32 for l, h in zip(g_lo, g_hi)]
+  bad = []
+  for (a, b), g in zip(pairs, got):
+    want = ref.round_to(ref.exact(a, t) / ref.exact(b, t), t)
+    if ref.value(g, t) != want or ref.sign(g, t) != (ref.sign(a, t) != ref.sign(b, t)):
+      bad.append((hex(a), hex(b), hex(g), want))
+  assert not bad, f"{len(bad)} of {len(pairs)} quotients are not correctly rounded; (a, b, got, want): {bad[:5]}"
+
+
+def _unary_pairs(inst: str, pairs) -> list[int]:
+  got, _ = run_lanes(inst, [a for a, _ in pairs], [b for _, b in pairs])
+  return [int(g) for g in got]
+
+
+def test_rcp_of_a_denominator_above_2_126_flushes_so_an_unscaled_division_gives_0():
+  # v_rcp_f32 flushes its denormal results (16.8): a * rcp(b) is 0 for |b| > 2**126 unless the sequence scales b
+  b = [0x7E800001, 0x7F000000, 0xFF7FFFFF]
+  got = _unary_pairs("v_rcp_f32 v5, v1\n" + PAD6 + "\n  v_mul_f32 v4, v0, v5", [(0x7F000000, x) for x in b])
+  assert [ref.value(g, "f32") for g in got] == [0.0, 0.0, -0.0]
+  got = _unary_pairs(LLVM_FDIV32, [(0x7F000000, x) for x in b])
+  want = [ref.round_to(Fraction(2.0 ** 127) / ref.exact(x, "f32"), "f32") for x in b]
+  assert [ref.value(g, "f32") for g in got] == want
+
+
+def _div_scale_lanes(t: str, s0_is: str, pairs) -> tuple[list[int], list[int]]:
+  """(D0, VCC) of v_div_scale over (denominator, numerator) pairs, S0 being the denominator ("d") or numerator."""
+  if t == "f32":
+    s0 = "v1" if s0_is == "d" else "v0"
+    got, vcc = run_lanes(f"v_div_scale_f32 v4, s8, {s0}, v1, v0\n  v_cndmask_b32 v5, 0, 1, s8",
+                         [n for _, n in pairs], [d for d, _ in pairs])
+    return [int(g) for g in got], [int(v) for v in vcc]
+  s0 = "v[2:3]" if s0_is == "d" else "v[0:1]"
+  cols = (*split64([n for _, n in pairs]), *split64([d for d, _ in pairs]))
+  g_lo, g_hi = run_lanes(f"v_div_scale_f64 v[4:5], s8, {s0}, v[2:3], v[0:1]", *cols)
+  vcc, _ = run_lanes(f"v_div_scale_f64 v[6:7], s8, {s0}, v[2:3], v[0:1]\n  v_cndmask_b32 v4, 0, 1, s8", *cols)
+  return [int(l) | int(h) << 32 for l, h in zip(g_lo, g_hi)], [int(v) for v in vcc]
+
+
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_div_scale_follows_the_pseudocode(t):
+  # V_DIV_SCALE_F32/F64 (16.12): S0 = the value to scale (the denominator or the numerator), S1 = denominator,
+  # S2 = numerator; the D0 and VCC of each pseudocode branch (rdna3_reference.div_scale)
+  xs = _div_operands(t)[::2] + ref.SPECIALS[t][:4] + ref.SPECIALS[t][8:11]
+  pairs = [(d, n) for d in xs for n in xs]
+  bad = []
+  for s0_is in ("d", "n"):
+    got, vcc = _div_scale_lanes(t, s0_is, pairs)
+    for (d, n), g, v in zip(pairs, got, vcc):
+      want, want_vcc = ref.div_scale(d if s0_is == "d" else n, d, n, t)
+      if (g != want and not (ref.is_nan(g, t) and ref.is_nan(want, t))) or bool(v) != want_vcc:
+        bad.append((s0_is, hex(d), hex(n), hex(g), v, hex(want), want_vcc))
+  assert not bad, f"{len(bad)} of {2 * len(pairs)} differ; (S0, S1, S2, got, vcc, want, vcc): {bad[:5]}"
+
+
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_div_fixup_special_cases(t):
+  # V_DIV_FIXUP (16.12): S0 = quotient, S1 = denominator, S2 = numerator; NaN, 0 and inf operands decide
+  triples = TRIPLES[t][::3]
+  got = [int(g) & (0xFFFF if t == "f16" else 0xFFFFFFFF)
+         for g in run_lanes(f"v_div_fixup_{t} v4, v0, v1, v2", *zip(*triples))[0]]
+  bad = [(hex(q), hex(d), hex(n), hex(g), hex(ref.div_fixup(q, d, n, t))) for (q, d, n), g in zip(triples, got)
+         if g != ref.div_fixup(q, d, n, t)]
+  assert not bad, f"{len(bad)} of {len(triples)} differ; (q, d, n, got, want): {bad[:6]}"
+
+
+def test_div_fmas_rescales_only_the_lanes_vcc_selects():
+  # V_DIV_FMAS_F32 (16.12): fma(S0, S1, S2), rescaled where VCC is set; the lane's S2 decides the direction
+  cases = [(0x3F800000, 0x40000000, 0x40800000), (0x3F800000, 0x3E800000, 0x3E800000), (0x40400000, 0x3F000000, 0x0)]
+  for vcc in (0, 1):
+    got, _ = run_lanes(f"s_mov_b32 vcc_lo, {-vcc}\n  v_div_fmas_f32 v4, v0, v1, v2", *zip(*cases))
+    assert [int(g) for g in got] == [ref.div_fmas(a, b, c, bool(vcc), "f32") for a, b, c in cases]
