@@ -58,9 +58,7 @@ def f32_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[
 def f64_bits(x: float) -> int: return struct.unpack("<Q", struct.pack("<d", x))[0]
 
 
-def imm32(bits: int) -> Imm:
-  bits &= 0xFFFFFFFF
-  return Imm(bits - (1 << 32) if bits >= 0xFFFFFFF0 else bits)
+def imm32(bits: int) -> Imm: return Imm(b - (1 << 32) if (b := bits & 0xFFFFFFFF) >= 0xFFFFFFF0 else b)
 
 
 def fits32(u: UOp) -> bool:
@@ -75,8 +73,7 @@ def is_narrow(u: UOp) -> bool:
 
 def is_wide(dt: DType, u: UOp | None = None) -> bool:
   """Two dwords: float64 and 8-byte integers that are not narrow."""
-  if dt == F64: return True
-  return dt.itemsize == 8 and not (u is not None and is_narrow(u))
+  return dt == F64 or (dt.itemsize == 8 and not (u is not None and is_narrow(u)))
 
 
 def signed(dt: DType) -> bool: return dt.kind == 'i' or dt == dtypes.index
@@ -157,9 +154,7 @@ class _Renderer:
     self.e("s_waitcnt_depctr", Imm(DEPCTR_VA_VDST_0))
     return d
 
-  def sel(self, f, t, cond=VCC_LO) -> Reg:
-    """v_cndmask: t where the lane mask (default vcc_lo) is set, else f."""
-    return self.o("v_cndmask_b32", f, t, cond)
+  def sel(self, f, t, cond=VCC_LO) -> Reg: return self.o("v_cndmask_b32", f, t, cond)   # t where the mask is set
 
   def sel64(self, f, t) -> Reg: return self.mov64(self.sel(f[0], t[0]), self.sel(f[1], t[1]))
 
@@ -176,9 +171,8 @@ class _Renderer:
 
   # ---------------------------------------------------------------- driver
   def render(self) -> AMDKernel:
-    for u in self.program:
-      if u.op is Ops.DEFINE_ACC and u.src:
-        raise NotImplementedError("AMD renderer: upcast accumulators (DEFINE_ACC with lanes) are CPU-only opts")
+    if any(u.op is Ops.DEFINE_ACC and u.src for u in self.program):
+      raise NotImplementedError("AMD renderer: upcast accumulators (DEFINE_ACC with lanes) are CPU-only opts")
     # kernel arguments: one s_load_b64 per pointer / variable, then one wait (RDNA3 ISA guide, "Scalar Memory")
     for u in self.program:
       if u.op is Ops.PARAM and u not in self.vals:
@@ -246,27 +240,22 @@ class _Renderer:
     if dt == F64: return Const(f64_bits(value), 2, True)
     if dt == F32: return Const(f32_bits(value), 1)
     if dt.is_float: return Const(bits16(value, dt), 1)     # float16/bfloat16: the storage bits
-    if dt.itemsize == 8:
-      v = int(value)
-      if -(1 << 31) <= v < (1 << 31) and (u is None or is_narrow(u)): return Const(v & 0xFFFFFFFF, 1)
-      return Const(v & 0xFFFFFFFFFFFFFFFF, 2)
+    if dt.itemsize == 8 and not (-(1 << 31) <= int(value) < (1 << 31) and (u is None or is_narrow(u))):
+      return Const(int(value) & 0xFFFFFFFFFFFFFFFF, 2)
     return Const(int(value) & 0xFFFFFFFF, 1)
 
   def op32(self, u_or_val):
     """A one-dword operand (the low dword of a wide value)."""
     x = self.val(u_or_val) if isinstance(u_or_val, UOp) else u_or_val
     if isinstance(x, Const): return imm32(x.bits)
-    if isinstance(x, Reg) and x.size == 2: return x[0]
-    return x
+    return x[0] if isinstance(x, Reg) and x.size == 2 else x
 
   lo = op32
 
   def hi(self, u_or_val, sgn: bool = True):
     """The high dword of a 64-bit value; a narrow value is sign-extended (zero-extended if not sgn)."""
     x = self.val(u_or_val) if isinstance(u_or_val, UOp) else u_or_val
-    if isinstance(x, Const):
-      if x.size == 2: return imm32(x.bits >> 32)
-      return imm32(0xFFFFFFFF if sgn and x.bits & 0x80000000 else 0)
+    if isinstance(x, Const): return imm32(x.bits >> 32 if x.size == 2 else 0xFFFFFFFF if sgn and x.bits & 0x80000000 else 0)
     if isinstance(x, Reg) and x.size == 2: return x[1]
     return self.o("v_ashrrev_i32", Imm(31), x) if sgn else Imm(0)
 
@@ -283,9 +272,7 @@ class _Renderer:
 
   def rpair(self, u_or_val, sgn: bool = True) -> Reg:
     """A 64-bit value in a register pair (constants are moved into VGPRs)."""
-    x = self.pair(u_or_val, sgn)
-    if isinstance(x, Imm): return self.mov64(imm32(x.value), imm32(x.value >> 32))
-    return x
+    return self.mov64(imm32(x.value), imm32(x.value >> 32)) if isinstance(x := self.pair(u_or_val, sgn), Imm) else x
 
   def vgpr(self, x) -> Reg:
     """A value as one VGPR (stores and addresses need VGPRs)."""
@@ -297,10 +284,8 @@ class _Renderer:
     """Copy a value into a (new, if dst is None) VGPR or VGPR pair; returns the destination."""
     wide = (isinstance(src, Reg) and src.size == 2) or (isinstance(src, Const) and src.size == 2) or dt == F64
     if dst is None: dst = self.v(2 if wide else 1)
-    if isinstance(dst, Reg) and dst.size == 2:
-      self.e("v_mov_b32", dst[0], self.lo(src)); self.e("v_mov_b32", dst[1], self.hi(src, signed(dt)))
-    else:
-      self.e("v_mov_b32", dst, self.op32(src))
+    if not (isinstance(dst, Reg) and dst.size == 2): self.e("v_mov_b32", dst, self.op32(src))
+    else: self.e("v_mov_b32", dst[0], self.lo(src)); self.e("v_mov_b32", dst[1], self.hi(src, signed(dt)))
     return dst
 
   def narrow(self, x, dt: DType):
