@@ -90,7 +90,7 @@ INT_SEL_NONE, INT_SEL_INT_ONLY, INT_SEL_AFTER_WRITE = 0, 1, 2
 
 # Packet bodies: one list of (field, lowest bit, width) per dword after the header, in order. Field widths follow
 # nvd.h's PACKET3_<packet>__<FIELD>(x) masks where it has them, else PAL's PM4_MEC_<packet> bitfields (docstring).
-# An address-low dword is one 32-bit field whose reserved low bits the caller keeps zero (tests/amd/test_hw_tables.py).
+# An address-low dword is one 32-bit field whose reserved low bits the caller keeps zero (tests/amd/test_amd_hw_tables.py).
 GCR_CNTL = [("gli_inv", 0, 2), ("gl1_range", 2, 2), ("glm_wb", 4, 1), ("glm_inv", 5, 1), ("glk_wb", 6, 1), ("glk_inv", 7, 1),
             ("glv_inv", 8, 1), ("gl1_inv", 9, 1), ("gl2_us", 10, 1), ("gl2_range", 11, 2), ("gl2_discard", 13, 1),
             ("gl2_inv", 14, 1), ("gl2_wb", 15, 1), ("seq", 16, 2), ("range_is_pa", 18, 1)]
@@ -116,8 +116,7 @@ PACKETS: dict[str, list[list[tuple[str, int, int]]]] = {
                   [("dst_sel", 16, 2), ("int_sel", 24, 3), ("data_sel", 29, 3)],
                   [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("data_lo", 0, 32)], [("data_hi", 0, 32)],
                   [("int_ctxid", 0, 32)]],
-  # COHER_SIZE_HI is [7:0] in nvd.h and PAL; it stays 24 bits wide while driver.py writes amdgpu's 0xffffff there
-  # (gfx_v11_0_emit_mem_sync); tests/amd/test_hw_tables.py holds it as the one known deviation
+  # COHER_SIZE_HI is [7:0] in nvd.h and PAL (amdgpu's gfx_v11_0_emit_mem_sync writes 0xffffff, reserved bits too)
   "ACQUIRE_MEM": [[("coher_cntl", 0, 31), ("engine_sel", 31, 1)], [("coher_size", 0, 32)], [("coher_size_hi", 0, 8)],
                   [("coher_base", 0, 32)], [("coher_base_hi", 0, 24)], [("poll_interval", 0, 16)], GCR_CNTL],
   "DMA_DATA": [[("engine", 0, 1), ("src_cache_policy", 13, 2), ("dst_sel", 20, 2), ("dst_cache_policy", 25, 2),
@@ -126,7 +125,9 @@ PACKETS: dict[str, list[list[tuple[str, int, int]]]] = {
                [("byte_count", 0, 26), ("sas", 26, 1), ("das", 27, 1), ("saic", 28, 1), ("daic", 29, 1),
                 ("raw_wait", 30, 1), ("dis_wc", 31, 1)]],
 }
-DMA_DATA_MAX_BYTES = 1 << 21        # chunk size for copies (BYTE_COUNT is 26 bits; amdgpu keeps CP DMA under 2 MiB)
+# chunk size for copies: BYTE_COUNT is 26 bits, but on gfx11 Mesa keeps a CP DMA packet to 32767 bytes, aligned down to
+# SI_CPDMA_ALIGNMENT 32 (cp_dma_max_byte_count() of radeonsi si_cp_dma.c and radv_cp_dma.c: `gfx_level >= GFX11 ? 32767`)
+DMA_DATA_MAX_BYTES = 0x7FE0        # 32736 = 32767 & ~31
 
 
 class PacketError(ValueError):

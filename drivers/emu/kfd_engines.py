@@ -271,6 +271,8 @@ class ComputeQueue(EngineQueue):
       if f["sas"] or f["das"] or f["dst_sel"] != 0 or f["src_sel"] not in (0, 2):
         raise QueueError(f"{where}: DMA_DATA with register/GDS operands is not emulated ({pm4.describe(name, f)})")
       dst, n = f["dst_addr_hi"] << 32 | f["dst_addr_lo"], f["byte_count"]
+      if n > 32767:       # gfx11 CP DMA: cp_dma_max_byte_count() (Mesa radeonsi si_cp_dma.c, radv radv_cp_dma.c)
+        raise QueueError(f"{where}: DMA_DATA of {n} bytes; a gfx11 CP DMA packet copies at most 32767 bytes")
       if f["src_sel"] == 2:
         self.write(dst, (f["src_addr_lo"].to_bytes(4, "little") * (n // 4 + 1))[:n])
       else:

@@ -598,7 +598,7 @@ def test_each_gpu_lists_its_chips_classes_and_the_driver_picks_from_them(gpu):
 
 
 def test_class_ids_of_the_table_match_the_driver():
-  """The emulator's class-id table (from the class headers) agrees with rm.py's (pinned in test_hw_tables)."""
+  """The emulator's class-id table (from the class headers) agrees with rm.py's (pinned in test_nv_hw_tables)."""
   shared = {name: cls for cls, name in rm.CLASS_NAMES.items() if name in CLASS_IDS}     # AMPERE_COMPUTE_B: GA102 only
   assert set(rm.CLASS_NAMES.values()) - set(shared) == {"AMPERE_COMPUTE_B"}
   assert {name: CLASS_IDS[name] for name in shared} == shared

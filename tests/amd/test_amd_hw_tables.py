@@ -22,6 +22,8 @@ Sources (read at the commits named; each block below says which one it comes fro
            nbio_v4_3_hdp_flush_reg); include/asic_reg/nbio/nbio_4_3_0_offset.h @ torvalds/linux 446279168e03;
            include/asic_reg/nbio/nbio_4_3_0_sh_mask.h @ raspberrypi/linux 656a52a8fc04 (GPU_HDP_FLUSH_REQ bits)
   [usage]  LLVM AMDGPUUsage.rst, compute_pgm_rsrc1 table: PRIV (bit 20) "CP is responsible for filling in"
+  [mesa]   Mesa src/gallium/drivers/radeonsi/si_cp_dma.c @ bminor/mesa-mesa 4989b6e6b95a and src/amd/vulkan/radv_cp_dma.c
+           @ bminor/mesa-mesa 3ccb48ec460d (cp_dma_max_byte_count: the CP DMA bytes per DMA_DATA packet on GFX11)
   [cik]    Linux drivers/gpu/drm/radeon/cikd.h @ torvalds/linux 8d4ad9d4bb0a (SDMA POLL_REG_MEM FUNC values)
   [pal]    AMD PAL (GPUOpen-Drivers/pal) @ c5e800072a32, 2025-04-29, src/core/hw/gfxip/gfx9/chip/:
            gfx9_plus_merged_f32_mec_pm4_packets.h (PM4_MEC_* bitfields and *_SIZEDW__CORE), gfx9_plus_merged_offset.h
@@ -198,6 +200,10 @@ PM4_PACKETS = {
 GCR_CNTL = {"gli_inv": (0, 2), "gl1_range": (2, 2), "glm_wb": (4, 1), "glm_inv": (5, 1), "glk_wb": (6, 1),
             "glk_inv": (7, 1), "glv_inv": (8, 1), "gl1_inv": (9, 1), "gl2_us": (10, 1), "gl2_range": (11, 2),
             "gl2_discard": (13, 1), "gl2_inv": (14, 1), "gl2_wb": (15, 1), "seq": (16, 2), "range_is_pa": (18, 1)}
+# ---- [mesa] cp_dma_max_byte_count(): `max = gfx_level >= GFX11 ? 32767 : ...` (not the 26-bit BYTE_COUNT field's limit),
+#      `return max & ~(SI_CPDMA_ALIGNMENT - 1)` with #define SI_CPDMA_ALIGNMENT 32 (radv_cp_dma.c)
+CP_DMA_MAX_BYTE_COUNT_GFX11, SI_CPDMA_ALIGNMENT = 32767, 32
+CP_DMA_MAX_BYTES = CP_DMA_MAX_BYTE_COUNT_GFX11 & ~(SI_CPDMA_ALIGNMENT - 1)
 # ---- [pal] PM4_MEC_<P>_SIZEDW__CORE (header included); EVENT_WRITE: [pal] PM4_ME_NON_SAMPLE_EVENT_WRITE (header +
 #      ordinal2); [gfx11] PACKET3(PACKET3_ACQUIRE_MEM, 6) and a RELEASE_MEM fence of 8 dwords
 PM4_SIZEDW = {"DISPATCH_DIRECT": 5, "WAIT_REG_MEM": 7, "WAIT_REG_MEM64": 9, "INDIRECT_BUFFER": 4, "EVENT_WRITE": 2,
@@ -363,6 +369,7 @@ def test_pm4_tables_cover_the_transcription():
         assert lo + width <= 32 and not used & bits, (name, k, field)
         used |= bits
   assert pm4.DMA_DATA_MAX_BYTES < 1 << PM4_PACKETS["DMA_DATA"][5]["byte_count"][1]
+  assert pm4.DMA_DATA_MAX_BYTES == CP_DMA_MAX_BYTES == 32736      # [mesa]: what a gfx11 DMA_DATA may carry
 
 
 def test_sdma_opcodes_and_constants():
@@ -473,7 +480,7 @@ def test_compute_signal_wait_timestamp_barrier_copy_words(drv):
      lo(sig.timestamp_addr), hi(sig.timestamp_addr), 0, 0, 0],
     *BARRIER]
   # DMA_DATA in chunks: CP_SYNC only on the last; COMMAND RAW_WAIT | BYTE_COUNT
-  src, dst, chunk = 0x7F10_0000_0000, 0x7F20_0000_0000, pm4.DMA_DATA_MAX_BYTES
+  src, dst, chunk = 0x7F10_0000_0000, 0x7F20_0000_0000, CP_DMA_MAX_BYTES
   got = drv.encode("compute", [("copy", dst, src, 2 * chunk + 100)]).packet_words()
   assert got == [[P3("DMA_DATA", 5), (k == 2) << 31, lo(src + k * chunk), hi(src + k * chunk), lo(dst + k * chunk),
                   hi(dst + k * chunk), 1 << 30 | (100 if k == 2 else chunk)] for k in range(3)]

@@ -275,6 +275,10 @@ GP_ENTRY_SIZE, GP_ENTRY0_GET, GP_ENTRY1_GET_HI, GP_ENTRY1_LEVEL, GP_ENTRY1_LENGT
 USERD_GPGET, USERD_GPPUT, USERD_SIZE = 0x88, 0x8C, 0x90 + 4 * 0x5C
 # usermode doorbell: OGKM class/clc361.h NVC361_NOTIFY_CHANNEL_PENDING 0x00000090, NVC361_NV_USERMODE__SIZE 65536
 NOTIFY_CHANNEL_PENDING, NV_USERMODE_SIZE = 0x90, 65536
+# the copy engine's subchannel: OGKM class/cla06fsubch.h (read at 1739a20efc4a) NVA06F_SUBCHANNEL_COPY_ENGINE 4;
+# kernel-open/nvidia-uvm/uvm_push_macros.h: "Starting with Kepler HW settled on using a fixed subchannel for CE"
+# (UVM_SUBCHANNEL_CE = NVA06F_SUBCHANNEL_COPY_ENGINE)
+NVA06F_SUBCHANNEL_COPY_ENGINE = 4
 
 
 def _f(hi_lo, value=1): return value << hi_lo[1]
@@ -300,9 +304,11 @@ PUSHBUF = {
   "GP_ENTRY_MAX_ADDRESS": 1 << (GP_ENTRY0_GET[0] + 1 + GP_ENTRY1_GET_HI[0] + 1),    # GET 31:2 and GET_HI 7:0: 40 bits
   "USERD_GP_GET": USERD_GPGET, "USERD_GP_PUT": USERD_GPPUT, "USERD_BYTES": USERD_SIZE,
   "USERMODE_NOTIFY_CHANNEL_PENDING": NOTIFY_CHANNEL_PENDING, "USERMODE_BYTES": NV_USERMODE_SIZE,
+  "SUBC_COPY": NVA06F_SUBCHANNEL_COPY_ENGINE,
 }
-# baregrad's own choices, not facts of a header: which subchannel each object is bound to (any of 0..7 works)
-PUSHBUF_CHOICES = {"SUBC_COMPUTE", "SUBC_COPY"}
+# baregrad's own choice, not a fact of a header: the subchannel the compute object is bound to (cla06fsubch.h names
+# only NVA06F_SUBCHANNEL_2D 3 and _COPY_ENGINE 4)
+PUSHBUF_CHOICES = {"SUBC_COMPUTE"}
 
 
 def _public_ints(module) -> dict:
