@@ -656,18 +656,19 @@ def bg():
   from baregrad.compiler.uop import Ops, BINARY
   from baregrad.hcq.runtime import run_schedule
   specs = {}
-  original = schedule.get_program
+  original = schedule.get_programs
 
-  def get_program(spec):
-    prog = original(spec)
-    specs[id(prog)] = (spec, prog)
-    return prog
-  schedule.get_program = get_program
+  def get_programs(items):
+    items = list(items)
+    progs = original(items)
+    for spec, prog in zip(items, progs): specs[id(prog)] = (spec, prog)
+    return progs
+  schedule.get_programs = get_programs
   ns = type("BG", (), {})()
   ns.Tensor, ns.codegen, ns.renderer, ns.dtypes, ns.Ops, ns.BINARY = Tensor, codegen, PTXRenderer(), dtypes, Ops, BINARY
   ns.run_schedule, ns.specs = run_schedule, specs
   yield ns
-  schedule.get_program = original
+  schedule.get_programs = original
 
 
 def _read(buf) -> np.ndarray:
