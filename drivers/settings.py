@@ -80,7 +80,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
   Setting("BEAM", _integer(0), 0, "an integer >= 0 (0: hand-coded kernel optimizations, n: search them with a beam "
                                   "of width n, timing real runs)"),
   Setting("OPT", _integer(0, 1), 1, "0 or 1 (0: no kernel optimizations, 1: optimize kernels)"),
-  Setting("EMU", _flag, False, "0 or 1 (1: the AMD and NV devices run on emulated kernel drivers and GPUs)"),
+  Setting("EMU", _flag, False, "0 or 1 (1: the AMD and NV devices run on emulated kernel drivers and GPUs, METAL "
+                               "on an emulated Metal framework)"),
   Setting("DEV", _device, "CPU", f"a device name: one of {_DEVICE_NAMES} (any case, optionally with ':n')"),
   Setting("TIMEOUT", _seconds, 30.0, "a number of seconds > 0 (how long a wait for the device may take before it "
                                      "fails; default 30)"),

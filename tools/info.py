@@ -89,13 +89,16 @@ HOST_CHECKS = {"AMD": amd_host, "NV": nv_host, "METAL": metal_host}
 
 
 def emulated(kind: str) -> dict:
-  """The emulated AMD/NV devices (EMU=1 DEV=AMD|NV): an emulated kernel driver registered in
-  drivers/kernel.py's EMULATORS, plus the hcq driver for that kind."""
+  """The emulated AMD/NV/METAL devices (EMU=1 DEV=AMD|NV|METAL): an emulated kernel driver registered in
+  drivers/kernel.py's EMULATORS (METAL: the emulated framework in drivers/metal/framework.py's EMULATED), plus the
+  hcq driver for that kind."""
   import importlib.util
   row = {"name": f"{kind} (emulated, EMU=1 DEV={kind})"}
   try: from baregrad.drivers.kernel import EMULATORS
   except Exception: EMULATORS = {}
-  entry = EMULATORS.get(kind)
+  try: from baregrad.drivers.metal.framework import EMULATED    # METAL: an emulated framework, not a kernel driver
+  except Exception: EMULATED = {}
+  entry = EMULATORS.get(kind) or EMULATED.get(kind)
   if entry is None:
     return dict(row, available=False, reason=f"the emulated {kind} kernel driver is not part of this build yet")
   try: found = importlib.util.find_spec(entry[0]) is not None
@@ -127,7 +130,7 @@ def collect() -> list[dict]:
         # else: the driver's own probe() explains it best
         row["available"] = False
     rows.append(row)
-  for kind in ("AMD", "NV"): rows.append(emulated(kind))
+  for kind in ("AMD", "NV", "METAL"): rows.append(emulated(kind))
   return rows
 
 
