@@ -25,11 +25,14 @@ _depends: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def remember(node: UOp, view: UOp, inputs: list) -> None:
-  """Record that `node`'s value is now in `view`, computed from the buffers `inputs`."""
+  """Record that `node`'s value is now in `view`, computed from the buffers `inputs`. A node on several devices:
+  `view` is a MULTI of one view per device (tensor/multi.py looks it up before lowering)."""
   realized[node] = view
-  base = view
-  while base.op is not Ops.BUFFER: base = base.src[0]
-  for buf in (base.arg, *inputs): _depends.setdefault(buf, weakref.WeakSet()).add(node)
+  bases = []
+  for base in (view.src if view.op is Ops.MULTI else (view,)):
+    while base.op is not Ops.BUFFER: base = base.src[0]
+    bases.append(base.arg)
+  for buf in (*bases, *inputs): _depends.setdefault(buf, weakref.WeakSet()).add(node)
 
 
 def forget(buf) -> None:

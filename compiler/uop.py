@@ -31,7 +31,7 @@ class Ops(Enum):
   # materialization and ordering
   CONTIGUOUS = auto()   # force a buffer here
   DETACH = auto()       # the same value, but gradients stop here
-  COPY = auto()         # to another device (arg: device name)
+  COPY = auto()         # to another device (arg: device name, or a tuple of them: a copy on each)
   ASSIGN = auto()       # write src[1] into the buffer of src[0]
   SINK = auto()
   # kernel level
@@ -44,6 +44,10 @@ class Ops(Enum):
   DEFINE_ACC = auto(); ACC_UPDATE = auto(); ENDRANGE = auto()
   # lowered only (compiler/lower.py): a / b, correctly rounded, for targets that divide (from MUL(a, RECIP(b)))
   FDIV = auto()
+  # tensor level, several devices: one value on a tuple of devices, src one tensor per device, arg (the shard axis or
+  # None for copies, the (start, end) of each device's part on that axis or None); tensor/multi.py lowers it to
+  # per-device graphs before scheduling
+  MULTI = auto()
 
 
 UNARY = {Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.FLOOR, Ops.NEG}
@@ -235,6 +239,10 @@ def _shape(u: UOp) -> tuple[int, ...]:
   if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if op is Ops.ASSIGN: return u.src[0].shape
+  if op is Ops.MULTI:
+    shape, axis = list(u.src[0].shape), u.arg[0]
+    if axis is not None: shape[axis] = sum(s.shape[axis] for s in u.src)
+    return tuple(shape)
   if op is Ops.SINK: return ()
   return u.src[0].shape if u.src else ()
 
@@ -242,6 +250,7 @@ def _shape(u: UOp) -> tuple[int, ...]:
 def _device(u: UOp) -> str | None:
   if u.op is Ops.BUFFER: return u.arg.device
   if u.op in (Ops.DEVICE, Ops.COPY): return u.arg
+  if u.op is Ops.MULTI: return tuple(s.device for s in u.src)
   for s in u.src:
     if (d := s.device) is not None: return d
   return None

@@ -12,9 +12,10 @@ class LRUAllocator:
   (the device's: Device.retire) frees it only once the work queued so far has finished, and `synchronize` runs
   before the cache is emptied to make room."""
 
-  def __init__(self, driver, max_cached_bytes: int = 1 << 30, release=None, synchronize=None):
+  def __init__(self, driver, max_cached_bytes: int = 1 << 30, release=None, synchronize=None, free=None):
     self.driver, self.max_cached = driver, max_cached_bytes
     self.release = release or driver.free
+    self.free_now = free or driver.free       # gives memory straight back (free_cache, once nothing uses it)
     self.synchronize = synchronize or (lambda: None)
     self.cache: dict[int, list] = defaultdict(list)
     self.cached_bytes = 0
@@ -46,6 +47,6 @@ class LRUAllocator:
     the caller knows nothing is queued any more)."""
     if wait: self.synchronize()
     for mems in self.cache.values():
-      for m in mems: self.driver.free(m)
+      for m in mems: self.free_now(m)
     self.cache.clear()
     self.cached_bytes = 0

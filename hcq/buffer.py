@@ -45,6 +45,12 @@ class Buffer:
     if self._dev.forked_from is not None: raise ForkedDeviceError(self._forked_message())
     return self._mem.addr
 
+  def allocation(self):
+    """(Device, driver memory, bytes used) of the allocation that holds this buffer (a view's: its base's)."""
+    if self.base is not None: return self.base.allocation()
+    self.ensure_allocated()
+    return self._dev, self._mem, self.nbytes
+
   def _forked_message(self) -> str:
     return (f"{self!r} was allocated on {self.device} by the parent process (pid {self._dev.forked_from}) before "
             f"fork(); a forked child cannot use the parent's {self.device} device or its memory. Create the tensor "

@@ -484,9 +484,9 @@ recorder: "Recorder | None" = None     # the CAPTURE= recorder (hcq/trace.py mak
 
 def device_info(dev) -> dict:
   """What a replay checks before it loads the programs: the device kind and its code target."""
-  info = {"kind": dev.name, "driver": type(dev.driver).__name__, "machine": platform.machine()}
+  info = {"kind": dev.driver.name, "driver": type(dev.driver).__name__, "machine": platform.machine()}
   if dev.driver.target is not None: info["target"] = dev.driver.target
-  if dev.name == "CPU":
+  if dev.driver.name == "CPU":
     try:
       from baregrad.drivers.cpu import cc
       info["compiler"] = cc.compiler_version(cc.find_compiler())

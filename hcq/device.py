@@ -8,23 +8,38 @@ from .queue import HWQueue
 from .lock import RuntimeLock
 from . import hooks             # CAPTURE=/PROFILE= (hcq/trace.py installs them)
 from baregrad.drivers import settings
+from baregrad.drivers import kernel as kernel_mod
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
   "CPU": ("baregrad.drivers.cpu.driver", "CPUDriver"),
   "AMD": ("baregrad.drivers.amd.driver", "AMDDriver"),   # AMD: /dev/kfd; EMU=1 -> emulated KFD + gfx1100 (drivers/emu/kfd_*.py)
   "NV": ("baregrad.drivers.nv.driver", "NVDriver"),   # NV driver; EMU=1: drivers.kernel.interface("NV") is the emulated RM/UVM
-  "METAL": (None, "the Metal driver is not part of this build yet; use DEV=CPU"),
+  "METAL": ("baregrad.drivers.metal.driver", "MetalDriver"),   # Metal.framework via objc; EMU=1: drivers/emu/metal_framework.py
 }
 
 
 def canonical(name: str) -> str:
+  """The device's name as hcq keys it: the kind in capitals, and ':i' for the i-th device of a kind after the first
+  ('amd' -> 'AMD', 'AMD:0' -> 'AMD', 'nv:1' -> 'NV:1')."""
   if not isinstance(name, str):
-    raise ValueError(f"device must be a string like 'CPU', got {name!r}")
-  base = name.upper().split(":")[0]
+    raise ValueError(f"device must be a string like 'CPU' or 'AMD:1', got {name!r}")
+  base, sep, index = name.upper().partition(":")
   if base not in DRIVERS:
     raise ValueError(f"unknown device {name!r}: available devices are {', '.join(DRIVERS)}")
-  return base
+  if not sep: return base
+  if not index.isdigit(): raise ValueError(f"device {name!r}: the index after ':' must be a number, as in {base}:1")
+  return base if int(index) == 0 else f"{base}:{int(index)}"
+
+
+def kind_of(name: str) -> str:
+  """'AMD:1' -> 'AMD': the driver (and renderer) a device uses."""
+  return canonical(name).partition(":")[0]
+
+
+# kinds whose every instance is another device on the same machine (CPU:1 is a second command processor over host
+# memory). Of a GPU kind, instance i is the i-th GPU; with EMU=1 each instance is an emulated GPU of its own.
+HOST_KINDS = {"CPU"}
 
 
 class Device:
@@ -44,9 +59,13 @@ class Device:
     name = canonical(name)
     dev = cls._open.get(name)
     if dev is None:
-      module, what = DRIVERS[name]
+      kind = kind_of(name)
+      module, what = DRIVERS[kind]
       if module is None: raise RuntimeError(f"device {name} is not available: {what}")
-      driver = getattr(importlib.import_module(module), what)()
+      if name != kind and kind not in HOST_KINDS and not kernel_mod.emulated():
+        raise RuntimeError(f"device {name}: this build opens only the first {kind} GPU of the machine ({kind}); with "
+                           f"EMU=1 every {kind}:i is an emulated GPU of its own")
+      driver = getattr(importlib.import_module(module), what)()   # EMU=1: a new emulated kernel driver + GPU each
       dev = cls._open[name] = Device(name, driver)
       _register_exit_hook()
     return dev
@@ -55,7 +74,8 @@ class Device:
     self.name, self.driver = name, driver
     self.forked_from: int | None = None      # a device of the parent process, unusable in this forked child
     # memory goes back to the driver only after the work queued before it was freed (see LRUAllocator)
-    self.allocator = LRUAllocator(driver, release=lambda mem: self.retire(mem, driver.free), synchronize=self.synchronize)
+    self.allocator = LRUAllocator(driver, release=lambda mem: self.retire(mem, self.free_memory), synchronize=self.synchronize,
+                                  free=self.free_memory)
     self.signal_pool = SignalPool(driver)
     self.shared_pools: dict[tuple, SignalPool] = {}    # other devices -> signals in memory they map too
     self.timeline = Signal(self, "timeline")
@@ -63,6 +83,13 @@ class Device:
     self.last_command: str | None = None
     self.kernargs = KernargArena(self)
     self._retired: list[tuple[int, object, object]] = []   # (timeline value, object, release fn) kept until done
+    # ---- work of other devices on this device's memory (hcq/transfer.py: copies between devices) ----
+    self.last_kind: str | None = None      # the kind of queue submitted to last (the next of another kind waits for it)
+    # (signal, value) another device's queue (or the host relay) writes once it is done with this device's memory (a
+    # copy reading or writing it): this device's next submission waits for each, and so does synchronize()
+    self.pending_waits: list[tuple[Signal, int]] = []
+    self.peer_maps: dict[tuple[str, int], tuple[object, int]] = {}   # (owner, address) -> (handle, bytes) mapped here
+    self.exported: dict[int, list] = {}    # address of an allocation of ours -> the devices that mapped it (map_peer)
 
   def retire(self, obj, release=None):
     """Keep `obj` (a program's code) alive until the work queued so far has finished, then drop it and call
@@ -96,6 +123,23 @@ class Device:
   def compute_queue(self) -> HWQueue: return HWQueue("compute")
   def copy_queue(self) -> HWQueue: return HWQueue("copy")
 
+  def queue(self, kind: str = "compute") -> HWQueue:
+    """A queue of `kind` whose commands start after everything submitted to this device so far: after the other
+    queue's last submission (queues of two kinds run side by side) and after other devices' work on this device's
+    memory (`pending_waits`). Submit it with `submit` (it signals the timeline)."""
+    q = HWQueue(kind)
+    if self.last_kind not in (None, kind): q.wait(self.timeline, self.timeline_value)
+    for sig, value in self.pending_waits: q.wait(sig, value)
+    self.pending_waits.clear()
+    return q
+
+  def submit(self, q: HWQueue) -> int:
+    """Signal the next timeline value at the end of `q` and submit it; returns that value."""
+    value = self.next_timeline()
+    q.signal(self.timeline, value).submit(self)
+    self.last_kind = q.kind
+    return value
+
   def next_timeline(self) -> int:
     self.timeline_value += 1
     return self.timeline_value
@@ -104,6 +148,8 @@ class Device:
     if hooks.active: hooks.installed.on_synchronize(self, timeout)   # CAPTURE/PROFILE: the same wait, timed
     else: self.timeline.wait(self.timeline_value, timeout)
     self.check_faults()
+    for sig, value in self.pending_waits: sig.wait(value, timeout)
+    self.pending_waits.clear()
     if self._retired: self._reap()
 
   def check_faults(self):
@@ -129,9 +175,39 @@ class Device:
     device waits on and another writes, a buffer several copy through). This device's allocations must be host
     memory (CPU, NV: system memory mapped for the GPU) that the others can map (map_host)."""
     mem = self.driver.alloc(nbytes)
-    for d in dict.fromkeys(others):
-      if d is not self: d.map_host(mem.addr, nbytes)
+    try:
+      for d in dict.fromkeys(others):
+        if d is not self: d.map_host(mem.addr, nbytes)
+    except BaseException:
+      self.driver.free(mem)         # (a mapping made before the one that failed stays until its device closes)
+      raise
     return mem
+
+  def map_peer(self, owner: "Device", mem, nbytes: int):
+    """Let this device's queues address `nbytes` of `owner`'s allocation `mem` (a copy between the two devices), at
+    its address; the mapping is kept until `owner` gives the allocation back to its driver (free_memory)."""
+    key = (owner.name, mem.addr)
+    have = self.peer_maps.get(key)
+    if have is not None and have[1] >= nbytes: return
+    if have is not None: self.unmap_peer(owner, mem.addr)
+    handle = self.map_host(mem.addr, nbytes)
+    self.peer_maps[key] = (handle, nbytes)
+    owner.exported.setdefault(mem.addr, []).append(self)
+
+  def unmap_peer(self, owner: "Device", addr: int):
+    """Drop this device's mapping of `owner`'s allocation at `addr`, once the work queued here that uses it is done."""
+    handle, _ = self.peer_maps.pop((owner.name, addr), (None, 0))
+    lst = owner.exported.get(addr)
+    if lst is not None and self in lst: lst.remove(self)
+    if handle is None or Device._open.get(self.name) is not self: return    # CPU: nothing to free; closed: gone
+    try: self.synchronize()
+    except Exception: pass
+    self.driver.free(handle)
+
+  def free_memory(self, mem):
+    """Give an allocation back to the driver, after the mappings other devices made of it (map_peer) are dropped."""
+    for other in list(self.exported.pop(mem.addr, ())): other.unmap_peer(self, mem.addr)
+    self.driver.free(mem)
 
   def shared_signal_pool(self, others) -> SignalPool:
     """Signal slots in memory of this device that `others` map too (Signal(..., shared_with=others))."""
@@ -241,7 +317,7 @@ def probe(name: str) -> dict:
   """{"name", "available": bool, "reason" (when not), "driver", properties...}; never raises. What the driver class's
   `probe()` says ({"available": ..., "reason": ..., properties...})."""
   try:
-    module, what = DRIVERS[canonical(name)]
+    module, what = DRIVERS[kind_of(name)]
     if module is None: return {"name": name, "available": False, "reason": what}
     cls = getattr(importlib.import_module(module), what)
     found = cls.probe()

@@ -68,6 +68,7 @@ class GraphExecutor:
     # copies get their own queue where the driver has one; queues order themselves with per-queue signals
     kinds = ["compute", "copy"] if self.dev.driver.has_copy_queue else ["compute"]
     queues = {k: HWQueue(k) for k in kinds}
+    for k in kinds[1:]: queues[k].wait(self.dev.timeline, Slot("__prev"))   # after the work submitted before a replay
     self.queue_signals = {k: Signal(self.dev, f"graph {k}") for k in kinds}
     seq = {k: 0 for k in kinds}
     writer: dict = {}          # buffer -> (queue, seq) of its last writer
@@ -126,6 +127,9 @@ class GraphExecutor:
     vals.update((f"out{j}", b.addr) for j, b in enumerate(outs))
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
+    q = dev.queue("compute")       # other devices' copies on this device's memory (hcq/transfer.py) come first
+    if q.cmds: dev.submit(q)
+    vals["__prev"] = dev.timeline_value
     vals["__timeline"] = self.last_value = dev.next_timeline()
     for k, base in self.bases.items():
       vals[f"__base:{k}"] = base
@@ -133,4 +137,5 @@ class GraphExecutor:
     if hooks.active: hooks.installed.on_graph_replay(self, inputs, outs, var_vals, self.last_value)   # CAPTURE/PROFILE
     for side in self.side_queues: side.submit(dev, vals)
     self.queue.submit(dev, vals)
+    dev.last_kind = "compute"
     return outs

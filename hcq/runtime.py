@@ -1,9 +1,10 @@
 """The loop that runs ExecItems on a device's queues."""
 from __future__ import annotations
+import time
 from .device import Device, device_ns
 from .exec_item import ExecItem, kernel_args, enqueue as _enqueue   # ExecItem, kernel_args: imported from here too
 from .signal import Signal
-from . import hooks
+from . import hooks, transfer
 from . import trace   # noqa: F401  installs the CAPTURE=/PROFILE= hooks (hcq/hooks.py) when one is set
 from baregrad.drivers import settings
 
@@ -26,17 +27,17 @@ def _run_schedule(items: list[ExecItem], sync: bool):
   if DEBUG >= 1: return _run_timed(items)
   by_dev: dict[str, tuple] = {}
   def flush():
-    for dev, q in by_dev.values(): q.signal(dev.timeline, dev.next_timeline()).submit(dev)
+    for dev, q in by_dev.values(): dev.submit(q)
     by_dev.clear()
   for item in items:
     for b in item.bufs: b.ensure_allocated()
     if item.program is None and item.bufs[0].device != item.bufs[1].device:
       flush()
-      cross_device_copy(*item.bufs)
+      transfer.copy(*item.bufs)     # ordered by signals (hcq/transfer.py); the host does not wait here
       continue
     dev = Device.get(item.bufs[0].device)
     q = by_dev.get(dev.name)
-    if q is None: q = by_dev[dev.name] = (dev, dev.compute_queue())
+    if q is None: q = by_dev[dev.name] = (dev, dev.queue("compute"))
     _enqueue(q[0], q[1], item)
   devs = [dev for dev, _ in by_dev.values()]
   flush()
@@ -44,24 +45,24 @@ def _run_schedule(items: list[ExecItem], sync: bool):
     for dev in devs: dev.synchronize()
 
 
-def cross_device_copy(dst, src):
-  """A copy between devices goes through the host: after the source's queued work (it may still be writing
-  src) and the destination's (it may still read dst), host memory to host memory. A device's queues address
-  only the memory its driver mapped for it, so neither queue could do the copy on its own."""
-  sdev, ddev = Device.get(src.device), Device.get(dst.device)
-  sdev.synchronize(); ddev.synchronize()
-  ddev.driver.view(dst.addr, dst.nbytes)[:] = sdev.driver.view(src.addr, src.nbytes)
-
-
 def _run_timed(items: list[ExecItem]):
   for item in items:
     for b in item.bufs: b.ensure_allocated()
+    if item.program is None and item.bufs[0].device != item.bufs[1].device:
+      src, dst = Device.get(item.bufs[1].device), Device.get(item.bufs[0].device)
+      start = time.perf_counter()
+      transfer.copy(*item.bufs)
+      src.synchronize(); dst.synchronize()
+      dt = time.perf_counter() - start
+      print(f"{dst.name:4s} {item.name:32s} {dt * 1e6:10.2f} us (host clock) {item.bufs[0].nbytes / dt * 1e-9:9.2f} GB/s "
+            f"via {transfer.link(src, dst).describe()}")
+      continue
     dev = Device.get(item.bufs[0].device)
-    q = dev.compute_queue()
+    q = dev.queue("compute")
     t0, t1 = Signal(dev, "t0"), Signal(dev, "t1")
     q.timestamp(t0)
     _enqueue(dev, q, item)
-    q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.submit(q.timestamp(t1))
     dev.synchronize()
     dt = max(device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp), 1) * 1e-9
     gflops = item.meta.get("flops", 0) / dt * 1e-9

@@ -9,7 +9,7 @@ tests `VIZ`. Nothing else runs when they are unset.
 """
 from __future__ import annotations
 import atexit, json, os, sys, time
-from . import capture, hooks
+from . import capture, hooks, transfer
 from .device import Device, device_ns   # device_ns: imported from here too (tools)
 from .exec_item import enqueue
 from .signal import Signal
@@ -106,22 +106,28 @@ class Profiler:
   def run(self, items: list, sync: bool):
     """The profiled version of hcq.runtime.run_schedule."""
     by_dev: dict[str, tuple] = {}
+    def flush():
+      for dev, q, recs in by_dev.values():
+        value = dev.submit(q)
+        self.pending.append((dev, value, recs, "compute"))
+        if sync: dev.synchronize()
+      by_dev.clear()
     for item in items:
       for b in item.bufs: b.ensure_allocated()
+      if item.program is None and item.bufs[0].device != item.bufs[1].device:
+        flush()
+        transfer.copy(*item.bufs)      # between devices: on the path hcq/transfer.py chooses (not timed here)
+        continue
       dev = Device.get(item.bufs[0].device)
       self._device(dev)
-      if dev.name not in by_dev: by_dev[dev.name] = (dev, dev.compute_queue(), [])
+      if dev.name not in by_dev: by_dev[dev.name] = (dev, dev.queue("compute"), [])
       _, q, recs = by_dev[dev.name]
       t0, t1 = Signal(dev, "profile"), Signal(dev, "profile")
       q.timestamp(t0)
       enqueue(dev, q, item)
       q.timestamp(t1)
       recs.append((item.name, "kernel" if item.program is not None else "copy", item_args(item), t0, t1))
-    for dev, q, recs in by_dev.values():
-      value = dev.next_timeline()
-      q.signal(dev.timeline, value).submit(dev)
-      self.pending.append((dev, value, recs, "compute"))
-      if sync: dev.synchronize()
+    flush()
     self.harvest()
 
   def graph_built(self, graph, queue):

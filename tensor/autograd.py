@@ -40,6 +40,10 @@ def op_gradients(node: UOp, out, g):
     return (g.cast(node.src[0].dtype) if node.src[0].dtype.is_float else None,)
   if op in (Ops.CONTIGUOUS,): return (g,)
   if op is Ops.ASSIGN: return (None, g)       # the target's old value is overwritten; the value flows through
+  if op is Ops.COPY: return (g.to(node.src[0].device),)
+  if op is Ops.MULTI:                         # one value on several devices: each shard's part of g
+    from .multi import shard_gradients
+    return shard_gradients(node, g)
   if op is Ops.RESHAPE: return (g.reshape(node.src[0].shape),)
   if op is Ops.PERMUTE:
     inv = [0] * len(node.arg)

@@ -7,7 +7,9 @@ Call 1 runs normally (and compiles). Call 2 runs normally too, capturing the Exe
 GraphExecutor. Later calls realize the Tensor arguments, patch their addresses (and fresh output buffers,
 and the values of bound Variables) into the prebuilt queues and submit them: no scheduling, no compiling.
 Tensor arguments must keep the shape, dtype and device of the captured call; other arguments must not
-change (both raise a clear error). Random numbers drawn inside the function repeat on every replay."""
+change (both raise a clear error). Random numbers drawn inside the function repeat on every replay.
+A function whose kernels and copies span several devices (sharded tensors, collectives: tensor/multi.py) replays
+on the queues of all of them (hcq/multigraph.py), ordered by signals across devices."""
 from __future__ import annotations
 import functools
 from baregrad.compiler.uop import UOp, Ops
@@ -15,7 +17,9 @@ from baregrad.hcq import runtime
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.device import Device
 from baregrad.hcq.graph import GraphExecutor
+from baregrad.hcq.multigraph import MultiGraphExecutor
 from .tensor import Tensor, Variable, BoundVariable
+from . import multi as _multi
 
 
 class JitError(ValueError):
@@ -43,7 +47,7 @@ class jit:
     return tensors, var_vals, tuple(static)
 
   def _check(self, tensors, static):
-    sig = tuple((t.shape, t.dtype, t.device) for t in tensors)
+    sig = tuple((t.shape, t.dtype, t.device, _layout(t)) for t in tensors)
     if self.signature is None:
       self.signature = (sig, static)
       return
@@ -56,17 +60,18 @@ class jit:
                        f"arguments are baked into the captured kernels (call .reset() to capture again)")
     for i, (got, want) in enumerate(zip(sig, want_sig)):
       if got != want:
-        what = "shape" if got[0] != want[0] else "dtype" if got[1] != want[1] else "device"
-        raise JitError(f"jitted {self.fn.__name__}: tensor argument {i} has {what} {got[['shape', 'dtype', 'device'].index(what)]}"
-                       f", captured with {want[['shape', 'dtype', 'device'].index(what)]}; call .reset() to capture again")
+        k = next(k for k in range(4) if got[k] != want[k])
+        what = ("shape", "dtype", "device", "layout on its devices (shard axis, bounds)")[k]
+        raise JitError(f"jitted {self.fn.__name__}: tensor argument {i} has {what} {got[k]}, captured with {want[k]}; "
+                       f"call .reset() to capture again")
 
   def __call__(self, *args, **kwargs):
     """Thread-safe: calls from several threads run one at a time (under Device.lock), each with its own outputs."""
     with Device.lock: return self._call(args, kwargs)
 
   def _call(self, args, kwargs):
-    if self.graph is not None and Device._open.get(self.graph.dev.name) is not self.graph.dev:
-      self.reset()     # its device was closed (or belongs to the parent of this forked process): capture anew
+    if self.graph is not None and any(Device._open.get(d.name) is not d for d in _graph_devices(self.graph)):
+      self.reset()     # a device was closed (or belongs to the parent of this forked process): capture anew
     tensors, var_vals, static = self._split(args, kwargs)
     if tensors: Tensor.realize(*tensors)
     self._check(tensors, static)
@@ -82,15 +87,37 @@ class jit:
         runtime.capturing = None
       outs = _flatten(out)
       if not captured: raise JitError(f"jitted {self.fn.__name__} ran no kernels: nothing to capture")
-      in_bufs = [t._buffer() for t in tensors]
-      self.graph = GraphExecutor(captured, in_bufs, [t._buffer() for t in outs], serial)
-      self.out_meta = (_structure(out), [(t.shape, t.dtype) for t in outs])
+      in_bufs = [b for t in tensors for b in t._buffers()]
+      out_bufs = [b for t in outs for b in t._buffers()]
+      several = len({b.device for it in captured for b in it.bufs}) > 1
+      self.graph = (MultiGraphExecutor if several else GraphExecutor)(captured, in_bufs, out_bufs, serial)
+      self.out_meta = (_structure(out), [_out_meta(t) for t in outs])
       self.calls = 2
       return out
-    bufs = self.graph.replay([t._buffer() for t in tensors], var_vals)
+    bufs = iter(self.graph.replay([b for t in tensors for b in t._buffers()], var_vals))
     structure, metas = self.out_meta
-    outs = [_tensor_from(b, shape) for b, (shape, _) in zip(bufs, metas)]
+    outs = []
+    for shape, layout in metas:
+      if layout is None: outs.append(_tensor_from(next(bufs), shape)); continue
+      axis, bounds, shard_shapes = layout
+      views = [_tensor_from(next(bufs), s).uop for s in shard_shapes]
+      outs.append(Tensor(_multi.multi_uop(views, axis, bounds)))
     return _unflatten(structure, outs)
+
+
+def _layout(t: Tensor):
+  """A realized tensor on several devices: its MULTI's (axis, bounds); None on one device."""
+  return t.uop.arg if isinstance(t.device, tuple) and t.uop.op is Ops.MULTI else None
+
+
+def _out_meta(t: Tensor):
+  if not isinstance(t.device, tuple): return (t.shape, None)
+  axis, bounds = t.uop.arg
+  return (t.shape, (axis, bounds, [s.shape for s in t.uop.src]))
+
+
+def _graph_devices(graph) -> list:
+  return graph.devices if isinstance(graph, MultiGraphExecutor) else [graph.dev]
 
 
 def _freeze(a):

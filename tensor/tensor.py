@@ -16,6 +16,7 @@ from .selection import SelectionOps
 from .spatial import SpatialOps
 from .losses import LossOps
 from .autograd import gradients
+from . import multi as _multi
 
 Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
 SPLIT_REDUCE = settings.SPLIT_REDUCE   # reductions this long into <= 64 outputs split in two
@@ -74,7 +75,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if isinstance(data, UOp):
       self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
       return
-    device = Device.default() if device is None else canonical(device)
+    device = _device_arg(device)
     if isinstance(data, Tensor):
       t = data.to(device)
       self.uop = t.uop if dtype is None else t.cast(dtype).uop
@@ -85,7 +86,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       self.uop = _const(data, dt, device)
       return
     if isinstance(data, (list, tuple, np.ndarray)):
-      self.uop = _from_numpy(data, dtype, device)
+      if isinstance(device, tuple):    # the host data written to each device (replicated)
+        self.uop = _multi.multi_uop([_from_numpy(data, dtype, d) for d in device], None, None)
+      else: self.uop = _from_numpy(data, dtype, device)
       return
     raise TypeError(f"cannot make a Tensor from {type(data).__name__}: expected a scalar, a (nested) list, a numpy "
                     f"array or a Tensor")
@@ -96,7 +99,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
-  def device(self) -> str: return self.uop.device
+  def device(self) -> str | tuple[str, ...]:
+    """The device name, or for a tensor on several devices (shard(), to(devices)) the tuple of their names."""
+    return self.uop.device
   @property
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> int: return math.prod(self.shape)
@@ -116,7 +121,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     shape = _shape_args((shape,) if isinstance(shape, int) else tuple(shape), "full")
     if any(s < 0 for s in shape): raise ValueError(f"full: negative dimension in shape {_fmt(shape)}")
-    dev = Device.default() if device is None else canonical(device)
+    dev = _device_arg(device)
     dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
     t = Tensor(_const(fill_value, dt, dev))
     return t.reshape((1,) * len(shape)).expand(shape) if shape else t
@@ -130,8 +135,10 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   @staticmethod
   def empty(*shape, dtype=None, device=None) -> Tensor:
     shape = _shape_args(shape, "empty")
-    dev = Device.default() if device is None else canonical(device)
+    dev = _device_arg(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if isinstance(dev, tuple):
+      return Tensor(_multi.multi_uop([Tensor.empty(*shape, dtype=dt, device=d).uop for d in dev], None, None))
     buf = Buffer(dev, math.prod(shape), dt)
     return Tensor(UOp(Ops.BUFFER, dt, (), buf)).reshape(shape)
 
@@ -144,7 +151,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
     if dtype is None and all_int and not all(dt.min <= int(v) <= dt.max for v in (start, stop - step, step)):
       dt = dtypes.int64          # values past the default int's range: int64, as numpy picks
-    dev = Device.default() if device is None else canonical(device)
+    dev = _device_arg(device)
     idx = Tensor(UOp(Ops.IOTA, dt if dt.is_int else dtypes.int32, (UOp(Ops.DEVICE, None, (), dev),), n))
     if not dt.is_int: idx = idx.cast(dt)
     out = idx * step if step != 1 else idx
@@ -162,7 +169,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     n = math.prod(shape)
     seed, counter = Tensor._seed
     Tensor._seed[1] = counter + n
-    dev = Device.default() if device is None else canonical(device)
+    dev = _device_arg(device)
     ctr = Tensor.arange(n, dtype=dtypes.uint32, device=dev) + (counter & 0xffffffff)
     hi = Tensor.full((n,), (counter >> 32) & 0xffffffff, dtypes.uint32, dev)
     return _threefry2x32(ctr, hi, seed & 0xffffffff, (seed >> 32) & 0xffffffff).reshape(shape)
@@ -516,7 +523,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     axes = self._reduce_axes(axis, op.name.lower())
     if not axes: return self
     reduced = math.prod(self.shape[a] for a in axes)
-    if reduced >= SPLIT_REDUCE and self.numel() // max(reduced, 1) <= 64:
+    if reduced >= SPLIT_REDUCE and self.numel() // max(reduced, 1) <= 64 and not isinstance(self.device, tuple):
       out = self._split_reduce(op, axes, reduced)
     else:
       out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
@@ -657,7 +664,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     """The ExecItems (kernels and copies) that realizing these tensors would run, without running them."""
     pending = [t for t in (self, *others) if not _is_realized(t.uop)]
     if not pending: return []
-    with Device.lock: return create_schedule([t.uop for t in pending])[0]
+    with Device.lock: return create_schedule(_lowered(pending)[0])[0]
 
   def realize(self, *others: Tensor) -> Tensor:
     """Compute these tensors (and pending assigns). Thread-safe: realizes from several threads run one at a time
@@ -672,22 +679,45 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       _pending_assigns.clear()
     pending = [t for t in tensors if not _is_realized(t.uop)]
     if pending:
-      items, bufs, inputs = create_schedule([t.uop for t in pending])
+      uops, lowered = _lowered(pending)
+      items, bufs, inputs = create_schedule(uops)
       run_schedule(items)
-      for t, buf in zip(pending, bufs):
+      views = []
+      for u, buf in zip(uops, bufs):
         view = UOp(Ops.BUFFER, buf.dtype, (), buf)
-        view = UOp(Ops.RESHAPE, buf.dtype, (view,), t.shape) if t.shape != (buf.size,) else view
-        remember(t.uop, view, inputs)
+        view = UOp(Ops.RESHAPE, buf.dtype, (view,), u.shape) if u.shape != (buf.size,) else view
+        remember(u, view, inputs)
+        views.append(view)
+      it = iter(views)
+      for t, low in zip(pending, lowered):   # a tensor on several devices: a MULTI of its shards' buffers
+        view = next(it) if low is None else _multi.multi_uop([next(it) for _ in low.shards], low.axis, low.bounds)
+        if realized.get(t.uop) is not view: remember(t.uop, view, inputs)    # a graph that was lowered
         t.uop = view
     return self
 
   def _buffer(self) -> Buffer:
+    if isinstance(self.device, tuple):
+      raise ValueError(f"{self!r} is on several devices: it has one buffer per device (_buffers())")
     self.realize()
     node = self.uop
     while node.op is Ops.RESHAPE: node = node.src[0]
     return node.arg
 
+  def _buffers(self) -> list[Buffer]:
+    """The buffer holding this tensor, or for a tensor on several devices each device's (realizing it)."""
+    if not isinstance(self.device, tuple): return [self._buffer()]
+    self.realize()
+    return [Tensor(s)._buffer() for s in self.uop.src]
+
   def numpy(self) -> np.ndarray:
+    if isinstance(self.device, tuple):     # each device's part, put together on the host
+      self.realize()
+      axis, bounds = self.uop.arg
+      parts = [Tensor(s).numpy() for s in self.uop.src]
+      if axis is None: return parts[0]
+      out = np.empty(self.shape, dtype=parts[0].dtype)
+      for p, (b, e) in zip(parts, bounds): out[(slice(None),) * axis + (slice(b, e),)] = p
+      return out
     buf = self._buffer()
     if self.dtype == dtypes.bfloat16:
       bits = np.empty(self.numel(), dtype=np.uint16)
@@ -709,10 +739,29 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if self.dtype.is_float: raise TypeError("only integer tensors can be used as an index")
     return int(self.item())
 
-  def to(self, device: str) -> Tensor:
-    dev = canonical(device)
+  def to(self, device) -> Tensor:
+    """This tensor on `device`, or on each device of a tuple (replicated; a tensor on several devices moves its
+    shards to as many devices, or is gathered first)."""
+    dev = _device_arg(device)
     if dev == self.device: return self
-    return Tensor(UOp(Ops.COPY, self.dtype, (self.contiguous().uop,), dev))
+    src = self.uop if isinstance(self.device, tuple) else self.contiguous().uop
+    return Tensor(UOp(Ops.COPY, self.dtype, (src,), dev))
+
+  def shard(self, devices, axis: int | None = None) -> Tensor:
+    """This tensor split along `axis` across `devices` (near-equal parts, the first ones one longer when the size
+    does not divide), or with axis None a copy on each device. `.device` is then the tuple of devices."""
+    devices = _device_arg(tuple(devices))
+    if axis is None: return self.to(devices)
+    if not -max(self.ndim, 1) <= axis < self.ndim:
+      raise IndexError(f"shard: axis {axis} is out of range for a tensor of shape {_fmt(self.shape)}")
+    axis = axis + self.ndim if axis < 0 else axis
+    if isinstance(self.device, tuple):
+      if self.device == devices and self.uop.op is Ops.MULTI and self.uop.arg == (axis, _multi.split_bounds(self.shape[axis], len(devices))):
+        return self
+      src = self.to(devices[0])    # gathered first
+    else: src = self
+    parts, bounds = _multi.scatter_uops(src.uop, devices, axis)
+    return Tensor(_multi.multi_uop(parts, axis, bounds))
 
   def assign(self, other) -> Tensor:
     """Write other's values into this tensor's buffer (the buffer, and every view of it, changes)."""
@@ -725,8 +774,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       raise ValueError(f"assign: value is on {other.device}, tensor on {self.device}")
     self.realize()
     value = other.cast(self.dtype)
-    forget(self._buffer())
-    if _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
+    for buf in self._buffers(): forget(buf)
+    # (on several devices, tensor/multi.py checks each device's part when it lowers the assign)
+    if not isinstance(self.device, tuple) and _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
     _pending_assigns.append(weakref.ref(self))
     return self
@@ -786,8 +836,34 @@ def _grad_key(u: UOp) -> UOp:
 
 
 def _is_realized(u: UOp) -> bool:
+  if u.op is Ops.MULTI: return all(_is_realized(s) for s in u.src)
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
+
+
+def _lowered(tensors) -> tuple[list[UOp], list]:
+  """The single-device UOps to schedule for `tensors` and each tensor's lowered value: graphs that involve several
+  devices are lowered by tensor/multi.py (a tensor on several devices becomes one UOp per device, its Sharded value
+  says how); a tensor on one device is None there."""
+  todo = [t.uop for t in tensors if _multi.involves_several_devices(t.uop)]
+  low = dict(zip(todo, _multi.lower(todo, _reads_shifted))) if todo else {}
+  uops, lowered = [], []
+  for t in tensors:
+    m = low.get(t.uop, t.uop)
+    if isinstance(m, _multi.Sharded): uops.extend(m.shards); lowered.append(m)
+    else: uops.append(m); lowered.append(None)
+  return uops, lowered
+
+
+def _device_arg(device) -> str | tuple[str, ...]:
+  """A device argument: None (the default device), a name, or a tuple/list of names (several devices)."""
+  if device is None: return Device.default()
+  if isinstance(device, (tuple, list)):
+    devices = tuple(canonical(d) for d in device)
+    if not devices: raise ValueError("a tuple of devices needs at least one device")
+    if len(set(devices)) != len(devices): raise ValueError(f"devices {devices} name a device twice")
+    return devices
+  return canonical(device)
 
 
 def _from_numpy(data, dtype: DType | None, device: str) -> UOp:

@@ -148,8 +148,8 @@ def test_override_validates_and_restores():
 def test_dev_names_the_devices_hcq_knows():
   from baregrad.hcq.device import DRIVERS, canonical
   assert set(settings.DEVICES) == set(DRIVERS)
-  for name in ("cpu", "AMD:1", "nv"):   # what DEV accepts, canonical() accepts
-    assert canonical(settings.parse("DEV", name)) == name.upper().split(":")[0]
+  for name, want in (("cpu", "CPU"), ("AMD:1", "AMD:1"), ("nv", "NV"), ("amd:0", "AMD")):   # what DEV accepts, canonical() accepts
+    assert canonical(settings.parse("DEV", name)) == want
 
 
 # modules that hand an environment to a child process (not a setting of this process)

@@ -203,8 +203,56 @@ def bench_fused_first_realize(results: dict):
   results[f"{Device.default().lower()}.fused_500_terms_first_realize.s"] = float(out.stdout.strip().splitlines()[-1])
 
 
+ALLREDUCE_CHILD = r"""
+import json, sys, time, numpy as np
+from baregrad.tensor import Tensor, multi
+from baregrad.tensor.jit import jit
+from baregrad.hcq.device import Device
+from baregrad.hcq import transfer
+kind, n, runs, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+devs = [kind if i == 0 else f"{kind}:{i}" for i in range(n)]
+rng = np.random.default_rng(0)
+host = [rng.random(size, dtype=np.float32) for _ in devs]
+xs = [Tensor(h, device=d).realize() for h, d in zip(host, devs)]
+@jit
+def allreduce(*xs): return tuple(multi.allreduce(list(xs)))
+def run():
+  outs = allreduce(*xs)
+  for d in devs: Device.get(d).synchronize()
+  return outs
+for _ in range(2): outs = run()          # compile, capture (the replays below run prebuilt queues)
+want = np.sum(host, axis=0)
+assert all(np.allclose(o.numpy(), want, rtol=1e-5) for o in outs), "allreduce result differs from numpy"
+ts = []
+for _ in range(runs):
+  t = time.perf_counter(); run(); ts.append(time.perf_counter() - t)
+link = transfer.link(Device.get(devs[0]), Device.get(devs[1]))
+print(json.dumps({"s": float(np.median(ts)), "path": link.describe(),
+                  "tag": "host_relay" if link.path == "host" else f"peer_{link.kind}_queue"}))
+"""
+
+
+def bench_allreduce(results: dict):
+  """A ring allreduce (tensor/multi.py) of 16M float32 per device across 2 and 4 devices of each kind (CPU:i; the
+  emulated AMD:i and NV:i, EMU=1), jitted, in a fresh process each. Bus bandwidth as nccl-tests defines it:
+  bytes / time * 2(n-1)/n (what each device sends, per second). The metric names the copy path the ring's copies took
+  (hcq/transfer.py: peer_<queue>_queue when one device's queue addresses the other's memory, host_relay otherwise)."""
+  size = 16 * 1024 * 1024
+  slow = {"EMU": "1", "TIMEOUT": "1800"}     # an emulated GPU takes tens of seconds for 4 x 16M floats
+  for kind, runs, env in (("CPU", 3, {}), ("AMD", 1, slow), ("NV", 1, slow)):
+    for n in (2, 4):
+      out = subprocess.run([sys.executable, "-c", ALLREDUCE_CHILD, kind, str(n), str(runs), str(size)],
+                           env=dict(os.environ, **env), capture_output=True, text=True, timeout=1800)
+      if out.returncode != 0: raise RuntimeError(f"allreduce child ({kind} x {n}) failed:\n{out.stderr}")
+      got = json.loads(out.stdout.strip().splitlines()[-1])
+      name = kind.lower() + ("_emu" if env else "")
+      results[f"{name}.allreduce_16m_f32_{n}dev.{got['tag']}.busbw_gbps"] = 4 * size / got["s"] * 2 * (n - 1) / n / 1e9
+      print(f"{name} x{n}: {got['path']}", file=sys.stderr)
+
+
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
-           "opts": bench_matmul_opts, "emu": bench_emulated, "fused": bench_fused_first_realize}
+           "opts": bench_matmul_opts, "emu": bench_emulated, "fused": bench_fused_first_realize,
+           "allreduce": bench_allreduce}
 
 
 def main(argv=None):

@@ -6,7 +6,9 @@ backward, optimizer update) is one `jit`-ed function: after two calls it replays
 
 Target: with the defaults (300 steps, batch 128) the MLP reaches >= 95% test accuracy (about 97% in practice)
 in a few seconds on a 2-core CPU. The command exits with status 1 if the accuracy misses --target; use fewer
---steps and --target 0 for a quick smoke run on a slow (emulated) device.
+--steps and --target 0 for a quick smoke run on a slow (emulated) device. With --devices N each batch is split
+across N devices of the --device kind (CPU, CPU:1, ...; with EMU=1 DEV=AMD the emulated AMD, AMD:1, ...), the
+parameters replicated and their gradients allreduced (tensor/multi.py): the same updates as on one device.
 
 The second job, `--model transformer`: a character-level transformer (token and position embeddings, two pre-LN
 blocks of causal multi-head attention and a GELU MLP, a final layer norm, a linear head) learns to predict the
@@ -58,11 +60,19 @@ def batches(n: int, batch: int, seed: int):
     for i in range(0, n - batch + 1, batch): yield order[i:i + batch]
 
 
+def place(a: np.ndarray, device=None):
+  """A host array as a Tensor on `device`, or with a tuple of devices split along its first axis across them
+  (data parallel: each device gets its part of the batch)."""
+  from baregrad.tensor import Tensor
+  if isinstance(device, tuple): return Tensor(a, device=device[0]).shard(device, axis=0)
+  return Tensor(a, device=device)
+
+
 def accuracy(model, x: np.ndarray, y: np.ndarray, device=None) -> float:
   from baregrad.tensor import Tensor
   model.eval()
   with Tensor.no_grad():
-    pred = model(Tensor(x, device=device)).argmax(-1).numpy()
+    pred = model(place(x, device)).argmax(-1).numpy()
   model.train()
   return float((pred == y).mean())
 
@@ -103,7 +113,7 @@ def train(steps: int = 300, batch: int = 128, lr: float = 0.01, model_kind: str 
   order = batches(len(x_train), batch, seed)
   for i in range(steps):
     idx = next(order)
-    x, y = Tensor(x_train[idx], device=device), Tensor(y_train[idx], device=device)
+    x, y = place(x_train[idx], device), place(y_train[idx], device)
     t = time.perf_counter()
     loss = step_fn(x, y).item()
     times.append(time.perf_counter() - t)
@@ -311,6 +321,9 @@ def main(argv=None):
   p.add_argument("--model", choices=("mlp", "conv", "transformer"), default="mlp",
                  help="mlp or conv: the digits (default mlp); transformer: the character-level text model")
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--devices", type=int, default=1,
+                 help="digits: split each batch across N devices of --device's kind (CPU, CPU:1, ...; with EMU=1 the "
+                      "emulated AMD:i / NV:i), the parameters replicated and their gradients allreduced (default 1)")
   p.add_argument("--no-jit", action="store_true", help="run the training step eagerly")
   p.add_argument("--target", type=float, default=TARGET,
                  help=f"digits: test accuracy to reach (default {TARGET}); transformer: 0 skips its check")
@@ -321,6 +334,8 @@ def main(argv=None):
   if (args.steps is not None and args.steps < 1) or (args.batch is not None and args.batch < 1):
     p.error("--steps and --batch must be positive")
   if args.log_every is not None and args.log_every < 1: p.error("--log-every must be positive")
+  if args.devices < 1: p.error("--devices must be positive")
+  if args.devices > 1 and args.model == "transformer": p.error("--devices runs the digits models (mlp, conv)")
   if args.model == "transformer": return main_transformer(args)
   args.steps = 300 if args.steps is None else args.steps
   args.batch = 128 if args.batch is None else args.batch
@@ -328,9 +343,13 @@ def main(argv=None):
   from baregrad.tensor.datasets import load_digits
   from baregrad.hcq.device import Device
   device = args.device or Device.default()
+  if args.devices > 1:     # data parallel: the batch split across the devices, the gradients allreduced
+    kind = device.split(":")[0]
+    device = args.device = tuple(kind if i == 0 else f"{kind}:{i}" for i in range(args.devices))
   _, _, x_test, y_test = load_digits()
   desc = "MLP 64-128-10" if args.model == "mlp" else "conv 1->8 3x3, maxpool, linear 128->10"
-  print(f"device {device}: {desc} on the 8x8 digits (1438 train / 359 test), Adam lr {args.lr}, batch {args.batch}, "
+  where = f"devices {', '.join(device)} (data parallel)" if isinstance(device, tuple) else f"device {device}"
+  print(f"{where}: {desc} on the 8x8 digits (1438 train / 359 test), Adam lr {args.lr}, batch {args.batch}, "
         f"{args.steps} steps, {'jitted' if not args.no_jit else 'eager'} training step")
   t0 = time.perf_counter()
   model, losses, first, rest = train(args.steps, args.batch, args.lr, args.model, args.device, args.seed,
