@@ -22,7 +22,12 @@ COMPILERS = ("g++", "clang++", "clang++-22", "clang++-19", "c++")
 # (MTLCompileOptions.fastMathEnabled = NO); with fast math on, the host compiler's -ffast-math stands in for it
 FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fwrapv", "-fno-exceptions", "-fno-rtti")
 QUIET = {"gcc": ("-Wno-attributes",), "clang": ("-Wno-unknown-attributes",)}   # [[buffer(n)]] means nothing to them
-PRECISE, FAST = ("-ffp-contract=off",), ("-ffast-math",)
+# fast math as -ffast-math's parts: -ffast-math itself (and -funsafe-math-optimizations) links crtfastmath.o, whose
+# constructor sets FTZ/DAZ in MXCSR for the whole process when the library is loaded, so every later float op of
+# the process (numpy included) would flush denormals
+PRECISE = ("-ffp-contract=off",)
+FAST = ("-fassociative-math", "-freciprocal-math", "-fno-signed-zeros", "-fno-trapping-math", "-ffinite-math-only",
+        "-fno-math-errno", "-ffp-contract=fast")
 # the [[attribute]] of a thread-position parameter -> the launcher's expression for it (MSL spec 5.2.3.6)
 THREAD_ATTRIBUTES = {
   "thread_position_in_grid": ("g{c} * d[{k}] + t{c}",), "threadgroup_position_in_grid": ("g{c}",),

@@ -288,3 +288,13 @@ def test_baregrad_smoke_on_the_emulated_device():
   out = subprocess.run([sys.executable, "-m", "baregrad.tools", "smoke", "--device", "METAL"], env=env,
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0 and "all 9 checks passed" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_a_fast_math_library_leaves_the_process_denormals_alone():
+  """-ffast-math would link crtfastmath.o, whose constructor sets FTZ/DAZ for the whole process on load: numpy (and
+  the other emulators) would then flush denormals. The shim's fast math is -ffast-math's parts without it."""
+  from baregrad.drivers.emu import metal_shim
+  src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+         "kernel void k(device float *o [[buffer(0)]], uint i [[thread_position_in_grid]]) { o[i] = o[i] * 2.0f; }\n")
+  metal_shim.Library(src, fast_math=True)
+  assert float(np.float32(1e-39) * np.float32(1.0)) != 0.0
