@@ -73,6 +73,7 @@ class Device:
   def __init__(self, name: str, driver: Driver):
     self.name, self.driver = name, driver
     self.forked_from: int | None = None      # a device of the parent process, unusable in this forked child
+    self.closed = False                      # close() ran: what still retires here is dropped, its memory is gone
     # memory goes back to the driver only after the work queued before it was freed (see LRUAllocator)
     self.allocator = LRUAllocator(driver, release=lambda mem: self.retire(mem, self.free_memory), synchronize=self.synchronize,
                                   free=self.free_memory)
@@ -94,6 +95,7 @@ class Device:
   def retire(self, obj, release=None):
     """Keep `obj` (a program's code) alive until the work queued so far has finished, then drop it and call
     release(obj). Programs retire themselves when their last reference goes."""
+    if self.closed: return                   # (a program or buffer outliving its closed device: nothing to give back)
     self._retired.append((self.timeline_value, obj, release))
     if len(self._retired) > 64: self._reap()
 
@@ -118,6 +120,7 @@ class Device:
     self.allocator.free_cache(wait=False)
     if Device._open.get(self.name) is self: del Device._open[self.name]
     Device.epoch += 1
+    self.closed = True
     self.driver.close()
 
   def compute_queue(self) -> HWQueue: return HWQueue("compute")

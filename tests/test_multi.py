@@ -15,6 +15,17 @@ from baregrad.compiler import schedule as schedule_mod
 from baregrad.hcq.multigraph import MultiGraphExecutor
 
 
+@pytest.fixture(scope="module", autouse=True)
+def close_the_devices_opened_here():
+  """The devices this module opens (CPU:i, emulated AMD:i / NV:i, each with threads and memory) are closed after it."""
+  before = set(Device._open)
+  yield
+  import gc
+  gc.collect()
+  for name, dev in list(Device._open.items()):
+    if name not in before: dev.close()
+
+
 def names(kind: str, n: int) -> tuple:
   return tuple(kind if i == 0 else f"{kind}:{i}" for i in range(n))
 
