@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from baregrad.compiler.uop import UOp, Ops
 from .tensor import Tensor
 from . import multi as _multi
+from .jit import _structure, _unflatten   # the output structure of a traced function, as the JIT keeps it
 
 _ids = itertools.count()
 
@@ -141,21 +142,6 @@ def _flatten(out, name: str) -> list:
   if isinstance(out, (tuple, list)): return [t for o in out for t in _flatten(o, name)]
   if out is None: return []
   raise FunctionError(f"@function {name} must return Tensors (or tuples/lists of them), got {type(out).__name__}")
-
-
-def _structure(out):
-  if isinstance(out, Tensor): return "T"
-  if isinstance(out, (tuple, list)): return (type(out), [_structure(o) for o in out])
-  return None
-
-
-def _unflatten(structure, outs: list):
-  it = iter(outs)
-  def build(s):
-    if s == "T": return next(it)
-    if s is None: return None
-    return s[0](build(x) for x in s[1])
-  return build(structure)
 
 
 __all__ = ["function", "FunctionError", "Placeholder"]
