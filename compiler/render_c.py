@@ -135,7 +135,7 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
   return out, reads, updates
 
 
-# Function attributes (gcc; clang has no optimize attribute, and needs none of the first kind):
+# Function attributes (gcc; clang has no optimize attribute: the CPU driver drops its SLP pass for huge kernels):
 # - a kernel of more than HUGE_KERNEL_STATEMENTS statements (a fused expression of hundreds of exp/sin/log/sqrt terms)
 #   is compiled without the gcc passes that grow faster than linearly there (PRE, points-to, loop splitting and
 #   if-conversion). gcc 12 -O3, 500-term chains: sin 4.5 s -> 1.9 s, exp2/sqrt 4.9 s -> 0.8 s, pow 8.7 s -> 5.3 s;
