@@ -12,6 +12,7 @@ from .rangeify import KernelSpec
 from .deepstack import on_deep_stack
 from .opt import hand_coded_opts, apply_opts, threads_of
 from .search import beam_search
+from . import gpu as _gpu
 from . import viz as _viz   # VIZ=out.html report hook
 
 from baregrad.drivers import settings
@@ -154,9 +155,27 @@ def lower(spec: KernelSpec, renderer) -> Lowered:
   return on_deep_stack(_lower, spec, renderer)
 
 
+GRID_SPECIALS = ("gid0", "gid1", "gid2")
+LOCAL_SPECIALS = ("lid0", "lid1", "lid2")
+
+
+def launch_dims(ast: UOp) -> dict | None:
+  """The launch of a kernel whose AST is already mapped to workgroups (SPECIALs gid0..2 / lid0..2): global_size in
+  workgroups and local_size in threads, x first. None when it has none."""
+  specials = {u.arg[0]: u.arg[1] for u in ast.toposort() if u.op is Ops.SPECIAL}
+  if not any(n in specials for n in GRID_SPECIALS + LOCAL_SPECIALS): return None
+  return {"global_size": tuple(specials.get(n, 1) for n in GRID_SPECIALS),
+          "local_size": tuple(specials.get(n, 1) for n in LOCAL_SPECIALS)}
+
+
 def _lower(spec: KernelSpec, renderer) -> Lowered:
-  ast, launch = spec.ast, {}
-  if getattr(renderer, "threads", False):
+  ast, launch, gpu = spec.ast, {}, getattr(renderer, "threads", False)
+  if gpu and (dims := launch_dims(ast)) is not None: launch = dims
+  elif gpu and OPT and getattr(renderer, "workgroups", False) and _gpu.optimizable(ast):
+    opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else _gpu.gpu_opts(ast)
+    ast = _gpu.to_workgroups(apply_opts(ast, opts))
+    launch = {**(launch_dims(ast) or {"global_size": (1, 1, 1), "local_size": (1, 1, 1)}), "opts": tuple(opts)}
+  elif gpu:
     ast, gsz, lsz = to_threads(ast)
     launch = {"global_size": gsz, "local_size": lsz}
   elif OPT:
@@ -165,7 +184,7 @@ def _lower(spec: KernelSpec, renderer) -> Lowered:
     launch = {"threads": threads_of(ast), "opts": tuple(opts)}
   opt_ast = ast
   ast = optimize_ast(ast, renderer)
-  program, alias = linearize(ast)
+  program, alias = linearize(ast, merge=gpu)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
   return Lowered(program, alias, variables, launch, ast, opt_ast)
 

@@ -35,8 +35,9 @@ def lane_strides(ast: UOp) -> dict[UOp, int]:
   return strides
 
 
-def linearize(ast: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
-  """Returns the ordered program and, for each REDUCE, the accumulator that holds its result."""
+def linearize(ast: UOp, merge: bool = False) -> tuple[list[UOp], dict[UOp, UOp]]:
+  """Returns the ordered program and, for each REDUCE, the accumulator that holds its result. merge: REDUCEs over
+  the same loops share one loop (`members_of`)."""
   deps = range_deps(ast)
   strides = lane_strides(ast)
 
@@ -76,31 +77,57 @@ def linearize(ast: UOp) -> tuple[list[UOp], dict[UOp, UOp]]:
         if n.op not in (Ops.DEFINE_ACC, Ops.ACC_UPDATE, Ops.ENDRANGE): emitted.discard(n)
       emitted.discard(r)
 
+  siblings: dict[frozenset, list[UOp]] = {}
+  if merge:
+    for n in ast.toposort():
+      if n.op is Ops.REDUCE: siblings.setdefault(frozenset(n.src[1:]), []).append(n)
+
+  def members_of(u: UOp) -> list[UOp]:
+    """u and the REDUCEs over the same loops that can share them (GPU register tiles: one loop, many accumulators):
+    no lanes, nothing outside the loops that is not open yet, neither inside the other's value."""
+    out = [u]
+    if _lanes(deps[u]): return out
+    inside = set(u.src[0].toposort())
+    for s in siblings.get(frozenset(u.src[1:]), ()):
+      if s is u or s in emitted or s in inside or _lanes(deps[s]) or not deps[s] <= frozenset(open_ranges): continue
+      below = set(s.src[0].toposort())
+      if any(m in below for m in out): continue
+      out.append(s); inside.update(below)
+    return out
+
   def emit_reduce(u: UOp):
-    # reduces nested in this one's value that need none of its loops run first
-    for n in u.src[0].toposort():
-      if n.op is Ops.REDUCE and n not in emitted and deps[n] <= frozenset(open_ranges) | frozenset(_lanes(deps[n])):
-        emit_reduce(n)
+    members = members_of(u)
+    # reduces nested in these ones' values that need none of their loops run first
+    for m in members:
+      for n in m.src[0].toposort():
+        if n.op is Ops.REDUCE and n not in emitted and deps[n] <= frozenset(open_ranges) | frozenset(_lanes(deps[n])):
+          emit_reduce(n)
+    members = [m for m in members if m not in emitted]
     lanes = [r for r in _lanes(deps[u]) if r not in open_ranges]
-    hoist(u.src[0], frozenset(open_ranges))
-    op, step = (u.arg, None) if isinstance(u.arg, Ops) else u.arg
-    acc = UOp(Ops.DEFINE_ACC, u.dtype, tuple(lanes), (op, n_acc[0])); n_acc[0] += 1
-    out.append(acc); emitted.add(acc)
+    for m in members: hoist(m.src[0], frozenset(open_ranges))
+    accs = []
+    for m in members:
+      acc = UOp(Ops.DEFINE_ACC, m.dtype, tuple(lanes), (m.arg if isinstance(m.arg, Ops) else m.arg[0], n_acc[0]))
+      n_acc[0] += 1
+      out.append(acc); emitted.add(acc); accs.append(acc)
     ranges = sorted(u.src[1:], key=lambda r: r.arg[0])
     open_loops(ranges)
-    hoist(u.src[0], frozenset(open_ranges))
+    for m in members: hoist(m.src[0], frozenset(open_ranges))
     open_loops(lanes)
-    emit(u.src[0])
-    if step is None: out.append(UOp(Ops.ACC_UPDATE, u.dtype, (acc, u.src[0]), op))
-    else:
-      slots = {n: acc if n.arg == "acc" else u.src[0] for n in step.toposort() if n.op is Ops.DEFINE_ACC}
-      new = substitute(step, slots)
-      emit(new)
-      out.append(UOp(Ops.ACC_UPDATE, u.dtype, (acc, new)))
+    for m, acc in zip(members, accs):
+      op, step = (m.arg, None) if isinstance(m.arg, Ops) else m.arg
+      emit(m.src[0])
+      if step is None: out.append(UOp(Ops.ACC_UPDATE, m.dtype, (acc, m.src[0]), op))
+      else:
+        slots = {n: acc if n.arg == "acc" else m.src[0] for n in step.toposort() if n.op is Ops.DEFINE_ACC}
+        new = substitute(step, slots)
+        emit(new)
+        out.append(UOp(Ops.ACC_UPDATE, m.dtype, (acc, new)))
     close_loops(lanes)
     close_loops(ranges)
-    emitted.add(u)
-    alias[u] = acc
+    for m, acc in zip(members, accs):
+      emitted.add(m)
+      alias[m] = acc
 
   global_ranges = sorted({r for r in deps[ast] if r.arg[1] == "global"}, key=lambda r: r.arg[0])
   open_loops(global_ranges)

@@ -1,7 +1,8 @@
 """Kernel optimizations on ranges: UPCAST (a global axis gets an inner constant-size lane loop whose
 accumulators live in registers), UNROLL (a reduce axis gets an inner constant-size loop the compiler unrolls),
 THREAD (a global axis is split across CPU cores), SWAP (loop order), PADTO (a global axis is rounded up to a
-multiple, the extra iterations gated off, so UPCAST/THREAD can split it).
+multiple, the extra iterations gated off, so UPCAST/THREAD can split it). GPUs add LOCAL, GROUP and GROUPTOP
+(compiler/gpu.py maps the ranges onto workgroups).
 `hand_coded_opts` picks them by default; compiler.search (BEAM=n) picks them by timing real runs."""
 from __future__ import annotations
 import math
@@ -15,7 +16,8 @@ from .symbolic import linear
 
 @dataclass(frozen=True)
 class Opt:
-  op: str          # "UPCAST" | "UNROLL" | "THREAD" | "SWAP" | "PADTO"
+  op: str          # "UPCAST" | "UNROLL" | "THREAD" | "SWAP" | "PADTO"; GPU only (compiler/gpu.py): "LOCAL" | "GROUP" |
+                   # "GROUPTOP"
   axis: int        # index into the kernel's current global axes, outermost first (UNROLL: its reduce axes)
   amount: int = 0  # lanes / unrolled iterations / threads / the other axis for SWAP / the multiple for PADTO
 
@@ -43,17 +45,19 @@ def reduce_ranges(ast: UOp) -> list[UOp]:
 
 
 def _unroll(ast: UOp, opt: Opt) -> UOp:
-  """A reduce axis splits into an outer loop and an inner constant-size loop the compiler unrolls."""
+  """A reduce axis splits into an outer loop and an inner constant-size loop the compiler unrolls (UNROLL), or into
+  a loop and the threads of a workgroup that share it (GPU: GROUP interleaved, GROUPTOP contiguous chunks)."""
   rl = reduce_ranges(ast)
   if not 0 <= opt.axis < len(rl): raise OptError(f"{opt}: kernel has {len(rl)} reduce axes")
   r, amt = rl[opt.axis], opt.amount
   size = _size(r)
   if amt < 2 or size % amt: raise OptError(f"{opt}: reduce axis of size {size} does not split by {amt}")
   next_id = max(u.arg[0] for u in _ranges(ast)) + 1
-  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (next_id, "unroll"))
+  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (next_id, "unroll" if opt.op == "UNROLL" else "group"))
   outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amt),), r.arg)
   parts = (lane,) if size == amt else (outer, lane)
-  done: dict[UOp, UOp] = {r: lane if size == amt else outer * amt + lane}
+  split = lane * (size // amt) + outer if opt.op == "GROUPTOP" else outer * amt + lane
+  done: dict[UOp, UOp] = {r: lane if size == amt else split}
   for n in ast.toposort():
     if n is r: continue
     src = tuple(done[s] for s in n.src)
@@ -64,19 +68,19 @@ def _unroll(ast: UOp, opt: Opt) -> UOp:
 
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
-  if opt.op == "UNROLL": return _unroll(ast, opt)
+  if opt.op in ("UNROLL", "GROUP", "GROUPTOP"): return _unroll(ast, opt)
   gl = global_ranges(ast)
   if not 0 <= opt.axis < len(gl): raise OptError(f"{opt}: kernel has {len(gl)} global axes")
   r = gl[opt.axis]
   size = _size(r)
   next_id = max((u.arg[0] for u in _ranges(ast)), default=-1) + 1
   def rng(n: int, kind: str, k: int = 0) -> UOp: return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (next_id + k, kind))
-  if opt.op == "UPCAST":
+  if opt.op in ("UPCAST", "LOCAL"):
     amt = opt.amount
     if amt < 2 or size % amt: raise OptError(f"{opt}: axis of size {size} does not split by {amt}")
-    # the outer part keeps the axis's id (its place in the loop order); the lane loop is new
+    # the outer part keeps the axis's id (its place in the loop order); the lane loop (LOCAL: the threads) is new
     outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amt),), r.arg)
-    lane = rng(amt, "upcast", 1)
+    lane = rng(amt, opt.op.lower(), 1)
     new = lane if size == amt else outer * amt + lane
     return substitute(ast, {r: new})
   if opt.op == "THREAD":

@@ -23,7 +23,9 @@ from .lower import Native
 REG_CLASSES = {"pred": ("pred", "%p"), "b16": ("b16", "%h"), "b32": ("b32", "%r"), "b64": ("b64", "%rd"),
                "f32": ("f32", "%f"), "f64": ("f64", "%fd")}
 # SPECIAL thread indices: name -> PTX special registers (all .u32)
-SPECIALS = {"gidx": ("%ctaid.x", "%ntid.x", "%tid.x"), "lidx": ("%tid.x",), "bidx": ("%ctaid.x",)}
+SPECIALS = {"gidx": ("%ctaid.x", "%ntid.x", "%tid.x"), "lidx": ("%tid.x",), "bidx": ("%ctaid.x",),
+            "gid0": ("%ctaid.x",), "gid1": ("%ctaid.y",), "gid2": ("%ctaid.z",),
+            "lid0": ("%tid.x",), "lid1": ("%tid.y",), "lid2": ("%tid.z",)}
 # one instruction per op: {t} f32/f64; {i} s32/u32/s64/u64 (signedness and width); {s} s32/s64; {b} b32/b64
 FLOAT_OPS = {Ops.ADD: "add.rn.{t}", Ops.MUL: "mul.rn.{t}", Ops.FDIV: "div.rn.{t}", Ops.NEG: "neg.{t}",
              Ops.RECIP: "rcp.rn.{t}", Ops.SQRT: "sqrt.rn.{t}", Ops.TRUNC: "cvt.rzi.{t}.{t}",
@@ -140,22 +142,23 @@ class _Kernel:
       raise NotImplementedError(f"PTX renderer: BITCAST {src.name} -> {dst.name} changes the size")
     return self.narrow(self.op(reg_class(dst), f"mov.{bits_type(dst)} {{d}}, {x};"), dst)
 
-  # ---- memory ----
-  def load(self, addr: str, dt: DType, gate: str | None) -> str:
+  # ---- memory (space: "global", or "shared" for a DEFINE_LOCAL's workgroup memory) ----
+  def load(self, addr: str, dt: DType, gate: str | None, space: str = "global") -> str:
     """A gated load does not touch memory when the gate is false and gives 0 (C: `valid ? p[i] : 0`)."""
     d = self.reg(reg_class(dt))
     zero = {"f32": f32_literal(0.0), "f64": f64_literal(0.0)}.get(reg_class(dt), "0")
     if gate: self.emit(f"mov.{mov_type(dt)} {d}, {zero};")
-    self.emit(f"{'@' + gate + ' ' if gate else ''}ld.global.{MEM_TYPE[dt]} {d}, [{addr}];")
+    self.emit(f"{'@' + gate + ' ' if gate else ''}ld.{space}.{MEM_TYPE[dt]} {d}, [{addr}];")
     return d
 
-  def store(self, addr: str, value: str, dt: DType, gate: str | None):
-    self.emit(f"{'@' + gate + ' ' if gate else ''}st.global.{MEM_TYPE[dt]} [{addr}], {value};")
+  def store(self, addr: str, value: str, dt: DType, gate: str | None, space: str = "global"):
+    self.emit(f"{'@' + gate + ' ' if gate else ''}st.{space}.{MEM_TYPE[dt]} [{addr}], {value};")
 
 
 class PTXRenderer:
   device = "NV"
-  threads = True                          # codegen maps the global loops to SPECIAL "gidx"
+  threads = True                          # codegen maps the global loops to thread ids (SPECIALs)
+  workgroups = True                       # and optimizes them with the GPU opts (compiler/gpu.py)
   # exp2/log2/sin are decomposed (ex2/lg2/sin.approx are not accurate enough), so are NaN-propagating max and fmod;
   # 16-bit floats and the 8/16-bit integers are emulated in 32 bits
   native_ops = Native(float_ops=frozenset({Ops.FLOOR, Ops.FDIV}),
@@ -191,9 +194,9 @@ class PTXRenderer:
     def val(u: UOp) -> str:
       u = alias.get(u, u)
       if u not in k.names: raise RuntimeError(f"PTX renderer: {u.op.name} used before it was rendered")
-      if u.op is Ops.DEFINE_ACC and u.src: return self.lane_load(k, u)   # this lane's accumulator
       return k.names[u]
 
+    def space(idx: UOp) -> str: return "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
     loops: dict[UOp, tuple[str, str]] = {}
     for u in program:
       op = u.op
@@ -213,51 +216,29 @@ class PTXRenderer:
         k.emit(f"bra {top};")
         k.lines.append(f"{end}:")
       elif op is Ops.DEFINE_ACC:
+        if u.src: raise NotImplementedError("PTX renderer: lane accumulators (compiler/gpu.py expands UPCAST lanes)")
         init = self.constant(k, identity_for(u.arg[0], u.dtype), u.dtype)
-        if u.src: k.names[u] = self.lane_accumulator(k, u, init)
-        else: k.names[u] = k.op(reg_class(u.dtype), f"mov.{mov_type(u.dtype)} {{d}}, {init};")
+        k.names[u] = k.op(reg_class(u.dtype), f"mov.{mov_type(u.dtype)} {{d}}, {init};")
       elif op is Ops.ACC_UPDATE:   # acc = the accumulate step computed before
-        if u.src[0].src: self.lane_store(k, u.src[0], val(u.src[1]))
-        else: k.emit(f"mov.{mov_type(u.dtype)} {k.names[u.src[0]]}, {val(u.src[1])};")
+        k.emit(f"mov.{mov_type(u.dtype)} {k.names[u.src[0]]}, {val(u.src[1])};")
       elif op is Ops.INDEX:
         k.names[u] = self.address(k, val(u.src[0]), val(u.src[1]), u.src[1].dtype, u.src[0].dtype)
       elif op is Ops.LOAD:
         idx = u.src[0]
-        k.names[u] = k.load(val(idx), u.dtype, val(idx.src[2]) if len(idx.src) == 3 else None)
+        k.names[u] = k.load(val(idx), u.dtype, val(idx.src[2]) if len(idx.src) == 3 else None, space(idx))
       elif op is Ops.STORE:
         idx = u.src[0]
-        k.store(val(idx), val(u.src[1]), u.src[1].dtype, val(idx.src[2]) if len(idx.src) == 3 else None)
+        k.store(val(idx), val(u.src[1]), u.src[1].dtype, val(idx.src[2]) if len(idx.src) == 3 else None, space(idx))
+      elif op is Ops.DEFINE_LOCAL:   # workgroup memory: a .shared array of the entry (PTX ISA 5.1.5, state spaces)
+        array = f"smem{u.arg[0]}"
+        k.lines.insert(0, f"  .shared .align 16 .b8 {array}[{max(1, u.arg[1] * u.dtype.itemsize)}];")
+        k.names[u] = k.op("b64", f"mov.u64 {{d}}, {array};")
+      elif op is Ops.BARRIER: k.emit("bar.sync 0;")   # every thread of the CTA, and its shared-memory writes
       elif op is Ops.CAST: k.names[u] = k.cast(val(u.src[0]), u.src[0].dtype, u.dtype)
       elif op is Ops.BITCAST: k.names[u] = k.bitcast(val(u.src[0]), u.src[0].dtype, u.dtype)
       else: k.names[u] = k.alu(u, [val(s) for s in u.src])
     head = [f".visible .entry {name}(", ",\n".join("  " + p for p in params), ")", "{"]
     return "\n".join(head + k.declarations() + k.lines + ["  ret;", "}"]) + "\n"
-
-  # ---- accumulators over upcast lanes (DEFINE_ACC with the lane ranges as src) ----
-  # C keeps them in an array indexed by the lane counters; here a .local array of 4- or 8-byte slots.
-  # Correct for any lane loop; ptxas keeps it in memory unless it unrolls them.
-  def lane_accumulator(self, k: _Kernel, u: UOp, init: str) -> str:
-    n = math.prod(r.src[0].arg for r in u.src)
-    array = f"acc{u.arg[1]}_{k.label()[2:]}"
-    k.lines.insert(0, f"  .local .align 8 .b8 {array}[{n * u.dtype.itemsize}];")
-    base = k.op("b64", f"mov.u64 {{d}}, {array};")
-    for i in range(n): k.emit(f"st.local.{mov_type(u.dtype)} [{base}+{i * u.dtype.itemsize}], {init};")
-    return base
-
-  def _lane_address(self, k: _Kernel, u: UOp) -> str:
-    idx, stride = None, 1
-    for r in reversed(u.src):   # row-major over the lane ranges, as the C renderer's lane_index
-      term = k.names[r] if stride == 1 else k.op("b64", f"mul.lo.s64 {{d}}, {k.names[r]}, {stride};")
-      idx = term if idx is None else k.op("b64", f"add.s64 {{d}}, {idx}, {term};")
-      stride *= r.src[0].arg
-    off = k.op("b64", f"shl.b64 {{d}}, {idx}, {int(math.log2(u.dtype.itemsize))};")
-    return k.op("b64", f"add.s64 {{d}}, {k.names[u]}, {off};")
-
-  def lane_load(self, k: _Kernel, u: UOp) -> str:
-    return k.op(reg_class(u.dtype), f"ld.local.{mov_type(u.dtype)} {{d}}, [{self._lane_address(k, u)}];")
-
-  def lane_store(self, k: _Kernel, u: UOp, value: str):
-    k.emit(f"st.local.{mov_type(u.dtype)} [{self._lane_address(k, u)}], {value};")
 
   @staticmethod
   def constant(k: _Kernel, value, dt: DType) -> str:

@@ -36,7 +36,13 @@ class Ops(Enum):
   SINK = auto()
   # kernel level
   RANGE = auto()        # loop counter: src (size,), arg (id, kind)
-  SPECIAL = auto()      # a hardware thread index: arg (name, size); "gidx" is the global linear thread id
+  SPECIAL = auto()      # a hardware thread index: arg (name, size), 0 <= value < size. "gidx": the global linear
+                        # thread id (one 1-D grid); "gid0/1/2": the workgroup (block) index along x/y/z; "lid0/1/2":
+                        # the thread index inside its workgroup along x/y/z; "core": a CPU thread (opt THREAD)
+  DEFINE_LOCAL = auto() # GPU workgroup memory (LDS / .shared / threadgroup): arg (id, count), dtype the element;
+                        # used like a PARAM as INDEX's src[0]
+  BARRIER = auto()      # every thread of the workgroup waits here: src the local STOREs it orders; a LOAD from a
+                        # DEFINE_LOCAL has it as src[1] (the load runs after the barrier)
   INDEX = auto()        # src (param, linear index[, valid])
   LOAD = auto()
   STORE = auto()        # src (index, value)

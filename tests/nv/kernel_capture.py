@@ -15,26 +15,14 @@ from baregrad.compiler.render_ptx import PTXRenderer
 PLACEHOLDER = "__KERNEL__"   # the entry's name; the test gives each kernel a unique one per module
 
 
-def lower(spec, renderer, opts=()):
-  """The steps of codegen.get_program up to rendering, for a threaded renderer (`opts`: range
-  optimizations applied first, as codegen does for the CPU; none by default, as codegen does for GPUs). On the
-  compiler's deep-stack thread, as codegen runs them (compiler/deepstack.py)."""
-  return on_deep_stack(_lower, spec, renderer, opts)
+def lower(spec, renderer, opts=None):
+  """The steps of codegen.get_program up to rendering (codegen's own `_lower`): `opts` the GPU opts to apply, None
+  for the heuristic's. On the compiler's deep-stack thread, as codegen runs them (compiler/deepstack.py)."""
+  low = on_deep_stack(codegen._lower, SimpleNamespace(ast=spec.ast, opts=None if opts is None else tuple(opts)), renderer)
+  return low.program, low.alias, low.variables, low.launch
 
 
-def _lower(spec, renderer, opts=()):
-  ast = spec.ast
-  if opts:
-    from baregrad.compiler.opt import apply_opts
-    ast = apply_opts(ast, opts)
-  ast, global_size, local_size = codegen.to_threads(ast)
-  ast = codegen.optimize_ast(ast, renderer)
-  program, alias = codegen.linearize(ast)
-  variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
-  return program, alias, variables, {"global_size": global_size, "local_size": local_size}
-
-
-def render_spec(spec, renderer, opts=()) -> dict:
+def render_spec(spec, renderer, opts=None) -> dict:
   program, alias, variables, _launch = lower(spec, renderer, opts)
   entry = renderer.render_entry(PLACEHOLDER, program, alias, len(spec.params), variables)
   return {"name": re.sub(r"[^A-Za-z0-9_]", "_", spec.name), "entry": entry, "n_params": len(spec.params),
@@ -60,11 +48,11 @@ def op_suite_kernels() -> tuple[list[dict], list[str]]:
 
 
 def dtype_matrix() -> list:
-  """The dtype matrix rendered plain and with upcast lanes (accumulators indexed by lane)."""
+  """The dtype matrix rendered with the heuristic's opts, with none, and with upcast lanes (a tile per thread)."""
   from baregrad.compiler.opt import Opt, OptError
   renderer, kernels = PTXRenderer(), {}
   for item in dtype_matrix_specs():
-    for opts in ((), (Opt("UPCAST", 0, 2),)):
+    for opts in (None, (), (Opt("UPCAST", 0, 2),)):
       try: k = render_spec(item, renderer, opts)
       except OptError: continue
       kernels.setdefault(k["entry"], k)

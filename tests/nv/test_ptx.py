@@ -139,6 +139,8 @@ def test_op_suite_kernels_assemble(assembled, captured, arch):
       assert [(p.ordinal, p.offset, p.size) for p in info.params] == [(i, 8 * i, 8) for i in range(count)], k["entry_name"]
       assert info.param_base == PARAM_BASE[arch] and info.param_size == 8 * count
       assert info.registers > 0 and info.text
+      # no stack frame: nothing spilled (ptxas -v "0 bytes spill stores") and no local array left in the kernel
+      assert info.stack_size == 0, f"{k['entry_name']} needs a {info.stack_size}-byte stack frame on {arch}"
       n += 1
   assert n == len(captured["kernels"])
 

@@ -1,0 +1,237 @@
+"""GPU kernels: the opts that only GPUs have, and the mapping of a kernel's loops onto workgroups.
+
+Opts (compiler/opt.py applies them; each makes a RANGE of its own kind):
+  LOCAL(axis, n)      a global axis splits into (global, local): n threads of a workgroup take neighbouring elements
+  GROUP(raxis, n)     a reduce axis is shared by n threads of a workgroup, interleaved (thread t takes elements t,
+                      t + n, ...: neighbouring threads read neighbouring elements)
+  GROUPTOP(raxis, n)  the same, each thread a contiguous chunk
+  UPCAST / UNROLL     as on the CPU; on a GPU every lane becomes its own value in registers (expanded below)
+
+`to_workgroups(ast)` then, in order:
+ 1. expands UNROLL lanes (a REDUCE combines its lane values in each iteration) and UPCAST lanes (each store is
+    repeated per lane, so a thread computes a tile of outputs; the loads shared between lanes are one node);
+ 2. splits each grouped REDUCE: every thread reduces its share, writes it to workgroup memory (DEFINE_LOCAL), a
+    BARRIER, then every thread reduces the n partials from workgroup memory; only the threads with group index 0
+    store. REDUCEs that depend on one another get one barrier per level;
+ 3. replaces the global ranges by the workgroup ids (SPECIAL gid0..2, the innermost global axis on x) and the local
+    and group ranges by the thread ids in the workgroup (lid0..2, the one with the smallest memory stride on x, so
+    neighbouring threads touch neighbouring addresses). A kernel with more than three global axes folds the outer ones
+    into z (one div/mod); the hardware gives every other index directly.
+`gpu_opts(ast)` is the hand-coded heuristic.
+"""
+from __future__ import annotations
+import itertools, math
+from .uop import UOp, Ops
+from .dtype import dtypes
+from .pattern import substitute
+from .symbolic import linear
+from .linearize import range_deps
+from .opt import Opt, OptError, apply_opt, _size
+
+LOCAL_KINDS = ("local", "group")
+MAX_THREADS = 1024                     # threads per workgroup: NV (CUDA guide, compute capability table), gfx11, Metal
+MAX_LOCAL_DIM = (1024, 1024, 64)       # NV block x, y, z (CUDA guide, "Maximum x-, y-, z-dimension of a block")
+MAX_GRID_YZ = 65535                    # NV grid y, z (same table); x is 2^31 - 1
+
+
+def _ranges(ast: UOp, *kinds) -> list[UOp]:
+  return sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] in kinds}, key=lambda r: r.arg[0])
+
+
+def _combine(op: Ops, vals: list[UOp]) -> UOp:
+  out = vals[0]
+  for v in vals[1:]: out = out.alu(Ops.MAX if op is Ops.MAX else op, v)
+  return out
+
+
+def expand_unroll(ast: UOp) -> UOp:
+  """A REDUCE over an "unroll" lane range of size m reduces, per iteration of its other ranges, the m lane values."""
+  done: dict[UOp, UOp] = {}
+  for n in ast.toposort():
+    src = tuple(done[s] for s in n.src)
+    new = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+    if new.op is Ops.REDUCE and any(r.arg[1] == "unroll" for r in new.src[1:]):
+      lanes = [r for r in new.src[1:] if r.arg[1] == "unroll"]
+      rest = tuple(r for r in new.src[1:] if r.arg[1] != "unroll")
+      vals = [substitute(new.src[0], dict(zip(lanes, (UOp.const(dtypes.index, i) for i in c))))
+              for c in itertools.product(*(range(r.src[0].arg) for r in lanes))]
+      value = _combine(new.arg, vals)
+      new = UOp(Ops.REDUCE, new.dtype, (value,) + rest, new.arg) if rest else value
+    done[n] = new
+  return done[ast]
+
+
+def expand_upcast(ast: UOp) -> UOp:
+  """Each store is repeated for every value of the "upcast" lane ranges it depends on."""
+  stores = []
+  for st in ast.src:
+    lanes = [r for r in st.toposort() if r.op is Ops.RANGE and r.arg[1] == "upcast"]
+    if not lanes: stores.append(st); continue
+    for c in itertools.product(*(range(r.src[0].arg) for r in lanes)):
+      stores.append(substitute(st, dict(zip(lanes, (UOp.const(dtypes.index, i) for i in c)))))
+  return ast.replace(src=tuple(dict.fromkeys(stores)))
+
+
+def _stride_order(ast: UOp, rs: list[UOp]) -> list[UOp]:
+  """`rs` ordered by the smallest memory stride each has in any load or store index (x first)."""
+  best = {r: math.inf for r in rs}
+  for u in ast.toposort():
+    if u.op is Ops.INDEX:
+      terms, _ = linear(u.src[1])
+      for r in rs:
+        if r in terms: best[r] = min(best[r], abs(terms[r]))
+  return sorted(rs, key=lambda r: (best[r], -r.arg[0]))
+
+
+def _group(ast: UOp, locals_: list[UOp]) -> UOp:
+  """Step 2 of the module docstring."""
+  groups = set(_ranges(ast, "group"))
+  if not groups: return ast
+  deps = range_deps(ast)
+  grouped = [u for u in ast.toposort() if u.op is Ops.REDUCE and groups & set(u.src[1:])]
+  for u in grouped:
+    if any(r.arg[1] in ("reduce", "unroll") for r in deps[u]):
+      raise OptError("GROUP: the reduce sits inside another reduce's loop (its barrier would run in a loop)")
+  # the thread's slot in workgroup memory: its position among all local and group ranges
+  strides, n = {}, 1
+  for r in reversed(locals_): strides[r] = n; n *= r.src[0].arg
+  def slot(rs: dict) -> UOp:
+    out = UOp.const(dtypes.index, 0)
+    for r in locals_: out = out + rs.get(r, r) * strides[r]
+    return out
+  next_id = max(u.arg[0] for u in ast.toposort() if u.op is Ops.RANGE) + 1
+  next_buf = max((u.arg[0] + 1 for u in ast.toposort() if u.op is Ops.DEFINE_LOCAL), default=0)
+  done: dict[UOp, UOp] = {}
+  level: dict[UOp, int] = {}
+  for node in ast.toposort():            # a grouped REDUCE's level: 1 + the most grouped REDUCEs below it
+    level[node] = max((level[s] for s in node.src), default=0) + (node in grouped)
+  barrier_of: dict[int, UOp] = {}
+  for node in ast.toposort():
+    src = tuple(done[s] for s in node.src)
+    new = node if all(a is b for a, b in zip(src, node.src)) else node.replace(src=src)
+    if node in grouped:
+      g = [r for r in new.src[1:] if r in groups]
+      rest = tuple(r for r in new.src[1:] if r not in groups)
+      partial = UOp(Ops.REDUCE, new.dtype, (new.src[0],) + rest, new.arg) if rest else new.src[0]
+      buf = UOp(Ops.DEFINE_LOCAL, new.dtype, (), (next_buf, n)); next_buf += 1
+      store = UOp(Ops.STORE, None, (UOp(Ops.INDEX, new.dtype, (buf, slot({}))), partial))
+      lv = level[node]
+      # one barrier per level: every REDUCE of the level writes its partials first
+      bar = barrier_of.get(lv)
+      stores = (bar.src if bar is not None else ()) + (store,)
+      bar = barrier_of[lv] = UOp(Ops.BARRIER, None, stores)
+      js = {r: UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id + i, "reduce")) for i, r in enumerate(g)}
+      next_id += len(g)
+      wait = UOp(Ops.BARRIER, None, (), ("level", lv))    # replaced by the level's barrier once it has every store
+      load = UOp(Ops.LOAD, new.dtype, (UOp(Ops.INDEX, new.dtype, (buf, slot(js))), wait))
+      new = UOp(Ops.REDUCE, new.dtype, (load,) + tuple(js.values()), new.arg)
+    done[node] = new
+  out = substitute(done[ast], {UOp(Ops.BARRIER, None, (), ("level", lv)): b for lv, b in barrier_of.items()})
+  # only the threads with group index 0 store
+  first = None
+  for r in groups: first = (r < 1) if first is None else (first & (r < 1))
+  gates = {}
+  for st in out.src:
+    if st.op is Ops.STORE:
+      idx = st.src[0]
+      valid = first if len(idx.src) == 2 else (idx.src[2] & first)
+      gates[st] = st.replace(src=(idx.replace(src=(idx.src[0], idx.src[1], valid)), st.src[1]))
+  return out.replace(src=tuple(gates.get(s, s) for s in out.src))
+
+
+def to_workgroups(ast: UOp) -> UOp:
+  """The three steps of the module docstring. The AST keeps no global, local, group or lane ranges."""
+  ast = expand_upcast(expand_unroll(ast))
+  locals_ = _stride_order(ast, _ranges(ast, *LOCAL_KINDS))
+  if len(locals_) > 3: raise OptError(f"{len(locals_)} local/group axes; a workgroup has 3 dimensions")
+  sizes = [r.src[0].arg for r in locals_]
+  if math.prod(sizes) > MAX_THREADS: raise OptError(f"workgroup of {math.prod(sizes)} threads; at most {MAX_THREADS}")
+  if any(s > m for s, m in zip(sizes, MAX_LOCAL_DIM)): raise OptError(f"workgroup {sizes} exceeds {MAX_LOCAL_DIM}")
+  ast = _group(ast, locals_)
+  mapping = {r: UOp(Ops.SPECIAL, dtypes.index, (), (f"lid{i}", r.src[0].arg)) for i, r in enumerate(locals_)}
+  gl = list(reversed(_ranges(ast, "global")))          # innermost first: x
+  gsz = [r.src[0].arg for r in gl]
+  if len(gl) > 3 or any(s > MAX_GRID_YZ for s in gsz[1:3]):
+    # fold: x keeps the innermost axis when y/z can hold the rest, else everything goes to x
+    keep = 1 if math.prod(gsz[1:]) <= MAX_GRID_YZ and len(gl) > 1 else 0
+    dims = gl[:keep] + [None]
+    folded = gl[keep:]
+    total = math.prod(r.src[0].arg for r in folded)
+    sp = UOp(Ops.SPECIAL, dtypes.index, (), (f"gid{keep}", total))
+    stride = 1
+    for r in folded:
+      size = r.src[0].arg
+      mapping[r] = (sp // stride) % size if r is not folded[-1] else sp // stride
+      stride *= size
+    gl = gl[:keep]
+  for i, r in enumerate(gl): mapping[r] = UOp(Ops.SPECIAL, dtypes.index, (), (f"gid{i}", r.src[0].arg))
+  return substitute(ast, mapping)
+
+
+def optimizable(ast: UOp) -> bool:
+  """Constant loop sizes and at least one global or reduce loop (else the kernel keeps the 1-D mapping)."""
+  rs = [u for u in ast.toposort() if u.op is Ops.RANGE]
+  return bool(rs) and all(r.src[0].op is Ops.CONST for r in rs) and not any(u.op is Ops.DEFINE_VAR for u in ast.toposort())
+
+
+def gpu_opts(ast: UOp) -> list:
+  """The hand-coded choice: long reductions into few outputs are grouped across a workgroup; reductions into many
+  outputs get a register tile of outputs per thread (UPCAST) and workgroups of neighbouring outputs (LOCAL);
+  everything else gets workgroups along the innermost axes (padded when no size divides)."""
+  nodes = ast.toposort()
+  if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in nodes): return []
+  opts: list = []
+  def tryopt(o) -> bool:
+    nonlocal ast
+    try: ast = apply_opt(ast, o)
+    except OptError: return False
+    opts.append(o)
+    return True
+  reduces = [u for u in nodes if u.op is Ops.REDUCE]
+  nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)
+  gl = _ranges(ast, "global")
+  outputs = math.prod(_size(r) for r in gl)
+  rl = _ranges(ast, "reduce")
+  if reduces and not nested and rl:
+    rsize = math.prod(_size(r) for r in rl)
+    if outputs < 4096 and rsize >= 64:
+      last = len(rl) - 1
+      for n in (256, 128, 64, 32, 16, 8):
+        if _size(rl[last]) % n == 0 and _size(rl[last]) >= n and tryopt(Opt("GROUP", last, n)): break
+    elif outputs >= 4096 and len(gl) >= 2:
+      # a 4x4 tile of outputs per thread over the two innermost axes
+      for axis in (len(gl) - 1, len(gl) - 2):
+        if _size(_ranges(ast, "global")[axis]) % 4 == 0: tryopt(Opt("UPCAST", axis, 4))
+  # workgroups: up to 256 threads over the innermost global axes
+  threads = math.prod(_size(r) for r in _ranges(ast, *LOCAL_KINDS))
+  gl = _ranges(ast, "global")
+  for axis in reversed(range(len(gl))):
+    if threads >= 64 or len(_ranges(ast, *LOCAL_KINDS)) >= 3: break
+    size = _size(_ranges(ast, "global")[axis])
+    want = max(1, min(256 // threads, 16 if len(gl) > 1 and axis != len(gl) - 1 else 256))
+    n = next((n for n in (256, 128, 64, 32, 16, 8, 4, 2) if n <= want and size % n == 0), None)
+    if n is None and size > 64 and threads == 1:
+      n = 64 if tryopt(Opt("PADTO", axis, 64)) else None
+    if n is not None and n > 1 and tryopt(Opt("LOCAL", axis, n)): threads *= n
+  try: to_workgroups(ast)
+  except OptError: return []      # never a choice that cannot be mapped (the kernel runs unoptimized instead)
+  return opts
+
+
+def gpu_actions(ast: UOp) -> list:
+  """Every single GPU opt that applies to `ast` (BEAM's moves and the tests' sweep)."""
+  out = []
+  gl, rl = _ranges(ast, "global"), _ranges(ast, "reduce")
+  threads = math.prod(_size(r) for r in _ranges(ast, *LOCAL_KINDS))
+  lanes = math.prod(_size(r) for r in _ranges(ast, "upcast", "unroll"))
+  for i, r in enumerate(gl):
+    s = _size(r)
+    out += [Opt("LOCAL", i, n) for n in (2, 4, 8, 16, 32, 64, 128, 256) if s % n == 0 and threads * n <= 256]
+    out += [Opt("UPCAST", i, n) for n in (2, 4, 8) if s % n == 0 and lanes * n <= 64]
+    out += [Opt("PADTO", i, n) for n in (4, 8, 16, 32, 64) if s % n and s * 2 >= n]
+  for i, r in enumerate(rl):
+    s = _size(r)
+    for op in ("GROUP", "GROUPTOP"):
+      out += [Opt(op, i, n) for n in (2, 4, 8, 16, 32, 64, 128, 256) if s % n == 0 and threads * n <= 256]
+    out += [Opt("UNROLL", i, n) for n in (2, 4, 8) if s % n == 0 and s > n and lanes * n <= 64]
+  return out

@@ -1,0 +1,176 @@
+"""GPU kernel optimizations on both emulated GPUs, checked against numpy and against the kernel without opts: every
+single opt (LOCAL, GROUP, GROUPTOP, UPCAST, UNROLL, PADTO) that applies, seeded random sequences of them, odd
+sizes; the heuristic's choice; the workgroup launch and its limits; and that long reductions use many threads.
+
+The emulated GPUs are opened with EMU=1 inside the test (settings.override), whatever the default device is."""
+import dataclasses, math, random
+import numpy as np
+import pytest
+
+from baregrad.drivers import settings
+from baregrad.hcq.device import Device
+from baregrad.hcq.buffer import Buffer
+from baregrad.hcq.runtime import ExecItem, run_schedule
+from baregrad.tensor import Tensor
+from baregrad.compiler.uop import Ops
+from baregrad.compiler.schedule import normalize
+from baregrad.compiler.rangeify import rangeify, KernelSpec
+from baregrad.compiler.opt import Opt, OptError, apply_opts
+from baregrad.compiler.codegen import get_program, renderer_for, lower
+from baregrad.compiler import gpu
+
+DEVICES = ("NV",)
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def device(request):
+  with settings.override(EMU=1):
+    dev = Device.get(request.param)
+    iface = dev.driver.kernel if dev.driver.name == "AMD" else dev.driver.k
+    if not iface.emulated: pytest.skip(f"{request.param} is a real GPU here; these tests use the emulated one")
+  if not getattr(renderer_for(request.param), "workgroups", False):
+    pytest.fail(f"the {request.param} renderer does not render workgroup kernels")
+  return request.param
+
+
+def rng(seed=0): return np.random.default_rng(seed)
+
+
+def f32(r, *shape): return r.standard_normal(shape, dtype=np.float32)
+
+
+# name -> (tensor function, numpy function, input shapes)
+CASES = {
+  "matmul": (lambda a, b: a @ b, lambda a, b: a @ b, [(16, 24), (24, 32)]),
+  "matmul_odd": (lambda a, b: a @ b, lambda a, b: a @ b, [(7, 13), (13, 9)]),
+  "sum_rows": (lambda a: a.sum(1), lambda a: a.sum(1), [(12, 96)]),
+  "max_cols": (lambda a: a.max(0), lambda a: a.max(0), [(64, 12)]),
+  "sum_all": (lambda a: a.sum(), lambda a: a.sum(), [(4, 512)]),
+  "sum_odd": (lambda a: a.sum(0) * 3, lambda a: a.sum(0) * 3, [(45, 30)]),
+  "elementwise": (lambda a, b: (a * 3 + b).relu(), lambda a, b: np.maximum(a * 3 + b, 0), [(16, 32), (16, 32)]),
+  "elementwise_odd": (lambda a: (a * 2 + 1).exp(), lambda a: np.exp(a * 2 + 1), [(7, 13)]),
+  "softmax": (lambda a: a.softmax(1), lambda a: np.exp(a - a.max(1, keepdims=True)) / np.exp(a - a.max(1, keepdims=True)).sum(1, keepdims=True), [(8, 64)]),
+  "int_sum": (lambda a: (a * 100).cast("int32").sum(1), lambda a: (a * 100).astype(np.int32).sum(1), [(8, 48)]),
+}
+
+
+def last_kernel(fn, shapes, device, seed=0):
+  """The last kernel of fn's schedule on `device`, its input buffers, and numpy's answer."""
+  r = rng(seed)
+  arrays = [f32(r, *s) for s in shapes]
+  t = fn(*(Tensor(a, device=device) for a in arrays))
+  items = t.schedule()
+  run_schedule(items[:-1], sync=True)
+  sink, _, _ = normalize(t.uop.sink())
+  spec = [i for i in rangeify(sink, lambda x: x.device).items if isinstance(i, KernelSpec)][-1]
+  return spec, items[-1].bufs, arrays
+
+
+def run_with(spec, bufs, opts):
+  prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
+  out = Buffer(bufs[0].device, bufs[0].size, bufs[0].dtype)
+  run_schedule([ExecItem(prog, [out, *bufs[1:]], {}, prog.meta)], sync=True)
+  data = np.empty(out.size, out.dtype.np)
+  out.copyout(memoryview(data).cast("B"))
+  return data, prog
+
+
+def check(got, want, dtype):
+  if np.issubdtype(dtype, np.integer): np.testing.assert_array_equal(got, want)
+  else: np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_single_opt(device, case):
+  fn, ref, shapes = CASES[case]
+  spec, bufs, arrays = last_kernel(fn, shapes, device)
+  want = np.asarray(ref(*arrays)).reshape(-1)
+  base, _ = run_with(spec, bufs, ())
+  check(base, want, want.dtype)
+  acts = gpu.gpu_actions(spec.ast)
+  assert acts, "no GPU opt applies"
+  for o in acts:
+    got, prog = run_with(spec, bufs, (o,))
+    check(got, base, want.dtype)
+    assert prog.meta["opts"] == (o,)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_random_opt_sequences(device, case):
+  fn, ref, shapes = CASES[case]
+  spec, bufs, arrays = last_kernel(fn, shapes, device, seed=1)
+  want = np.asarray(ref(*arrays)).reshape(-1)
+  r = random.Random(f"{case}-{device}")
+  done = 0
+  for _ in range(40):
+    if done == 6: break
+    opts, ast = [], spec.ast
+    for _ in range(r.randint(2, 4)):
+      acts = gpu.gpu_actions(ast)
+      if not acts: break
+      o = r.choice(acts)
+      try: ast = apply_opts(ast, [o])
+      except OptError: continue
+      opts.append(o)
+    try: gpu.to_workgroups(ast)
+    except OptError: continue
+    got, _ = run_with(spec, bufs, opts)
+    check(got, want, want.dtype)
+    done += 1
+  assert done >= 3, "too few opt sequences applied"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_heuristic(device, case):
+  fn, ref, shapes = CASES[case]
+  spec, bufs, arrays = last_kernel(fn, shapes, device, seed=2)
+  got, prog = run_with(spec, bufs, gpu.gpu_opts(spec.ast))
+  check(got, np.asarray(ref(*arrays)).reshape(-1), got.dtype)
+
+
+def test_long_reduction_uses_a_workgroup(device):
+  """A reduction into one value runs on many threads (GROUP), with workgroup memory and a barrier."""
+  a = f32(rng(3), 20000)
+  t = Tensor(a, device=device).mean()
+  np.testing.assert_allclose(t.numpy(), a.mean(), rtol=1e-5, atol=1e-7)
+  spec, bufs, _ = last_kernel(lambda x: x.sum(), [(20000,)], device)
+  opts = gpu.gpu_opts(spec.ast)
+  assert any(o.op == "GROUP" for o in opts), opts
+  ast = gpu.to_workgroups(apply_opts(spec.ast, opts))
+  ops = {u.op for u in ast.toposort()}
+  assert Ops.DEFINE_LOCAL in ops and Ops.BARRIER in ops
+  _, prog = run_with(spec, bufs, opts)
+  assert math.prod(prog.meta["local_size"]) >= 32
+
+
+def test_launch_follows_the_axes(device):
+  """Global axes map to the workgroup ids (innermost on x), LOCAL axes to the thread ids: no div/mod left."""
+  spec, bufs, arrays = last_kernel(lambda a, b: a + b, [(6, 10, 32), (6, 10, 32)], device)
+  opts = [Opt("LOCAL", 2, 16), Opt("LOCAL", 1, 2)]
+  got, prog = run_with(spec, bufs, opts)
+  np.testing.assert_allclose(got, (arrays[0] + arrays[1]).reshape(-1), rtol=1e-6)
+  assert prog.meta["global_size"] == (2, 5, 6) and sorted(prog.meta["local_size"]) == [1, 2, 16]
+  low = lower(dataclasses.replace(spec, opts=tuple(opts)), renderer_for(device))     # after simplification
+  assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in low.ast.toposort())
+
+
+def test_more_than_three_global_axes(device):
+  fn = lambda a: a.permute(3, 2, 1, 0) * 2
+  spec, bufs, arrays = last_kernel(fn, [(3, 4, 5, 6)], device)
+  got, prog = run_with(spec, bufs, ())
+  np.testing.assert_allclose(got, (arrays[0].transpose(3, 2, 1, 0) * 2).reshape(-1))
+  assert math.prod(prog.meta["global_size"]) == 360 and prog.meta["global_size"][0] == 3   # x: the innermost axis
+
+
+def test_workgroup_limits():
+  """A workgroup of more than 1024 threads or more than 3 dimensions is refused before rendering."""
+  a = Tensor(np.ones((2048, 4), np.float32), device="CPU") + 1
+  sink, _, _ = normalize(a.uop.sink())
+  spec = [i for i in rangeify(sink, lambda x: x.device).items if isinstance(i, KernelSpec)][-1]
+  ast = apply_opts(spec.ast, [Opt("LOCAL", 0, 2048)])
+  with pytest.raises(OptError, match="at most 1024"): gpu.to_workgroups(ast)
+  b = Tensor(np.ones((2, 2, 2, 2), np.float32), device="CPU").permute(3, 2, 1, 0) + 1    # four axes that stay apart
+  sink, _, _ = normalize(b.uop.sink())
+  spec = [i for i in rangeify(sink, lambda x: x.device).items if isinstance(i, KernelSpec)][-1]
+  ast = apply_opts(spec.ast, [Opt("LOCAL", 0, 2)] * 4)     # each axis of 2 becomes a thread axis
+  with pytest.raises(OptError, match="3 dimensions"): gpu.to_workgroups(ast)
