@@ -103,10 +103,101 @@ def bench_matmul_opts(results: dict):
   results["cpu.matmul_1024_f32_beam.gflops"] = 2 * n ** 3 / _child_matmul(n, 3, {"BEAM": "2", "DEV": "CPU"}) / 1e9
 
 
+# what the kernels of one op execute on an emulated GPU (drivers/emu/counters.py), one JSON line per op as it finishes
+EMU_COUNTERS_CHILD = r"""
+import json, sys, time, numpy as np
+from baregrad.tensor import Tensor
+from baregrad.hcq.device import Device
+from baregrad.drivers.emu import counters
+n = int(sys.argv[1])
+rng = np.random.default_rng(0)
+for name, dtype, tol in (("f32", np.float32, 1e-3), ("f16", np.float16, 2e-2)):
+  try:
+    an, bn = (rng.random((n, n), dtype=np.float32).astype(dtype) for _ in range(2))
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    dev = Device.get(a.device)
+    dev.synchronize()
+    counters.reset()                                 # only the kernels of the matmul
+    t = time.perf_counter(); c = (a @ b).realize(); dev.synchronize(); s = time.perf_counter() - t
+    got = counters.total()
+    want = an.astype(np.float32) @ bn.astype(np.float32)
+    assert np.allclose(c.numpy().astype(np.float32), want, rtol=tol, atol=tol * n), "matmul result differs from numpy"
+    print(json.dumps({"op": f"matmul_{n}_{name}", "s": s, **got.as_dict()}), flush=True)
+  except Exception as e:
+    print(f"matmul_{n}_{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+"""
+
+EMU_SUM_CHILD = r"""
+import sys, time, numpy as np
+from baregrad.tensor import Tensor
+from baregrad.hcq.device import Device
+size, limit = int(sys.argv[1]), float(sys.argv[2])
+xn = np.random.default_rng(0).random(size, dtype=np.float32)
+x = Tensor(xn).realize()
+dev = Device.get(x.device)
+dev.synchronize()
+ts = []
+for _ in range(2):                # the first run compiles: the second one is the measurement
+  t = time.perf_counter(); r = x.sum().realize(); dev.synchronize(); ts.append(time.perf_counter() - t)
+  if ts[-1] > limit: print("inf"); sys.exit(0)
+assert np.isclose(r.numpy(), xn.astype(np.float64).sum(), rtol=1e-4), "sum differs from numpy"
+print(ts[-1])
+"""
+
+
+def _emu_counter_runs(kind: str, n: int) -> dict:
+  """op -> the counters of its kernels (and its wall seconds) on the emulated `kind` GPU, from a fresh process."""
+  try:
+    out = subprocess.run([sys.executable, "-c", EMU_COUNTERS_CHILD, str(n)], env=dict(os.environ, EMU="1", DEV=kind),
+                         capture_output=True, text=True, timeout=1800)
+    stdout, stderr = out.stdout, out.stderr
+  except subprocess.TimeoutExpired as e:    # keep the ops that finished
+    stdout, stderr = (x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
+    stderr += "\n(timed out after 1800 s)"
+  runs = {}
+  for line in stdout.splitlines():
+    if line.startswith("{"):
+      got = json.loads(line)
+      runs[got["op"]] = got
+  if stderr.strip(): print(f"{kind.lower()}_emu counters child:\n{stderr.strip()[-2000:]}", file=sys.stderr)
+  return runs
+
+
+def _emu_sum_seconds(kind: str, size: int, limit: float = 120.0) -> float:
+  """Seconds to realize the sum of `size` float32 on the emulated `kind` GPU (second run); inf past `limit`."""
+  try:
+    out = subprocess.run([sys.executable, "-c", EMU_SUM_CHILD, str(size), str(limit)],
+                         env=dict(os.environ, EMU="1", DEV=kind), capture_output=True, text=True, timeout=3 * limit + 60)
+  except subprocess.TimeoutExpired:
+    print(f"{kind.lower()}_emu.sum: over {limit:.0f} s, reported as inf", file=sys.stderr)
+    return float("inf")
+  if out.returncode != 0: raise RuntimeError(f"sum child ({kind}) failed:\n{out.stderr}")
+  value = float(out.stdout.strip().splitlines()[-1])
+  if value == float("inf"): print(f"{kind.lower()}_emu.sum: over {limit:.0f} s, reported as inf", file=sys.stderr)
+  return value
+
+
 def bench_emulated(results: dict):
-  """One emulated 256x256x256 float32 matmul kernel, rendered by baregrad, on each emulated GPU (seconds)."""
+  """On each emulated GPU (EMU=1, a fresh process per measurement): one 256x256x256 float32 matmul kernel rendered by
+  baregrad (seconds); what the kernels of a 512 matmul execute (drivers/emu/counters.py), per flop (2 * 512^3): global
+  bytes loaded + stored, and thread-instructions (f32 and f16 inputs); the sum of 1M float32 (seconds, after the
+  compiling run; inf when a run takes over 120 s)."""
+  n, flops = 512, 2 * 512 ** 3
   for kind in ("AMD", "NV"):
-    results[f"{kind.lower()}_emu.matmul_256_f32.s"] = _child_matmul(256, 1, {"EMU": "1", "DEV": kind})
+    name = f"{kind.lower()}_emu"
+    results[f"{name}.matmul_256_f32.s"] = _child_matmul(256, 1, {"EMU": "1", "DEV": kind})
+    runs = _emu_counter_runs(kind, n)
+    for op in (f"matmul_{n}_f32", f"matmul_{n}_f16"):
+      got = runs.get(op)
+      if got is None:
+        print(f"{name}.{op}: no result (see the child's errors above)", file=sys.stderr)
+        continue
+      print(f"{name}.{op}: {got['s']:.1f} s, {got['kernels']} kernel(s), {got['thread_instrs']:,} thread-instructions",
+            file=sys.stderr)
+      if op.endswith("f32"):
+        results[f"{name}.{op}.global_bytes_per_flop"] = (got["global_load_bytes"] + got["global_store_bytes"]) / flops
+      results[f"{name}.{op}.thread_instrs_per_flop"] = got["thread_instrs"] / flops
+    results[f"{name}.sum_1m_f32.s"] = _emu_sum_seconds(kind, 1 << 20)
 
 
 MLP_CHILD = r"""

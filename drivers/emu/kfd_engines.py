@@ -33,6 +33,7 @@ import numpy as np
 
 from baregrad.drivers.amd import kfd as kfd_abi, pm4, sdma
 from baregrad.drivers.amd.codeobj import KernelDescriptor, RSRC1, RSRC2, RSRC3, PROPERTIES, RSRC1_PRIV
+from .counters import KernelCounters
 from .memory import MemoryFault
 
 # WAIT_REG_MEM / POLL_REGMEM FUNCTION (amdgpu/nvd.h WAIT_REG_MEM_FUNCTION; radeon/cikd.h SDMA_POLL_REG_MEM_EXTRA_FUNC):
@@ -364,14 +365,16 @@ class ComputeQueue(EngineQueue):
       kd = KernelDescriptor.unpack(value.to_bytes(64, "little"))
       prog = self._programs[key] = rdna3.Program(code, 0, kd, f"kernel@{pgm:#x}")
       if len(self._programs) > 64: self._programs.pop(next(iter(self._programs)))
+    run = KernelCounters(self.kfd.kernel_names.get(pgm, prog.name))
     with self.kfd.lock:
       try:
-        rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm)
+        rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm, counters=run)
       except MemoryFault as e:     # the note says where in the kernel: pc and instruction
         notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
         raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}{notes}", e.address) from None
       except rdna3.EmulatorError as e:
         raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}") from None
+    self.kfd.counters.record(run)     # before the packets after the dispatch (RELEASE_MEM) run
 
 
 class SDMAQueue(EngineQueue):

@@ -9,6 +9,7 @@ munmap). It serves:
 Buffer objects are memfd-backed: the CPU mapping (mmap of the render node) and the GPU's view (a mapping in the
 emulator's `Memory` at the BO's GPU virtual address) share pages. Queues run in kfd_engines.py, one thread each.
 Anything a real kernel would print to dmesg goes to `self.kmsg` (and to stderr with EMU_LOG=1).
+What each dispatch executed (drivers/emu/counters.py) is kept in `self.counters`; DEBUG=1 prints a line per dispatch.
 
 Two coherence models the engines share live here (kfd_engines.py enforces them):
   * the HDP: CPU stores to VRAM pass the host data path, which may still hold them when the doorbell rings until a
@@ -28,6 +29,7 @@ import numpy as np
 from baregrad.drivers import kernel as kernel_mod, settings
 from baregrad.drivers.amd import kfd
 from baregrad.drivers.amd.topology import TOPOLOGY, PAGE
+from . import counters
 from .memory import Memory
 
 _ffi = cffi.FFI()
@@ -110,6 +112,8 @@ class EmulatedKFD:
     self.queues: dict = {}
     self.kmsg: list[str] = []
     self.t0 = time.perf_counter_ns()
+    self.counters = counters.CounterLog("AMD", parent=counters.PROCESS)   # what each dispatch executed (counters.py)
+    self.kernel_names: dict[int, str] = {}     # code address -> kernel name, for the counters only
 
   # ---- files ----
   def _sysfs(self) -> dict[str, str]:
@@ -483,10 +487,12 @@ class EmulatedKFD:
     return "; ".join(dead) or None
 
   def register_program(self, code_addr: int, source: str | None, name: str, param_base: int, params: list) -> None:
-    """Nothing: the emulated gfx1100 runs the machine code the driver uploaded (drivers/kernel.py Kernel)."""
+    """Only the kernel's name, which the counters' lines show (counters.py): the emulated gfx1100 runs the machine
+    code the driver uploaded (drivers/kernel.py Kernel), a dispatch of unnamed code shows `kernel@<address>`."""
+    self.kernel_names[code_addr] = name
 
   def unregister_program(self, code_addr: int) -> None:
-    """Nothing (see register_program)."""
+    self.kernel_names.pop(code_addr, None)
 
   def clock(self) -> int:
     """The GPU clock counter: 100 MHz."""

@@ -12,6 +12,8 @@ Anything else (an unknown method, a method on an unbound subchannel, an unmapped
 cannot run) stops the channel and becomes a fault naming channel, method and address (returned by `fault()`), and
 the error notifier gets the robust-channel error code (info32: 31 memory fault, 13 kernel exception, 32 pushbuffer).
 Freeing the channel (RM_FREE) ends the fault; the driver then allocates a new one.
+What each kernel executed (thread-instructions by class, global and shared bytes: drivers/emu/counters.py) is
+kept in `NVGpu.counters` (last run, running total) and the process-wide log; DEBUG=1 prints a line per launch.
 
 It executes only what it knows, and rejects the rest rather than ignoring it: a method that is not in the class's
 table (drivers/nv/pushbuf.py), method data with fields it does not emulate (SEM_EXECUTE reductions, LAUNCH_DMA
@@ -39,6 +41,7 @@ from __future__ import annotations
 import functools, hashlib, operator, re, struct, threading, time
 from dataclasses import dataclass
 import numpy as np
+from . import counters
 from .memory import Memory, MemoryFault
 from baregrad.drivers.nv import pushbuf as pb, qmd, rm
 from baregrad.drivers.nv.cubin import DRIVER_AREA, LOCAL_WINDOW_BYTES
@@ -191,6 +194,7 @@ class NVGpu:
     self.lock = threading.Lock()
     self.channels: list["ChannelProcessor"] = []
     self.icache: dict[int, bytes] = {}      # code fetched since the last instruction-cache invalidation: address -> bytes
+    self.counters = counters.CounterLog("NV", parent=counters.PROCESS)   # what each kernel executed (counters.py)
 
   def invalidate_instruction_cache(self):
     with self.lock: self.icache.clear()
@@ -394,7 +398,7 @@ class ChannelProcessor(threading.Thread):
     params = bank0[prog.param_base:prog.param_base + param_size]
     from .ptx import launch, PtxTrap, PtxUnsupported, PtxError
     try:
-      launch(prog.module, prog.name, q["grid"], q["block"], params, self.gpu.mem)
+      run = launch(prog.module, prog.name, q["grid"], q["block"], params, self.gpu.mem)
     except MemoryFault as e:     # the note says where in the kernel: PTX line and instruction
       notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
       raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}{notes}", MMU_FAULT) from None
@@ -402,6 +406,7 @@ class ChannelProcessor(threading.Thread):
       raise ChannelFault(f"QMD {qmd_addr:#x}: {e}", GR_EXCEPTION) from None
     except (PtxUnsupported, PtxError, RuntimeError) as e:     # an instruction it cannot run, a runaway: the SM stops it
       raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}", GR_EXCEPTION) from None
+    self.gpu.counters.record(run)     # before the methods after the launch (a semaphore release) run
 
   # ---- what the machine code needs (see the module docstring) ----
   def fetch_code(self, where: str, addr: int, text: bytes):

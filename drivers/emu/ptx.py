@@ -15,6 +15,11 @@ Memory: global through `mem` (drivers/emu/memory.py `Memory`: vectorized gather/
 `MemoryFault`), `.local` one byte array per thread, `.shared` one per block, `.param` the launch
 parameters. Generic addresses of .local/.shared (cvta) live in the windows LOCAL_WINDOW / SHARED_WINDOW.
 
+Counters (drivers/emu/counters.py): `launch` returns the run's `KernelCounters`: each executed instruction adds the
+number of threads that execute it (a guard's true threads) to its class (decided when it is compiled,
+ptx_exec.counter_class), and `_Batch.load/store` add threads x width to the global / shared byte counts of the space
+the access lands in (generic addresses included).
+
 Errors: `PtxUnsupported(name, line)` for instructions or forms not implemented (raised when the entry is
 first compiled, before anything runs), `PtxRunaway` when a launch exceeds its instruction budget, `PtxTrap` when a
 thread executes `trap` (the GPU's illegal-instruction exception).
@@ -26,6 +31,7 @@ import time
 import numpy as np
 
 from baregrad.drivers import settings
+from .counters import KernelCounters, GLOBAL, SHARED, OTHER
 from .memory import Memory, MemoryFault
 from .ptx_parse import PtxModule, PtxError, PtxTrap, PtxUnsupported, parse_ptx, Entry
 from .ptx_exec import (Compiler, KIND_OP, KIND_BRA, KIND_EXIT, KIND_BAR, HANDLERS, LOCAL_WINDOW, SHARED_WINDOW,
@@ -77,8 +83,10 @@ def _param_bytes(entry: Entry, params) -> bytes:
 class _Batch:
   """The state of the threads of one batch of blocks."""
 
-  def __init__(self, entry: Entry, first_block: int, nblocks: int, grid, block, params: bytes, mem, regs: dict):
+  def __init__(self, entry: Entry, first_block: int, nblocks: int, grid, block, params: bytes, mem, regs: dict,
+               counters: KernelCounters | None = None):
     self.entry, self.mem = entry, mem
+    self.counters = KernelCounters(entry.name) if counters is None else counters
     tpb = block[0] * block[1] * block[2]
     self.n = n = nblocks * tpb
     self.threads = np.arange(n, dtype=np.int64)
@@ -126,32 +134,46 @@ class _Batch:
   def load(self, space: str, addrs, idx, nbytes: int) -> np.ndarray:
     n = self.count(idx)
     addrs = np.broadcast_to(np.asarray(addrs, np.uint64), (n,))
-    if space == "global": return self.mem.gather(np.ascontiguousarray(addrs), nbytes)
+    if space == "global":
+      self.counters.global_load_bytes += n * nbytes
+      return self.mem.gather(np.ascontiguousarray(addrs), nbytes)
     if space == "param":
       offs = addrs.astype(np.int64)
       if n and (offs.max() + nbytes > self.params.size): raise MemoryFault(int(offs.max()), nbytes)
       return self.params[offs[:, None] + np.arange(nbytes)]
     if space == "local": return self._take(self.local, self.rows(idx), addrs, nbytes, LOCAL_WINDOW)
-    if space == "shared": return self._take(self.shared, self.block_row[self.rows(idx)], addrs, nbytes, SHARED_WINDOW)
+    if space == "shared":
+      self.counters.shared_load_bytes += n * nbytes
+      return self._take(self.shared, self.block_row[self.rows(idx)], addrs, nbytes, SHARED_WINDOW)
     return self._generic(addrs, idx, nbytes, None)
 
   def store(self, space: str, addrs, idx, data: np.ndarray, nbytes: int):
     n = self.count(idx)
     addrs = np.broadcast_to(np.asarray(addrs, np.uint64), (n,))
-    if space == "global": self.mem.scatter(np.ascontiguousarray(addrs), data, nbytes)
+    if space == "global":
+      self.counters.global_store_bytes += n * nbytes
+      self.mem.scatter(np.ascontiguousarray(addrs), data, nbytes)
     elif space == "local": self._put(self.local, self.rows(idx), addrs, data, nbytes, LOCAL_WINDOW)
-    elif space == "shared": self._put(self.shared, self.block_row[self.rows(idx)], addrs, data, nbytes, SHARED_WINDOW)
+    elif space == "shared":
+      self.counters.shared_store_bytes += n * nbytes
+      self._put(self.shared, self.block_row[self.rows(idx)], addrs, data, nbytes, SHARED_WINDOW)
     else: self._generic(addrs, idx, nbytes, data)
 
   def _generic(self, addrs, idx, nbytes: int, data):
-    """Generic addressing: the .local / .shared windows, everything else is global."""
+    """Generic addressing: the .local / .shared windows, everything else is global. The instruction was counted as
+    global (ptx_exec.counter_class); the threads whose address lands in a window move to that space's class."""
     rows = self.rows(idx)
     in_local = (addrs >= np.uint64(LOCAL_WINDOW)) & (addrs < np.uint64(LOCAL_WINDOW + WINDOW_SIZE))
     in_shared = (addrs >= np.uint64(SHARED_WINDOW)) & (addrs < np.uint64(SHARED_WINDOW + WINDOW_SIZE))
     glob = ~(in_local | in_shared)
     out = np.zeros((len(addrs), nbytes), np.uint8) if data is None else None
+    instrs = self.counters.instrs
     for sel, space, base in ((glob, "global", 0), (in_local, "local", LOCAL_WINDOW), (in_shared, "shared", SHARED_WINDOW)):
       if not sel.any(): continue
+      if space != "global":
+        moved = int(np.count_nonzero(sel))
+        instrs[GLOBAL] -= moved
+        instrs[OTHER if space == "local" else SHARED] += moved
       a = addrs[sel] - np.uint64(base)
       sub = rows[sel]
       if data is None: out[sel] = self.load(space, a, sub, nbytes)
@@ -194,9 +216,11 @@ def compile_entry(module: PtxModule, entry: str):
   return _compile_entry(module.entry(entry))
 
 
-def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: int | None = None) -> None:
+def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: int | None = None,
+           counters: KernelCounters | None = None) -> KernelCounters:
   """Run `entry` over grid x block threads. params: the parameter values in order (ints: addresses and
-  integers; floats for float parameters) or their packed bytes. mem: a Memory (gather/scatter)."""
+  integers; floats for float parameters) or their packed bytes. mem: a Memory (gather/scatter).
+  Returns what the run executed (drivers/emu/counters.py), added into `counters` when one is given."""
   e = module.entry(entry)
   grid, block = _dims(grid, "grid"), _dims(block, "block")
   tpb = block[0] * block[1] * block[2]
@@ -212,10 +236,12 @@ def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: i
   nblocks = grid[0] * grid[1] * grid[2]
   per_batch = max(1, BATCH_THREADS // tpb)
   budget = [MAX_STEPS if max_steps is None else max_steps]
+  counters = KernelCounters(e.name) if counters is None else counters
   with np.errstate(all="ignore"):
     for first in range(0, nblocks, per_batch):
-      batch = _Batch(e, first, min(per_batch, nblocks - first), grid, block, pbytes, mem, regs)
+      batch = _Batch(e, first, min(per_batch, nblocks - first), grid, block, pbytes, mem, regs, counters)
       _run(batch, code, join, budget, e)
+  return counters
 
 
 def _run(ctx: _Batch, code, join, budget, entry: Entry):
@@ -227,6 +253,7 @@ def _run(ctx: _Batch, code, join, budget, entry: Entry):
   cur, idx, alone = 0, None, True     # idx None: every thread of the batch; alone: no other live thread
   steps, limit = 0, budget[0]
   regs = ctx.regs
+  counts = ctx.counters.instrs          # thread-instructions per counter class
 
   def set_pc(value):
     if idx is None: pc[:] = value
@@ -262,6 +289,7 @@ def _run(ctx: _Batch, code, join, budget, entry: Entry):
       if pv.all(): sub = idx
       elif not pv.any(): sub = False
       else: sub = np.flatnonzero(pv) if idx is None else idx[pv]
+    if sub is not False: counts[ins.cls] += n if sub is None else len(sub)
     kind = ins.kind
     if kind == KIND_OP:
       if sub is not False:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .ptx_parse import Instr, Reg, SReg, Imm, Sym, Mem, Vec, PredPair, PtxError, PtxTrap, PtxUnsupported, TYPE_SIZE, SREG_64
 from . import ptx_float as F
+from .counters import ALU, GLOBAL, SHARED, BRANCH, BARRIER, OTHER
 
 NP = {"pred": np.dtype(bool), "b8": np.dtype(np.uint8), "u8": np.dtype(np.uint8), "s8": np.dtype(np.int8),
       "b16": np.dtype(np.uint16), "u16": np.dtype(np.uint16), "s16": np.dtype(np.int16), "f16": np.dtype(np.float16),
@@ -45,11 +46,28 @@ def is_signed(t: str) -> bool: return t.startswith("s")
 
 
 class Compiled:
-  """One instruction ready to run: its kind (op/bra/exit/bar), closure, guard and branch target."""
-  __slots__ = ("kind", "fn", "guard", "target", "ins")
+  """One instruction ready to run: its kind (op/bra/exit/bar), closure, guard, branch target and counter class
+  (drivers/emu/counters.py CLASSES; its bytes are counted where the access lands, in ptx._Batch.load/store)."""
+  __slots__ = ("kind", "fn", "guard", "target", "ins", "cls")
 
-  def __init__(self, kind, fn, guard, target, ins):
-    self.kind, self.fn, self.guard, self.target, self.ins = kind, fn, guard, target, ins
+  def __init__(self, kind, fn, guard, target, ins, cls=ALU):
+    self.kind, self.fn, self.guard, self.target, self.ins, self.cls = kind, fn, guard, target, ins, cls
+
+
+# the counter class of ld/st by state space: generic counts as global (ptx._Batch moves the count of threads whose
+# address lands in the .shared or .local window); .param reads are constant-bank operands in SASS, .local is private
+_MEMORY_CLASS = {"global": GLOBAL, "generic": GLOBAL, "shared": SHARED, "local": OTHER, "param": OTHER}
+
+
+def counter_class(ins: Instr) -> int:
+  """The counter class of an instruction the Compiler accepts (decided once, when it is compiled)."""
+  op = ins.op
+  if op in ("bra", "ret", "exit"): return BRANCH
+  if op in ("bar", "barrier"): return BARRIER
+  if op in ("ld", "ldu", "st"):
+    return _MEMORY_CLASS.get(next((m for m in ins.mods if m in _SPACES), "generic"), OTHER)
+  if op in HANDLERS: return ALU
+  return OTHER                  # membar, fence, prefetch, nanosleep, pmevent, trap
 
 
 class Compiler:
@@ -175,6 +193,11 @@ class Compiler:
 
   # ---- entry point ----
   def compile(self, ins: Instr, labels: dict) -> Compiled:
+    c = self._compile(ins, labels)
+    c.cls = counter_class(ins)
+    return c
+
+  def _compile(self, ins: Instr, labels: dict) -> Compiled:
     guard = None
     if ins.guard is not None:
       if self.reg_container(ins.guard, ins) != NP["pred"]:

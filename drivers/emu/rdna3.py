@@ -19,6 +19,11 @@ Decoding uses the instruction tables in baregrad.drivers.amd.isa (shared with th
 Semantics live in rdna3_valu.py (float rounding: rdna3_float.py), rdna3_salu.py and rdna3_mem.py. Every step is
 checked by rdna3_deps.py against what the program must resolve itself: outstanding loads until the s_waitcnt that
 completes them (MissingWait) and the gfx1100 hazards (HazardError).
+
+Counters (drivers/emu/counters.py): `dispatch(..., counters=KernelCounters())` adds what the kernel executed. Each
+instruction's class, whether it is a vector instruction and the bytes it moves per lane (per wave for SMEM) are
+decided when it is decoded (`classify`); a step adds the active lanes (EXEC bits) of the waves it runs for a vector
+instruction, their live lanes for a scalar one.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ import numpy as np
 
 from baregrad.drivers.amd import isa
 from baregrad.drivers.amd.codeobj import KernelDescriptor, read_code_object
+from . import counters as C
+from .counters import KernelCounters
 from .memory import Memory, MemoryFault, HostMemory  # noqa: F401  (re-exported for users)
 from .rdna3_deps import DepState, HazardError, MissingWait, analyze
 from .rdna3_deps import step as dependency_step
@@ -59,6 +66,60 @@ class Compiled:
   target: int = 0              # BRANCH target pc
   dest: object = None          # JUMP: fn(w, sel) -> int64 array of pcs
   dep: object = None           # rdna3_deps.Dep: registers touched, counters, hazards
+  cls: int = C.OTHER           # counters.CLASSES index
+  vector: bool = False         # counted per active lane (else per live lane of the wave)
+  traffic: tuple = ()          # (slot, bytes per lane, or per wave for SMEM); slot: TRAFFIC index
+
+
+# drivers/emu/counters.py byte counts, in the order `dispatch` keeps them
+TRAFFIC = ("global_load_bytes", "global_store_bytes", "shared_load_bytes", "shared_store_bytes")
+GLOBAL_LD, GLOBAL_ST, SHARED_LD, SHARED_ST = range(4)
+# access width by the data-type suffix of a memory mnemonic (RDNA3 ISA guide, 9 "Flat, Scratch and Global" and
+# 11 "Data Share Operations": b32 = one dword, d16 forms move 8 or 16 bits into half a VGPR)
+_WIDTH = {"b8": 1, "u8": 1, "i8": 1, "b16": 2, "u16": 2, "i16": 2, "b32": 4, "u32": 4, "i32": 4, "f32": 4,
+          "b64": 8, "u64": 8, "i64": 8, "f64": 8, "b96": 12, "b128": 16, "b256": 32, "b512": 64}
+# DS instructions that touch no LDS bytes: cross-lane moves (ds_swizzle/permute/bpermute), the wave counters
+# (ds_append/consume), ds_nop, the BVH stack
+_DS_NO_LDS = ("ds_nop", "ds_swizzle_b32", "ds_permute_b32", "ds_bpermute_b32", "ds_append", "ds_consume",
+              "ds_bvh_stack_rtn_b32")
+
+
+def _width(name: str) -> int:
+  parts = [p for p in name.split("_") if p in _WIDTH]
+  if not parts: raise EmulatorError(f"{name}: no access width in the mnemonic")
+  return _WIDTH[parts[-1]] * (2 if "2addr" in name else 1)
+
+
+def classify(inst, get) -> tuple[int, bool, tuple]:
+  """(counter class, vector?, traffic) of a decoded instruction (drivers/emu/counters.py explains the classes)."""
+  name, fmt = inst.name, inst.fmt
+  if fmt in ("VOP1", "VOP2", "VOP3", "VOPC", "VOP3P"): return C.ALU, True, ()
+  if fmt == "SOPP":
+    if name == "s_barrier": return C.BARRIER, False, ()
+    if name in ("s_branch", "s_endpgm", "s_endpgm_saved", "s_sethalt") or name.startswith("s_cbranch"):
+      return C.BRANCH, False, ()
+    return C.OTHER, False, ()
+  if fmt in ("SOP1", "SOP2", "SOPK", "SOPC"):
+    if name in ("s_setpc_b64", "s_swappc_b64", "s_call_b64") or "saveexec" in name or "wrexec" in name:
+      return C.BRANCH, False, ()
+    if fmt != "SOPC" and not name.startswith("s_cmpk") and get("sdst") in (EXEC, EXEC + 1): return C.BRANCH, False, ()
+    return C.ALU, False, ()
+  if fmt == "SMEM":
+    if "load" not in name: return C.OTHER, False, ()          # s_dcache_inv, s_gl1_inv
+    return C.GLOBAL, False, ((GLOBAL_LD, _width(name)),)
+  if fmt == "SCRATCH": return C.OTHER, True, ()                # private memory: no counted bytes
+  if fmt in ("GLOBAL", "FLAT"):
+    width = _width(name)
+    if "_load_" in name: return C.GLOBAL, True, ((GLOBAL_LD, width),)
+    if "_store_" in name: return C.GLOBAL, True, ((GLOBAL_ST, width),)
+    return C.GLOBAL, True, ((GLOBAL_LD, width), (GLOBAL_ST, width))       # an atomic reads and writes
+  if fmt == "DS":
+    if name.startswith(_DS_NO_LDS): return C.SHARED, True, ()
+    width = _width(name)
+    if name.startswith("ds_load"): return C.SHARED, True, ((SHARED_LD, width),)
+    if name.startswith("ds_store_"): return C.SHARED, True, ((SHARED_ST, width),)
+    return C.SHARED, True, ((SHARED_LD, width), (SHARED_ST, width))      # atomics, ds_storexchg
+  return C.OTHER, False, ()
 
 
 def _uses_literal(inst, get) -> bool:
@@ -139,6 +200,7 @@ class Program:
       raise IllegalInstruction(pc, dword, f"instruction {name} ({fmt}) has no semantics in the emulator", self.text(pc))
     try:
       c.dep = analyze(inst, get)
+      c.cls, c.vector, c.traffic = classify(inst, get)
     except EmulatorError as e:
       raise IllegalInstruction(pc, dword, f"cannot execute {name}: {e}", self.text(pc)) from None
     return c
@@ -199,13 +261,15 @@ def load_program(code_object: bytes) -> Program:
 
 
 def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_size: int = 0, dispatch_ptr: int = 0,
-             queue_ptr: int = 0, code_address: int = 0, max_steps: int = 10_000_000, max_batch_waves: int = 8192) -> int:
+             queue_ptr: int = 0, code_address: int = 0, max_steps: int = 10_000_000, max_batch_waves: int = 8192,
+             counters: KernelCounters | None = None) -> int:
   """Run a kernel over grid = (gx, gy, gz) workgroups of block = (lx, ly, lz) threads.
 
   kernarg_addr: GPU address of the kernel arguments in `mem` (a Memory). lds_size: dynamic
   LDS bytes added to the descriptor's group_segment_fixed_size. max_steps bounds the number of
   instruction steps (one step runs one instruction for a group of waves) per batch; exceeding it
-  raises InstructionBudgetExceeded. Returns the number of steps executed."""
+  raises InstructionBudgetExceeded. Returns the number of steps executed; what the kernel executed is added into
+  `counters` when one is given (drivers/emu/counters.py)."""
   prog = code_object if isinstance(code_object, Program) else load_program(bytes(code_object))
   if prog.unemulated_mode: raise EmulatorError(f"kernel {prog.name!r}: {prog.unemulated_mode}")
   kd = prog.kd
@@ -222,13 +286,18 @@ def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_siz
   lds_bytes = kd.group_segment_fixed_size + lds_size
   if lds_bytes > 65536: raise ValueError(f"{lds_bytes} bytes of LDS requested; a gfx1100 workgroup has at most 65536")
   steps = 0
-  with np.errstate(all="ignore"):
-    for g0 in range(0, n_groups, groups_per_batch):
-      g1 = min(n_groups, g0 + groups_per_batch)
-      w = _setup(prog, g0, g1, grid, block, waves_per_group, lds_bytes, kernarg_addr, dispatch_ptr, queue_ptr)
-      w.memory, w.code_base = mem, code_address
-      w.deps = DepState(w.n)
-      steps += _run(prog, w, max_steps)
+  counters = KernelCounters(prog.name) if counters is None else counters
+  traffic = [0] * len(TRAFFIC)
+  try:
+    with np.errstate(all="ignore"):
+      for g0 in range(0, n_groups, groups_per_batch):
+        g1 = min(n_groups, g0 + groups_per_batch)
+        w = _setup(prog, g0, g1, grid, block, waves_per_group, lds_bytes, kernarg_addr, dispatch_ptr, queue_ptr)
+        w.memory, w.code_base = mem, code_address
+        w.deps = DepState(w.n)
+        steps += _run(prog, w, max_steps, counters.instrs, traffic)
+  finally:
+    for field, n in zip(TRAFFIC, traffic): setattr(counters, field, getattr(counters, field) + n)
   return steps
 
 
@@ -248,6 +317,8 @@ def _setup(prog, g0, g1, grid, block, wpg, lds_bytes, kernarg_addr, dispatch_ptr
   w.V[0] = np.where(t < threads, ids, 0).astype(U32)
   w.S[EXEC] = mask_to_bits(t < threads)
   w.exec_dirty = True
+  w.live = np.count_nonzero(t < threads, axis=1).astype(np.int64)
+  w.live_total = int(w.live.sum())
   # user SGPRs (AMDGPUUsage: "Initial Kernel Execution State", SGPR order)
   s = 0
   def put64(value):
@@ -275,7 +346,8 @@ def _setup(prog, g0, g1, grid, block, wpg, lds_bytes, kernarg_addr, dispatch_ptr
   return w
 
 
-def _run(prog: Program, w: Waves, max_steps: int) -> int:
+def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -> int:
+  """Run the waves of one batch; add thread-instructions per class into `counts` and bytes into `traffic`."""
   steps = 0
   uniform = prog.entry        # the PC of all waves while they agree, else None
   sel = ALL
@@ -299,6 +371,11 @@ def _run(prog: Program, w: Waves, max_steps: int) -> int:
         f"kernel {prog.name!r} exceeded the instruction budget of {max_steps} steps (at pc {pc:#x}: {prog.text(pc)}); "
         "a runaway loop? pass a larger max_steps to dispatch() for long kernels")
     c = prog.at(pc)
+    lanes = w.active_lanes(sel) if c.vector else w.live_lanes(sel)
+    counts[c.cls] += lanes
+    if c.traffic:
+      per = lanes if c.vector else (w.n if sel is ALL else len(sel))    # SMEM: once per wave
+      for slot, width in c.traffic: traffic[slot] += per * width
     try:
       if w.tracking or c.dep.starts: dependency_step(w, c.dep, sel, pc, prog.text)
       if c.run is not None: c.run(w, sel)

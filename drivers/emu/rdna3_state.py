@@ -83,13 +83,36 @@ class Waves:
     self._exec_version = -1
     self._exec_bool = None
     self._exec_all = False
+    self._active = None         # per-wave count of EXEC bits (counters), None when EXEC changed
+    self._active_total = 0
     self.exec_dirty = True
+    self.live = np.full(n_waves, 32, np.int64)   # lanes that exist in each wave (set at launch)
+    self.live_total = 32 * n_waves
     self.memory = None
     self.code_base = 0
     self.deps = None            # rdna3_deps.DepState: outstanding loads and hazard windows
     self.tracking = False       # something outstanding: every instruction is checked against it
 
   # ---- exec mask ----
+  @property
+  def exec_dirty(self) -> bool: return self._exec_dirty
+
+  @exec_dirty.setter
+  def exec_dirty(self, value: bool) -> None:
+    self._exec_dirty = value
+    if value: self._active = None
+
+  def active_lanes(self, sel) -> int:
+    """The number of EXEC bits over the selected waves (what a vector instruction counts, counters.py)."""
+    if self._active is None:
+      self._active = np.bitwise_count(self.S[EXEC]).astype(np.int64)
+      self._active_total = int(self._active.sum())
+    return self._active_total if sel is ALL else int(self._active[sel].sum())
+
+  def live_lanes(self, sel) -> int:
+    """The lanes that exist in the selected waves (what a scalar instruction counts, counters.py)."""
+    return self.live_total if sel is ALL else int(self.live[sel].sum())
+
   def lanes(self, sel) -> np.ndarray:
     """(k, 32) bool: the active lanes of the selected waves."""
     if self.exec_dirty:
