@@ -199,9 +199,12 @@ def gpu_opts(ast: UOp) -> list:
       for n in (256, 128, 64, 32, 16, 8):
         if _size(rl[last]) % n == 0 and _size(rl[last]) >= n and tryopt(Opt("GROUP", last, n)): break
     elif outputs >= 4096 and len(gl) >= 2:
-      # a 4x4 tile of outputs per thread over the two innermost axes
+      # a tile of outputs per thread over the two innermost axes: 8x8 (64 accumulators, 16 loads per 64 fma) when the
+      # axes are long enough to leave workgroups, else 4x4
       for axis in (len(gl) - 1, len(gl) - 2):
-        if _size(_ranges(ast, "global")[axis]) % 4 == 0: tryopt(Opt("UPCAST", axis, 4))
+        size = _size(_ranges(ast, "global")[axis])
+        amt = 8 if size % 8 == 0 and size >= 128 else 4
+        if size % amt == 0: tryopt(Opt("UPCAST", axis, amt))
   # workgroups: up to 256 threads over the innermost global axes
   threads = math.prod(_size(r) for r in _ranges(ast, *LOCAL_KINDS))
   gl = _ranges(ast, "global")

@@ -80,6 +80,7 @@ class _Kernel:
     self.lines: list[str] = []
     self.names: dict[UOp, str] = {}
     self.labels = 0
+    self.addresses: dict[tuple, str] = {}    # (base, index register, size) -> address register (registers are unique)
 
   def reg(self, cls: str) -> str:
     n = self.counts[cls]; self.counts[cls] += 1
@@ -87,9 +88,10 @@ class _Kernel:
 
   def emit(self, text: str): self.lines.append("  " + text)
 
-  def op(self, cls: str, text: str) -> str:
-    """Emit `text` with a new destination register of class `cls` (`{d}` in text) and return the register."""
-    d = self.reg(cls)
+  def op(self, cls: str, text: str, dest: str | None = None) -> str:
+    """Emit `text` with a new destination register of class `cls` (`{d}` in text; `dest`: that register instead) and
+    return the register."""
+    d = dest or self.reg(cls)
     self.emit(text.format(d=d))
     return d
 
@@ -104,7 +106,7 @@ class _Kernel:
     if dt in NARROW: self.emit(f"cvt.{NARROW[dt]} {r}, {r};")
     return r
 
-  def alu(self, u: UOp, srcs: list[str]) -> str:
+  def alu(self, u: UOp, srcs: list[str], dest: str | None = None) -> str:
     op, dt = u.op, u.src[-1].dtype          # the operands' dtype (a comparison gives a predicate)
     if op is Ops.WHERE: return self.where(*srcs, dt)
     if dt.is_bool: instr = BOOL_OPS[op]
@@ -114,7 +116,7 @@ class _Kernel:
       instr = INT_OPS[op].format(i=int_type(dt), s="s" + w, b=bits_type(dt))
       if op in (Ops.SHL, Ops.SHR) and w == "64":   # the amount is a .u32
         srcs[1] = self.op("b32", f"cvt.u32.u64 {{d}}, {srcs[1]};")
-    return self.op("pred" if op in (Ops.CMPLT, Ops.CMPNE) else reg_class(u.dtype), f"{instr} {{d}}, {', '.join(srcs)};")
+    return self.op("pred" if op in (Ops.CMPLT, Ops.CMPNE) else reg_class(u.dtype), f"{instr} {{d}}, {', '.join(srcs)};", dest)
 
   def where(self, c: str, a: str, b: str, dt: DType) -> str:
     if dt.is_bool:   # a predicate has no selp: (c & a) | (!c & b)
@@ -197,6 +199,7 @@ class PTXRenderer:
       return k.names[u]
 
     def space(idx: UOp) -> str: return "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
+    inplace, fused, offsets = self.peepholes(program)
     loops: dict[UOp, tuple[str, str]] = {}
     for u in program:
       op = u.op
@@ -207,22 +210,37 @@ class PTXRenderer:
         counter = k.op("b64", "mov.b64 {d}, 0;")
         top = k.label(); end = top + "_end"
         k.lines.append(f"{top}:")
-        done = k.op("pred", f"setp.ge.s64 {{d}}, {counter}, {size};")
-        k.emit(f"@{done} bra {end};")
-        loops[u], k.names[u] = (top, end), counter
+        if not (u.src[0].op is Ops.CONST and u.src[0].arg > 0):   # a loop that may run 0 times tests at the top
+          done = k.op("pred", f"setp.ge.s64 {{d}}, {counter}, {size};")
+          k.emit(f"@{done} bra {end};")
+        loops[u], k.names[u] = (top, end, size), counter
       elif op is Ops.ENDRANGE:
-        counter, (top, end) = k.names[u.src[0]], loops[u.src[0]]
+        counter, (top, end, size) = k.names[u.src[0]], loops[u.src[0]]
         k.emit(f"add.s64 {counter}, {counter}, 1;")
-        k.emit(f"bra {top};")
+        if u.src[0].src[0].op is Ops.CONST and u.src[0].src[0].arg > 0:
+          more = k.op("pred", f"setp.lt.s64 {{d}}, {counter}, {size};")
+          k.emit(f"@{more} bra {top};")
+        else: k.emit(f"bra {top};")
         k.lines.append(f"{end}:")
       elif op is Ops.DEFINE_ACC:
         if u.src: raise NotImplementedError("PTX renderer: lane accumulators (compiler/gpu.py expands UPCAST lanes)")
         init = self.constant(k, identity_for(u.arg[0], u.dtype), u.dtype)
         k.names[u] = k.op(reg_class(u.dtype), f"mov.{mov_type(u.dtype)} {{d}}, {init};")
-      elif op is Ops.ACC_UPDATE:   # acc = the accumulate step computed before
-        k.emit(f"mov.{mov_type(u.dtype)} {k.names[u.src[0]]}, {val(u.src[1])};")
+      elif op is Ops.ACC_UPDATE:   # acc = the accumulate step computed before (unless it was computed into acc)
+        if val(u.src[1]) != k.names[u.src[0]]: k.emit(f"mov.{mov_type(u.dtype)} {k.names[u.src[0]]}, {val(u.src[1])};")
       elif op is Ops.INDEX:
-        k.names[u] = self.address(k, val(u.src[0]), val(u.src[1]), u.src[1].dtype, u.src[0].dtype)
+        i, off = u.src[1], 0
+        if i in offsets: i, off = offsets[i]
+        addr = self.address(k, val(u.src[0]), val(i), i.dtype, u.src[0].dtype)
+        k.names[u] = f"{addr}+{off * u.src[0].dtype.itemsize}" if off else addr
+      elif u in fused or u in offsets: continue      # rendered by the one op that uses it
+      elif u in inplace:
+        acc = k.names[inplace[u]]
+        other = u.src[1] if u.src[0] is inplace[u] else u.src[0]
+        if other in fused:   # acc + a * b as one fma, rounded once (a sum of products: what BLAS computes)
+          k.emit(f"fma.rn.{float_type(u.dtype)} {acc}, {val(other.src[0])}, {val(other.src[1])}, {acc};")
+          k.names[u] = acc
+        else: k.names[u] = k.alu(u, [val(s) for s in u.src], dest=acc)
       elif op is Ops.LOAD:
         idx = u.src[0]
         k.names[u] = k.load(val(idx), u.dtype, val(idx.src[2]) if len(idx.src) == 3 else None, space(idx))
@@ -239,6 +257,29 @@ class PTXRenderer:
       else: k.names[u] = k.alu(u, [val(s) for s in u.src])
     head = [f".visible .entry {name}(", ",\n".join("  " + p for p in params), ")", "{"]
     return "\n".join(head + k.declarations() + k.lines + ["  ret;", "}"]) + "\n"
+
+  @staticmethod
+  def peepholes(program: list[UOp]) -> tuple[dict, set, dict]:
+    """(inplace, fused, offsets): an accumulate step used only by its ACC_UPDATE is computed into the accumulator
+    (inplace: step -> DEFINE_ACC); in a float sum, a product used only by that step is fused into one fma (fused);
+    an index `x + c` (c >= 0 constant) used only by INDEXes becomes the address of x plus an immediate offset, so
+    loads of neighbouring elements share one address register (offsets: index -> (x, c))."""
+    users: dict[UOp, set] = {}
+    for u in dict.fromkeys(program):
+      for s in u.src: users.setdefault(s, set()).add(u)
+    inplace, fused, offsets = {}, set(), {}
+    simple = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+    for u in dict.fromkeys(program):
+      if u.op is Ops.ACC_UPDATE and u.arg is None:
+        acc, new = u.src
+        if new.op in (Ops.ADD, Ops.MUL, Ops.MAX) and acc in new.src and new.dtype in simple and users[new] == {u}:
+          inplace[new] = acc
+          other = new.src[1] if new.src[0] is acc else new.src[0]
+          if new.op is Ops.ADD and new.dtype.is_float and other.op is Ops.MUL and users[other] == {new}:
+            fused.add(other)
+      if u.op is Ops.INDEX and (i := u.src[1]).op is Ops.ADD and i.src[1].op is Ops.CONST and 0 < i.src[1].arg < (1 << 24):
+        if all(x.op is Ops.INDEX and x.src[1] is i and i not in x.src[2:] for x in users[i]): offsets[i] = (i.src[0], i.src[1].arg)
+    return inplace, fused, offsets
 
   @staticmethod
   def constant(k: _Kernel, value, dt: DType) -> str:
@@ -265,7 +306,10 @@ class PTXRenderer:
     return k.op("b64", f"cvt.{int_type(dt)[0]}64.{int_type(dt)} {{d}}, {x};")
 
   def address(self, k: _Kernel, base: str, idx: str, idx_dt: DType, elem: DType) -> str:
-    idx = self.as_index(k, idx, idx_dt)
-    size = elem.itemsize
-    if size > 1: idx = k.op("b64", f"shl.b64 {{d}}, {idx}, {int(math.log2(size))};")
-    return k.op("b64", f"add.s64 {{d}}, {base}, {idx};")
+    key = (base, idx, elem.itemsize)
+    if key in k.addresses: return k.addresses[key]
+    x = self.as_index(k, idx, idx_dt)
+    if elem.itemsize == 1: out = k.op("b64", f"add.s64 {{d}}, {base}, {x};")
+    else: out = k.op("b64", f"mad.lo.s64 {{d}}, {x}, {elem.itemsize}, {base};")     # base + idx * size
+    k.addresses[key] = out
+    return out
