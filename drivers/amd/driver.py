@@ -309,11 +309,14 @@ class AMDDriver:
     prog = LoadedProgram(kname, mem, mem.addr + entry, kd.register(RSRC1), rsrc2, kd.register(RSRC3), user, lds,
                          bool(kd.enable_wavefront_size32))
     self.programs[prog.pgm_addr] = prog
+    self.kernel.register_program(prog.pgm_addr, None, kname, 0, [])   # its name for the emulator's counters
     return prog.pgm_addr, prog
 
   def unload_program(self, handle: LoadedProgram):
     """Free a program's code (hcq calls this once the device has finished the work that used it)."""
-    if self.programs.pop(handle.pgm_addr, None) is not None: self.free(handle.memory)
+    if self.programs.pop(handle.pgm_addr, None) is not None:
+      self.kernel.unregister_program(handle.pgm_addr)
+      self.free(handle.memory)
 
   # ---- queues: hcq commands -> PM4 (compute queue) or SDMA (copy queue) packets ----
   def encode(self, kind: str, cmds: list[tuple]) -> Encoded:
