@@ -135,7 +135,10 @@ def estimate(ast: UOp, params) -> dict:
 
 
 def search_opts(spec: KernelSpec, renderer) -> list:
-  return beam_search(spec, BEAM, get_program)   # BEAM compiles and times candidates with get_program
+  """BEAM compiles and times candidates with get_program; the heuristic's choice is one of them."""
+  if getattr(renderer, "workgroups", False):
+    return beam_search(spec, BEAM, get_program, default=_gpu.gpu_opts(spec.ast), moves=_gpu.gpu_actions)
+  return beam_search(spec, BEAM, get_program, default=hand_coded_opts(spec.ast))
 
 
 @dataclass

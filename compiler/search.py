@@ -45,8 +45,20 @@ def actions(ast: UOp, threads: int) -> list[Opt]:
   return out
 
 
+def _emulated(dev) -> bool:
+  iface = getattr(dev.driver, "kernel", None) or getattr(dev.driver, "k", None)
+  return bool(getattr(iface, "emulated", False))
+
+
+# an emulated GPU's time says little about a real one: BEAM there minimizes what the emulator counted instead, one
+# global byte weighed as this many thread-instructions (drivers/emu/counters.py)
+EMU_BYTE_COST = 4
+
+
 def time_program(spec, opts, compile_kernel, repeats: int = 3) -> float:
-  """Seconds per run (best of `repeats`, device timestamps) of the kernel compiled by `compile_kernel` with `opts`."""
+  """Seconds per run (best of `repeats`, device timestamps) of the kernel compiled by `compile_kernel` with `opts`;
+  on an emulated GPU a cost from the emulator's counters (thread-instructions + EMU_BYTE_COST * global bytes, as
+  nanoseconds: comparable between candidates, not with real times)."""
   from baregrad.hcq.buffer import Buffer
   from baregrad.hcq.device import Device
   from baregrad.hcq.signal import Signal
@@ -61,6 +73,11 @@ def time_program(spec, opts, compile_kernel, repeats: int = 3) -> float:
     bufs.append(Buffer(dev.name, n, p.dtype).copyin(bytes(n * p.dtype.itemsize)))
   item = ExecItem(prog, bufs, {v: 1 for v in prog.variables}, prog.meta)
   best = float("inf")
+  emulated = _emulated(dev)
+  if emulated:
+    from baregrad.drivers.emu import counters
+    counters.reset()
+    repeats = 1        # the counts do not vary between runs
   for _ in range(repeats):
     t0, t1 = Signal(dev, "beam0"), Signal(dev, "beam1")
     q = dev.compute_queue().timestamp(t0)
@@ -68,6 +85,9 @@ def time_program(spec, opts, compile_kernel, repeats: int = 3) -> float:
     q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
     best = min(best, (device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9)
+  if emulated:
+    c = counters.last()
+    return (c.thread_instrs + EMU_BYTE_COST * c.global_bytes) * 1e-9
   return best
 
 
@@ -75,7 +95,7 @@ def _cache_key(spec, width: int) -> str:
   return diskcache.hash_key(ast_key(spec.ast), spec.device, width, cpu_threads()) + ".json"
 
 
-def _cached_opts(spec, key: str) -> list[Opt] | None:
+def _cached_opts(spec, key: str, moves=None, default=None) -> list[Opt] | None:
   """The cached winner for this kernel, or None when there is none or it no longer applies to the kernel."""
   raw = diskcache.get("beam", key)
   if raw is None: return None
@@ -87,30 +107,37 @@ def _cached_opts(spec, key: str) -> list[Opt] | None:
     return None
   # each opt must be one BEAM could have chosen at that step (which also bounds the lanes it asks for)
   opts, ast, threads = [Opt(*o) for o in entry], spec.ast, cpu_threads()
+  if default and opts == list(default): return opts      # the heuristic's choice won
+  moves = moves or (lambda a: actions(a, threads))
   for o in opts:
-    if o not in actions(ast, threads): return None
+    if o not in moves(ast): return None
     try: ast = apply_opt(ast, o)
     except OptError: return None
   return opts
 
 
-def beam_search(spec, width: int, compile_kernel, depth: int = 4) -> list[Opt]:
+def beam_search(spec, width: int, compile_kernel, depth: int = 4, default: list | None = None,
+                moves=None) -> list[Opt]:
   """The best opts found for this kernel (cached on disk by the kernel's AST); `compile_kernel(spec)` gives the loaded
-  program of a KernelSpec (codegen's get_program)."""
+  program of a KernelSpec (codegen's get_program). `default`: the heuristic's opts, always a candidate, so the search
+  never returns something slower than it measured; `moves(ast)`: the opts to try from an AST (default: the CPU's)."""
   key = _cache_key(spec, width)
-  if (cached := _cached_opts(spec, key)) is not None: return cached
+  if (cached := _cached_opts(spec, key, moves, default)) is not None: return cached
   threads = cpu_threads()
+  moves = moves or (lambda ast: actions(ast, threads))
   base = time_program(spec, [], compile_kernel)
   bar = Progress(desc=f"BEAM {spec.name}")
   beam: list[tuple[float, list[Opt]]] = [(base, [])]
+  if default: beam.append((time_program(spec, default, compile_kernel), list(default)))
+  beam.sort(key=lambda c: c[0])
   best = beam[0]
-  tried: set = set()
+  tried: set = {tuple(o) for _, o in beam}
   for level in range(depth):
     cands = []
     for _, opts in beam:
       try: ast = apply_opts(spec.ast, opts)
       except OptError: continue
-      for a in actions(ast, threads):
+      for a in moves(ast):
         new = opts + [a]
         if tuple(new) in tried: continue
         tried.add(tuple(new))

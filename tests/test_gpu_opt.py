@@ -174,3 +174,16 @@ def test_workgroup_limits():
   spec = [i for i in rangeify(sink, lambda x: x.device).items if isinstance(i, KernelSpec)][-1]
   ast = apply_opts(spec.ast, [Opt("LOCAL", 0, 2)] * 4)     # each axis of 2 becomes a thread axis
   with pytest.raises(OptError, match="3 dimensions"): gpu.to_workgroups(ast)
+
+
+def test_beam_on_the_emulator(device, monkeypatch, tmp_path):
+  """BEAM=1 on an emulated GPU: candidates judged by the emulator's counters; the result is numpy's and costs no
+  more (by those counters) than the heuristic's choice."""
+  from baregrad.compiler import codegen, search
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
+  spec, bufs, arrays = last_kernel(CASES["matmul"][0], CASES["matmul"][2], device, seed=4)
+  best = search.beam_search(spec, 2, get_program, default=gpu.gpu_opts(spec.ast), moves=gpu.gpu_actions)
+  got, _ = run_with(spec, bufs, best)
+  np.testing.assert_allclose(got, (arrays[0] @ arrays[1]).reshape(-1), rtol=1e-4, atol=1e-4)
+  cost = lambda opts: search.time_program(spec, opts, get_program)
+  assert cost(best) <= cost(gpu.gpu_opts(spec.ast))

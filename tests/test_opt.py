@@ -252,3 +252,22 @@ def test_a_cold_schedule_compiles_its_kernels_in_parallel(monkeypatch):
   assert len(set(calls[:2])) == 2
   np.testing.assert_allclose(outs[0].numpy(), np.exp2(a.numpy() * 3.25 + b.numpy()), rtol=1e-5)
   codegen.clear_programs()
+
+
+def test_beam_never_loses_to_the_heuristic(monkeypatch, tmp_path):
+  """The heuristic's opts are a candidate from the start: when every other candidate measures slower, BEAM returns
+  exactly them (a deterministic stand-in for the timer: the heuristic's choice costs least, everything else more)."""
+  from baregrad.compiler import search
+  from baregrad.drivers import settings
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
+  spec, _ = last_kernel(CASES["matmul_plain"](rng(3)))
+  heuristic = hand_coded_opts(spec.ast)
+  assert heuristic
+  timed = []
+  def fake_time(spec_, opts, compile_kernel, repeats=3):
+    timed.append(list(opts))
+    return 1.0 if list(opts) == list(heuristic) else 2.0 + 0.01 * len(opts)
+  monkeypatch.setattr(search, "time_program", fake_time)
+  got = search.beam_search(spec, 2, get_program, default=heuristic)
+  assert got == list(heuristic) and len(timed) > 2     # it searched, and kept the best measured
+  assert search.beam_search(spec, 2, get_program, default=heuristic) == list(heuristic)   # the cached winner
