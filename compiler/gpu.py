@@ -139,8 +139,64 @@ def _group(ast: UOp, locals_: list[UOp]) -> UOp:
   return out.replace(src=tuple(gates.get(s, s) for s in out.src))
 
 
+def _stage(ast: UOp, locals_: list[UOp]) -> UOp:
+  """STAGE: a reduce loop split into (outer, tile) steps. Each load inside the REDUCE that walks the tile range and
+  that some threads of the workgroup share (its index misses a local range) is staged: per outer step, after a
+  barrier (the previous step's reads are done), the workgroup's threads copy the whole tile of it (every value of
+  its local, upcast and tile ranges) from global to workgroup memory, neighbouring threads taking neighbouring
+  addresses; a second barrier; then the load reads workgroup memory. Global traffic drops by the reuse factor."""
+  stages = _ranges(ast, "stage")
+  if not stages: return ast
+  tile_kinds = LOCAL_KINDS + ("upcast", "stage")
+  strides, nthreads = {}, 1
+  for r in reversed(locals_): strides[r] = nthreads; nthreads *= r.src[0].arg
+  tid = UOp.const(dtypes.index, 0)
+  for r in locals_: tid = tid + r * strides[r]
+  next_buf = max((u.arg[0] + 1 for u in ast.toposort() if u.op is Ops.DEFINE_LOCAL), default=0)
+  mapping: dict[UOp, UOp] = {}
+  for red in [u for u in ast.toposort() if u.op is Ops.REDUCE and set(stages) & set(u.src[1:])]:
+    outer = [r for r in red.src[1:] if r.arg[1] != "stage"]
+    first = UOp(Ops.BARRIER, None, tuple(outer)) if outer else None    # in the outer loop: the last step's reads done
+    fills, staged = [], {}
+    for ld in red.src[0].toposort():
+      if ld.op is not Ops.LOAD or ld.src[0].src[0].op is not Ops.PARAM or ld in staged: continue
+      idx = ld.src[0]
+      rs = {u for s in idx.src[1:] for u in s.toposort() if u.op is Ops.RANGE}
+      if not rs & set(stages) or all(r in rs for r in locals_): continue
+      if any(r.arg[1] not in tile_kinds + ("global", "reduce") for r in rs): continue
+      tile = _stride_order(UOp.sink(idx), [r for r in rs if r.arg[1] in tile_kinds])[::-1]   # innermost last
+      size = math.prod(r.src[0].arg for r in tile)
+      buf = UOp(Ops.DEFINE_LOCAL, ld.dtype, (), (next_buf, size)); next_buf += 1
+      # the copy walks the tile in global order (neighbouring threads, neighbouring addresses); workgroup memory holds
+      # it with the upcast lanes innermost, so a thread's reads of its lanes are neighbours (vector loads)
+      tstr, sstr, n, m = {}, {}, 1, 1
+      for r in reversed(tile): tstr[r] = n; n *= r.src[0].arg
+      for r in sorted(tile, key=lambda r: (r.arg[1] != "upcast", -tile.index(r))): sstr[r] = m; m *= r.src[0].arg
+      def at(vals: dict) -> UOp: return sum((vals[r] * sstr[r] for r in tile), UOp.const(dtypes.index, 0))
+      for e in range(-(-size // nthreads)):
+        flat = tid + e * nthreads
+        vals = {r: (flat // tstr[r]) % r.src[0].arg for r in tile}
+        inside = flat < size if (e + 1) * nthreads > size else None
+        gsrc = tuple(substitute(s, vals) for s in idx.src[1:])
+        gate = gsrc[1] if len(gsrc) == 2 else None
+        gate = inside if gate is None else gate if inside is None else gate & inside
+        src = UOp(Ops.LOAD, ld.dtype, (idx.replace(src=(idx.src[0], gsrc[0]) + ((gate,) if gate is not None else ())),)
+                  + ((first,) if first is not None else ()))
+        sidx = (buf, at(vals)) + ((inside,) if inside is not None else ())
+        fills.append(UOp(Ops.STORE, None, (UOp(Ops.INDEX, ld.dtype, sidx), src)))
+      staged[ld] = (buf, at({r: r for r in tile}))
+    if not staged: continue
+    ready = UOp(Ops.BARRIER, None, tuple(fills))
+    for ld, (buf, at) in staged.items(): mapping[ld] = UOp(Ops.LOAD, ld.dtype, (UOp(Ops.INDEX, ld.dtype, (buf, at)), ready))
+  ast = substitute(ast, mapping) if mapping else ast
+  # the tile loops stay loops of the reduce
+  return substitute(ast, {r: UOp(Ops.RANGE, dtypes.index, r.src, (r.arg[0], "reduce")) for r in stages})
+
+
 def to_workgroups(ast: UOp) -> UOp:
   """The three steps of the module docstring. The AST keeps no global, local, group or lane ranges."""
+  locals_ = _stride_order(ast, _ranges(ast, *LOCAL_KINDS))
+  ast = _stage(ast, locals_)
   ast = expand_upcast(expand_unroll(ast))
   locals_ = _stride_order(ast, _ranges(ast, *LOCAL_KINDS))
   if len(locals_) > 3: raise OptError(f"{len(locals_)} local/group axes; a workgroup has 3 dimensions")
@@ -200,11 +256,19 @@ def gpu_opts(ast: UOp) -> list:
         if _size(rl[last]) % n == 0 and _size(rl[last]) >= n and tryopt(Opt("GROUP", last, n)): break
     elif outputs >= 4096 and len(gl) >= 2:
       # a tile of outputs per thread over the two innermost axes: 8x8 (64 accumulators, 16 loads per 64 fma) when the
-      # axes are long enough to leave workgroups, else 4x4
+      # axes are long enough to leave workgroups, else 4x4; then 16x16 threads, and the reduce staged through
+      # workgroup memory in steps of 8 (each operand read from global once per workgroup, not once per thread)
       for axis in (len(gl) - 1, len(gl) - 2):
         size = _size(_ranges(ast, "global")[axis])
         amt = 8 if size % 8 == 0 and size >= 128 else 4
         if size % amt == 0: tryopt(Opt("UPCAST", axis, amt))
+      n = len(_ranges(ast, "global"))
+      for axis in (n - 1, n - 2):
+        size = _size(_ranges(ast, "global")[axis])
+        if next((tryopt(Opt("LOCAL", axis, t)) for t in (16, 8, 4) if size % t == 0), False) is False: break
+      last = len(_ranges(ast, "reduce")) - 1
+      if len(_ranges(ast, "local")) == 2 and _size(_ranges(ast, "reduce")[last]) % 8 == 0:
+        tryopt(Opt("STAGE", last, 8))
   # workgroups: up to 256 threads over the innermost global axes
   threads = math.prod(_size(r) for r in _ranges(ast, *LOCAL_KINDS))
   gl = _ranges(ast, "global")
@@ -237,4 +301,5 @@ def gpu_actions(ast: UOp) -> list:
     for op in ("GROUP", "GROUPTOP"):
       out += [Opt(op, i, n) for n in (2, 4, 8, 16, 32, 64, 128, 256) if s % n == 0 and threads * n <= 256]
     out += [Opt("UNROLL", i, n) for n in (2, 4, 8) if s % n == 0 and s > n and lanes * n <= 64]
+    out += [Opt("STAGE", i, n) for n in (4, 8, 16) if s % n == 0 and threads > 1]
   return out

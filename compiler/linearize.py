@@ -111,8 +111,9 @@ def linearize(ast: UOp, merge: bool = False) -> tuple[list[UOp], dict[UOp, UOp]]
       n_acc[0] += 1
       out.append(acc); emitted.add(acc); accs.append(acc)
     ranges = sorted(u.src[1:], key=lambda r: r.arg[0])
-    open_loops(ranges)
-    for m in members: hoist(m.src[0], frozenset(open_ranges))
+    for r in (ranges if merge else [ranges]):    # GPU: hoist at every loop level (a staged tile fills per outer step)
+      open_loops([r] if merge else r)
+      for m in members: hoist(m.src[0], frozenset(open_ranges))
     open_loops(lanes)
     for m, acc in zip(members, accs):
       op, step = (m.arg, None) if isinstance(m.arg, Ops) else m.arg

@@ -17,7 +17,7 @@ from .symbolic import linear
 @dataclass(frozen=True)
 class Opt:
   op: str          # "UPCAST" | "UNROLL" | "THREAD" | "SWAP" | "PADTO"; GPU only (compiler/gpu.py): "LOCAL" | "GROUP" |
-                   # "GROUPTOP"
+                   # "GROUPTOP" | "STAGE"
   axis: int        # index into the kernel's current global axes, outermost first (UNROLL: its reduce axes)
   amount: int = 0  # lanes / unrolled iterations / threads / the other axis for SWAP / the multiple for PADTO
 
@@ -53,7 +53,8 @@ def _unroll(ast: UOp, opt: Opt) -> UOp:
   size = _size(r)
   if amt < 2 or size % amt: raise OptError(f"{opt}: reduce axis of size {size} does not split by {amt}")
   next_id = max(u.arg[0] for u in _ranges(ast)) + 1
-  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (next_id, "unroll" if opt.op == "UNROLL" else "group"))
+  kind = {"UNROLL": "unroll", "STAGE": "stage"}.get(opt.op, "group")
+  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (next_id, kind))
   outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amt),), r.arg)
   parts = (lane,) if size == amt else (outer, lane)
   split = lane * (size // amt) + outer if opt.op == "GROUPTOP" else outer * amt + lane
@@ -68,7 +69,7 @@ def _unroll(ast: UOp, opt: Opt) -> UOp:
 
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
-  if opt.op in ("UNROLL", "GROUP", "GROUPTOP"): return _unroll(ast, opt)
+  if opt.op in ("UNROLL", "GROUP", "GROUPTOP", "STAGE"): return _unroll(ast, opt)
   gl = global_ranges(ast)
   if not 0 <= opt.axis < len(gl): raise OptError(f"{opt}: kernel has {len(gl)} global axes")
   r = gl[opt.axis]

@@ -200,6 +200,7 @@ class PTXRenderer:
 
     def space(idx: UOp) -> str: return "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
     inplace, fused, offsets = self.peepholes(program)
+    vectors = self.vector_loads(program, offsets)
     loops: dict[UOp, tuple[str, str]] = {}
     for u in program:
       op = u.op
@@ -241,6 +242,15 @@ class PTXRenderer:
           k.emit(f"fma.rn.{float_type(u.dtype)} {acc}, {val(other.src[0])}, {val(other.src[1])}, {acc};")
           k.names[u] = acc
         else: k.names[u] = k.alu(u, [val(s) for s in u.src], dest=acc)
+      elif op is Ops.LOAD and u in vectors:
+        group = vectors[u]
+        if group is None: continue     # loaded by its group's first load
+        x, off = offsets.get(u.src[0].src[1], (u.src[0].src[1], 0))
+        addr = self.address(k, val(u.src[0].src[0]), val(x), x.dtype, u.dtype)
+        regs = [k.reg(reg_class(u.dtype)) for _ in group]
+        at = f"{addr}+{off * u.dtype.itemsize}" if off else addr
+        k.emit(f"ld.shared.v{len(group)}.{MEM_TYPE[u.dtype]} {{{', '.join(regs)}}}, [{at}];")
+        for ld, r in zip(group, regs): k.names[ld] = r
       elif op is Ops.LOAD:
         idx = u.src[0]
         k.names[u] = k.load(val(idx), u.dtype, val(idx.src[2]) if len(idx.src) == 3 else None, space(idx))
@@ -280,6 +290,36 @@ class PTXRenderer:
       if u.op is Ops.INDEX and (i := u.src[1]).op is Ops.ADD and i.src[1].op is Ops.CONST and 0 < i.src[1].arg < (1 << 24):
         if all(x.op is Ops.INDEX and x.src[1] is i and i not in x.src[2:] for x in users[i]): offsets[i] = (i.src[0], i.src[1].arg)
     return inplace, fused, offsets
+
+  @staticmethod
+  def vector_loads(program: list[UOp], offsets: dict) -> dict:
+    """Ungated 4-byte loads from workgroup memory at x + c, x + c + 1, x + c + 2, x + c + 3 (c a multiple of 4, x one of
+    4 by its linear form; .shared arrays are 16-byte aligned) with no store, barrier or loop boundary between them
+    become one ld.shared.v4 (PTX ISA: ld, "vector ... .v4", address aligned to the vector size): {first load: the
+    four in order, each other load: None}."""
+    from .symbolic import linear
+    out: dict = {}
+    def flush(window):
+      by_x: dict = {}
+      for ld in window:
+        x, c = offsets.get(ld.src[0].src[1], (ld.src[0].src[1], 0))
+        by_x.setdefault((ld.src[0].src[0], x), {}).setdefault(c, ld)
+      for (_, x), lds in by_x.items():
+        terms, const = linear(x)
+        if const % 4 or any(v % 4 for v in terms.values()): continue
+        for c in sorted(lds):
+          if c % 4 == 0 and all(c + i in lds for i in range(4)) and lds[c] not in out:
+            group = [lds[c + i] for i in range(4)]
+            first = min(group, key=order.__getitem__)
+            out.update({g: None for g in group}); out[first] = group
+    order = {u: i for i, u in enumerate(program)}
+    window: list = []
+    for u in program:
+      if u.op in (Ops.STORE, Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE): flush(window); window = []
+      elif (u.op is Ops.LOAD and len(u.src[0].src) == 2 and u.src[0].src[0].op is Ops.DEFINE_LOCAL
+            and u.dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)): window.append(u)
+    flush(window)
+    return out
 
   @staticmethod
   def constant(k: _Kernel, value, dt: DType) -> str:

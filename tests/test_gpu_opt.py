@@ -187,3 +187,23 @@ def test_beam_on_the_emulator(device, monkeypatch, tmp_path):
   np.testing.assert_allclose(got, (arrays[0] @ arrays[1]).reshape(-1), rtol=1e-4, atol=1e-4)
   cost = lambda opts: search.time_program(spec, opts, get_program)
   assert cost(best) <= cost(gpu.gpu_opts(spec.ast))
+
+
+def test_matmul_staged_through_workgroup_memory(device):
+  """The heuristic's matmul: 8x8 outputs per thread, 16x16 threads, the reduce staged in steps of 8 through
+  workgroup memory: each workgroup reads its rows of A and columns of B from global memory exactly once (the
+  emulator's counters), the result is numpy's."""
+  from baregrad.drivers.emu import counters
+  n = 256
+  spec, bufs, arrays = last_kernel(lambda a, b: a @ b, [(n, n), (n, n)], device, seed=5)
+  opts = gpu.gpu_opts(spec.ast)
+  assert [o.op for o in opts] == ["UPCAST", "UPCAST", "LOCAL", "LOCAL", "STAGE"], opts
+  counters.reset()
+  got, prog = run_with(spec, bufs, opts)
+  np.testing.assert_allclose(got, (arrays[0] @ arrays[1]).reshape(-1), rtol=1e-4, atol=1e-4)
+  c = counters.last()
+  groups = math.prod(prog.meta["global_size"])
+  assert groups == 4 and math.prod(prog.meta["local_size"]) == 256
+  assert c.global_load_bytes == groups * (128 * n + n * 128) * 4       # a 128-row strip of A and of B per workgroup
+  assert c.global_store_bytes == n * n * 4
+  assert c.shared_load_bytes > 0 and c.by_class()["barrier"] > 0
