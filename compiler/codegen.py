@@ -137,7 +137,7 @@ def estimate(ast: UOp, params) -> dict:
 def search_opts(spec: KernelSpec, renderer) -> list:
   """BEAM compiles and times candidates with get_program; the heuristic's choice is one of them."""
   if getattr(renderer, "workgroups", False):
-    return beam_search(spec, BEAM, get_program, default=_gpu.gpu_opts(spec.ast), moves=_gpu.gpu_actions)
+    return beam_search(spec, BEAM, get_program, default=_gpu.gpu_opts(spec.ast, renderer.device), moves=_gpu.gpu_actions)
   return beam_search(spec, BEAM, get_program, default=hand_coded_opts(spec.ast))
 
 
@@ -175,8 +175,8 @@ def _lower(spec: KernelSpec, renderer) -> Lowered:
   ast, launch, gpu = spec.ast, {}, getattr(renderer, "threads", False)
   if gpu and (dims := launch_dims(ast)) is not None: launch = dims
   elif gpu and OPT and getattr(renderer, "workgroups", False) and _gpu.optimizable(ast):
-    opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else _gpu.gpu_opts(ast)
-    ast = _gpu.to_workgroups(apply_opts(ast, opts))
+    opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else _gpu.gpu_opts(ast, renderer.device)
+    ast = _gpu.to_workgroups(_gpu.apply_gpu_opts(ast, opts, renderer.device))
     launch = {**(launch_dims(ast) or {"global_size": (1, 1, 1), "local_size": (1, 1, 1)}), "opts": tuple(opts)}
   elif gpu:
     ast, gsz, lsz = to_threads(ast)
@@ -187,6 +187,7 @@ def _lower(spec: KernelSpec, renderer) -> Lowered:
     launch = {"threads": threads_of(ast), "opts": tuple(opts)}
   opt_ast = ast
   ast = optimize_ast(ast, renderer)
+  if "opts" in launch and gpu: ast = _gpu.narrow_indices(ast)
   program, alias = linearize(ast, merge=gpu)
   variables = sorted({u for u in ast.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg[0])
   return Lowered(program, alias, variables, launch, ast, opt_ast)

@@ -28,7 +28,7 @@ from .symbolic import linear
 from .linearize import range_deps
 from .opt import Opt, OptError, apply_opt, _size
 
-LOCAL_KINDS = ("local", "group")
+LOCAL_KINDS = ("local", "group", "warp")      # "warp": the lanes of a tensor core op (compiler/tc.py), always x
 MAX_THREADS = 1024                     # threads per workgroup: NV (CUDA guide, compute capability table), gfx11, Metal
 MAX_LOCAL_DIM = (1024, 1024, 64)       # NV block x, y, z (CUDA guide, "Maximum x-, y-, z-dimension of a block")
 MAX_GRID_YZ = 65535                    # NV grid y, z (same table); x is 2^31 - 1
@@ -81,6 +81,31 @@ def _stride_order(ast: UOp, rs: list[UOp]) -> list[UOp]:
       for r in rs:
         if r in terms: best[r] = min(best[r], abs(terms[r]))
   return sorted(rs, key=lambda r: (best[r], -r.arg[0]))
+
+
+def _thread_order(ast: UOp) -> list[UOp]:
+  """The local ranges as thread dimensions x, y, z: a tensor core's lanes on x (a wave/warp is consecutive x), the
+  rest by memory stride."""
+  warp = _ranges(ast, "warp")
+  return warp + _stride_order(ast, _ranges(ast, "local", "group"))
+
+
+def apply_gpu_opts(ast: UOp, opts, device: str) -> UOp:
+  """apply_opts, and TC (compiler/tc.py) with `device`'s tensor core for the kernel's input dtype (TC comes first)."""
+  from .tc import TENSOR_CORES, apply_tc
+  from .opt import apply_opts
+  for i, o in enumerate(opts):
+    if o.op == "TC":
+      if i: raise OptError("TC must be the first opt")
+      tcs = [tc for tc in TENSOR_CORES.get(device.partition(":")[0], [])]
+      if not tcs: raise OptError(f"TC: {device} has no tensor core here")
+      errors = []
+      for tc in tcs:
+        try: ast = apply_tc(ast, tc); break
+        except OptError as e: errors.append(str(e))
+      else: raise OptError("; ".join(dict.fromkeys(errors)))
+    else: ast = apply_opts(ast, [o])
+  return ast
 
 
 def _group(ast: UOp, locals_: list[UOp]) -> UOp:
@@ -195,10 +220,10 @@ def _stage(ast: UOp, locals_: list[UOp]) -> UOp:
 
 def to_workgroups(ast: UOp) -> UOp:
   """The three steps of the module docstring. The AST keeps no global, local, group or lane ranges."""
-  locals_ = _stride_order(ast, _ranges(ast, *LOCAL_KINDS))
+  locals_ = _thread_order(ast)
   ast = _stage(ast, locals_)
   ast = expand_upcast(expand_unroll(ast))
-  locals_ = _stride_order(ast, _ranges(ast, *LOCAL_KINDS))
+  locals_ = _thread_order(ast)
   if len(locals_) > 3: raise OptError(f"{len(locals_)} local/group axes; a workgroup has 3 dimensions")
   sizes = [r.src[0].arg for r in locals_]
   if math.prod(sizes) > MAX_THREADS: raise OptError(f"workgroup of {math.prod(sizes)} threads; at most {MAX_THREADS}")
@@ -224,15 +249,33 @@ def to_workgroups(ast: UOp) -> UOp:
   return substitute(ast, mapping)
 
 
+def narrow_indices(ast: UOp) -> UOp:
+  """Index arithmetic in 32 bits when every index value of the kernel provably fits (its value range): GPUs compute
+  32-bit integers natively and 64-bit ones in two or more instructions. Else the kernel keeps 64-bit indices.
+  Run after the lowering (codegen): the index expressions are simplified as indices, then only their type changes."""
+  nodes = [u for u in ast.toposort() if u.dtype == dtypes.index]
+  lo, hi = dtypes.int32.min, dtypes.int32.max
+  if not nodes or any(not (lo <= u.vmin and u.vmax <= hi) for u in nodes): return ast
+  done: dict[UOp, UOp] = {}
+  for n in ast.toposort():
+    src = tuple(done[s] for s in n.src)
+    if n.dtype == dtypes.index:
+      arg = n.arg
+      done[n] = UOp(n.op, dtypes.int32, src, arg)
+    else: done[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+  return done[ast]
+
+
 def optimizable(ast: UOp) -> bool:
   """Constant loop sizes and at least one global or reduce loop (else the kernel keeps the 1-D mapping)."""
   rs = [u for u in ast.toposort() if u.op is Ops.RANGE]
   return bool(rs) and all(r.src[0].op is Ops.CONST for r in rs) and not any(u.op is Ops.DEFINE_VAR for u in ast.toposort())
 
 
-def gpu_opts(ast: UOp) -> list:
-  """The hand-coded choice: long reductions into few outputs are grouped across a workgroup; reductions into many
-  outputs get a register tile of outputs per thread (UPCAST) and workgroups of neighbouring outputs (LOCAL);
+def gpu_opts(ast: UOp, device: str | None = None) -> list:
+  """The hand-coded choice: a matmul on 16-bit floats runs on the device's tensor cores (TC) with 4x4 of them per
+  wave; long reductions into few outputs are grouped across a workgroup; reductions into many outputs get a register
+  tile of outputs per thread (UPCAST), workgroups of neighbouring outputs (LOCAL) and staged operands (STAGE);
   everything else gets workgroups along the innermost axes (padded when no size divides)."""
   nodes = ast.toposort()
   if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in nodes): return []
@@ -243,6 +286,17 @@ def gpu_opts(ast: UOp) -> list:
     except OptError: return False
     opts.append(o)
     return True
+  if device is not None:
+    try: ast, opts = apply_gpu_opts(ast, [Opt("TC", 0, 0)], device), [Opt("TC", 0, 0)]
+    except OptError: pass
+    else:
+      n = len(_ranges(ast, "global"))
+      for axis in (n - 1, n - 2):
+        size = _size(_ranges(ast, "global")[axis])
+        next((True for t in (4, 2) if size % t == 0 and tryopt(Opt("UPCAST", axis, t))), None)
+      try: to_workgroups(ast)
+      except OptError: return [Opt("TC", 0, 0)]
+      return opts
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)
   gl = _ranges(ast, "global")

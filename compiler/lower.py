@@ -8,10 +8,13 @@ rewritten into those. Every target renders the core:
   bool:     AND OR XOR WHERE, CMPLT/CMPNE results and gates
   CAST between non-bool dtypes (float -> int: truncation, in range), BITCAST between equal sizes, memory
 and `Native.float_ops` adds what has a decomposition here: EXP2 LOG2 SIN FLOOR, MAX (propagating NaN from either
-side, as numpy's maximum), MOD (C's fmod), FDIV (correctly rounded a / b). A dtype outside `Native.dtypes` is
-emulated: float16/bfloat16 are computed in float32 and rounded after every op (a reduction's accumulator after
-every step), their conversions made of bit operations, so in registers they are only their 16 storage bits;
-int8/uint8/int16/uint16 are computed in 32 bits and converted back after each op.
+side, as numpy's maximum), MOD (C's fmod), FDIV (correctly rounded a / b). A dtype of EMULATED outside
+`Native.dtypes` is emulated: float16/bfloat16 are computed in float32 and rounded after every op (a reduction's
+accumulator after every step), their conversions made of bit operations, so in registers they are only their 16
+storage bits; int8/uint8/int16/uint16 are computed in 32 bits and converted back after each op. float64 may be left
+out too: the target has none and nothing emulates it (Metal: MSL has no double); the Tensor layer then computes in
+float32 where it would pick float64 and refuses float64 tensors (tensor/device_dtypes.py), and the renderer refuses a
+float64 kernel.
 
 Semantics defined here once for all targets (the reference is C, as the CPU device computes it):
 - IDIV/MOD truncate; x / 0 and x % 0 give 0; x / -1 is -x (wrapping) and x % -1 is 0 (no INT_MIN / -1 trap).
@@ -35,22 +38,25 @@ from . import decomp
 
 F16, BF16, F32, U8, BOOL = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.uint8, dtypes.bool
 FLOAT16S = (F16, BF16)
+EMULATED = frozenset({F16, BF16, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})   # computed in 32 bits
 OPTIONAL_FLOAT_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.FLOOR, Ops.MAX, Ops.MOD, Ops.FDIV})
 
 
 @dataclass(frozen=True)
 class Native:
   """What a target computes natively beyond the core (module doc): float ops from OPTIONAL_FLOAT_OPS, and the
-  dtypes it computes in (float16/bfloat16 and the 8/16-bit integers may be left out: they are emulated)."""
+  dtypes it computes in (float16/bfloat16 and the 8/16-bit integers may be left out: they are emulated; float64 may
+  be left out: the target has no float64)."""
   float_ops: frozenset
   dtypes: frozenset
   int64_divide: bool = True   # False where 64-bit IDIV/MOD are slow loops (AMD): fmod takes its quotients in float64
+  float16_casts: frozenset = frozenset()   # emulated 16-bit floats the target converts to and from float32 itself
 
   def __post_init__(self):
     if unknown := set(self.float_ops) - OPTIONAL_FLOAT_OPS:
       raise ValueError(f"Native.float_ops: {sorted(o.name for o in unknown)} have no lowering; "
                        f"choose from {sorted(o.name for o in OPTIONAL_FLOAT_OPS)}")
-    if missing := {F32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, BOOL} - self.dtypes:
+    if missing := {F32, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, BOOL} - self.dtypes:
       raise ValueError(f"Native.dtypes must hold {sorted(d.name for d in missing)}: they are not emulated")
 
 
@@ -58,7 +64,7 @@ def _const(dt: DType, v) -> UOp: return UOp.const(dt, v)
 def _not(x: UOp) -> UOp: return x.alu(Ops.XOR, _const(BOOL, True))
 def _is_float(u: UOp) -> bool: return u.dtype is not None and u.dtype.is_float
 def _emulated(dt: DType | None, ctx: Native) -> bool:
-  return dt is not None and dt not in ctx.dtypes and dt != dtypes.index
+  return dt in EMULATED and dt not in ctx.dtypes
 
 
 
@@ -225,6 +231,7 @@ def _float16_cast(u: UOp, ctx: Native) -> UOp | None:
   """Conversions of emulated 16-bit floats: to and from float32 by bit operations, anything else via float32
   (int -> float16 rounds twice, as C's `(float)x` then the conversion)."""
   src, dst = u.src[0].dtype, u.dtype
+  if (src in ctx.float16_casts and dst == F32) or (dst in ctx.float16_casts and src == F32): return None   # native
   if _emulated(src, ctx) and src in FLOAT16S:
     if dst != F32: return _cast(u.src[0], F32).cast(dst)
     return decomp.FROM_BITS[src](_bits(u.src[0]))

@@ -81,6 +81,8 @@ class _Kernel:
     self.names: dict[UOp, str] = {}
     self.labels = 0
     self.addresses: dict[tuple, str] = {}    # (base, index register, size) -> address register (registers are unique)
+    self.wmma: dict[tuple, list] = {}        # (config, sources) -> the registers of D
+    self.packed: dict[tuple, str] = {}       # (lo, hi) 16-bit values -> the .b32 register holding both
 
   def reg(self, cls: str) -> str:
     n = self.counts[cls]; self.counts[cls] += 1
@@ -129,6 +131,12 @@ class _Kernel:
   # ---- conversions (bool and 16-bit float conversions were lowered to compares, selects and bit operations) ----
   def cast(self, x: str, src: DType, dst: DType) -> str:
     cls = reg_class(dst)
+    if src == dtypes.float16 and dst == dtypes.float32:   # the 16 bits of a .b32 register -> cvt.f32.f16 (sm_53+)
+      h = self.op("b16", f"cvt.u16.u32 {{d}}, {x};")
+      return self.op("f32", f"cvt.f32.f16 {{d}}, {h};")
+    if src == dtypes.float32 and dst == dtypes.float16:   # round to nearest even, the bits zero-extended
+      h = self.op("b16", f"cvt.rn.f16.f32 {{d}}, {x};")
+      return self.op("b32", f"cvt.u32.u16 {{d}}, {h};")
     if src.is_float and dst.is_float:
       if float_type(src) == float_type(dst): return self.op(cls, f"mov.{float_type(dst)} {{d}}, {x};")
       return self.op(cls, f"cvt.f64.f32 {{d}}, {x};" if dst == dtypes.float64 else f"cvt.rn.f32.f64 {{d}}, {x};")
@@ -165,7 +173,8 @@ class PTXRenderer:
   # 16-bit floats and the 8/16-bit integers are emulated in 32 bits
   native_ops = Native(float_ops=frozenset({Ops.FLOOR, Ops.FDIV}),
                       dtypes=frozenset(dtypes.all()) - {dtypes.float16, dtypes.bfloat16, dtypes.int8, dtypes.uint8,
-                                                        dtypes.int16, dtypes.uint16})
+                                                        dtypes.int16, dtypes.uint16},
+                      float16_casts=frozenset({dtypes.float16}))
 
   def __init__(self, arch: str = "sm_90", version: str = "8.0"):
     self.arch, self.version = arch, version
@@ -201,25 +210,28 @@ class PTXRenderer:
     def space(idx: UOp) -> str: return "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
     inplace, fused, offsets = self.peepholes(program)
     vectors = self.vector_loads(program, offsets)
+    wmma_accs, pairs = self.wmma_plan(program, inplace, offsets)
     loops: dict[UOp, tuple[str, str]] = {}
     for u in program:
       op = u.op
       if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.PARAM, Ops.SINK, Ops.REDUCE): continue
       if op is Ops.SPECIAL: k.names[u] = self.special(k, u)
-      elif op is Ops.RANGE:
-        size = self.as_index(k, val(u.src[0]), u.src[0].dtype)
-        counter = k.op("b64", "mov.b64 {d}, 0;")
+      elif op is Ops.RANGE:   # a 64-bit counter, or a 32-bit one for a narrowed kernel (compiler/gpu.py)
+        w = "64" if u.dtype.itemsize == 8 else "32"
+        size = val(u.src[0]) if u.src[0].dtype.itemsize == u.dtype.itemsize else self.as_index(k, val(u.src[0]), u.src[0].dtype)
+        counter = k.op("b" + w, f"mov.b{w} {{d}}, 0;")
         top = k.label(); end = top + "_end"
         k.lines.append(f"{top}:")
         if not (u.src[0].op is Ops.CONST and u.src[0].arg > 0):   # a loop that may run 0 times tests at the top
-          done = k.op("pred", f"setp.ge.s64 {{d}}, {counter}, {size};")
+          done = k.op("pred", f"setp.ge.s{w} {{d}}, {counter}, {size};")
           k.emit(f"@{done} bra {end};")
         loops[u], k.names[u] = (top, end, size), counter
       elif op is Ops.ENDRANGE:
         counter, (top, end, size) = k.names[u.src[0]], loops[u.src[0]]
-        k.emit(f"add.s64 {counter}, {counter}, 1;")
+        w = "64" if u.src[0].dtype.itemsize == 8 else "32"
+        k.emit(f"add.s{w} {counter}, {counter}, 1;")
         if u.src[0].src[0].op is Ops.CONST and u.src[0].src[0].arg > 0:
-          more = k.op("pred", f"setp.lt.s64 {{d}}, {counter}, {size};")
+          more = k.op("pred", f"setp.lt.s{w} {{d}}, {counter}, {size};")
           k.emit(f"@{more} bra {top};")
         else: k.emit(f"bra {top};")
         k.lines.append(f"{end}:")
@@ -234,7 +246,9 @@ class PTXRenderer:
         if i in offsets: i, off = offsets[i]
         addr = self.address(k, val(u.src[0]), val(i), i.dtype, u.src[0].dtype)
         k.names[u] = f"{addr}+{off * u.src[0].dtype.itemsize}" if off else addr
-      elif u in fused or u in offsets: continue      # rendered by the one op that uses it
+      elif u in fused or u in offsets or u in pairs: continue      # rendered by the one op that uses it
+      elif op is Ops.WMMA: self.wmma(k, u, val, wmma_accs, pairs)
+      elif u in inplace and inplace[u] in wmma_accs.get("done", ()): k.names[u] = k.names[inplace[u]]  # the mma wrote it
       elif u in inplace:
         acc = k.names[inplace[u]]
         other = u.src[1] if u.src[0] is inplace[u] else u.src[0]
@@ -290,6 +304,65 @@ class PTXRenderer:
       if u.op is Ops.INDEX and (i := u.src[1]).op is Ops.ADD and i.src[1].op is Ops.CONST and 0 < i.src[1].arg < (1 << 24):
         if all(x.op is Ops.INDEX and x.src[1] is i and i not in x.src[2:] for x in users[i]): offsets[i] = (i.src[0], i.src[1].arg)
     return inplace, fused, offsets
+
+  # ---- tensor cores (compiler/tc.py): mma.sync.aligned.m16n8k16 (PTX ISA 9.7.13.4) ----
+  @staticmethod
+  def wmma_plan(program: list[UOp], inplace: dict, offsets: dict) -> tuple[dict, dict]:
+    """(accs, pairs). accs: {(config, sources): accumulators} for a WMMA whose every output is only added into its
+    own accumulator (the mma reads and writes them: D = A @ B + acc), plus "done": those accumulators. pairs: the
+    16-bit loads of neighbouring elements x, x + 1 (x even, so 4-byte aligned: buffers are) that only WMMAs read, as
+    {first: second, second: None}: one 32-bit load of the pair packed as the mma wants it."""
+    from .symbolic import linear
+    users: dict = {}
+    for u in dict.fromkeys(program):
+      for s in u.src: users.setdefault(s, set()).add(u)
+    groups: dict = {}
+    for u in dict.fromkeys(program):
+      if u.op is Ops.WMMA: groups.setdefault((u.arg[0], u.src), {})[u.arg[1]] = u
+    accs: dict = {"done": set()}
+    by_step = {new: acc for new, acc in inplace.items()}
+    for key, outs in groups.items():
+      steps = [next(iter(users.get(o, ())), None) if len(users.get(o, ())) == 1 else None for _, o in sorted(outs.items())]
+      if all(s is not None and s in by_step and s.op is Ops.ADD for s in steps):
+        accs[key] = [by_step[s] for s in steps]
+        accs["done"].update(accs[key])
+    pairs: dict = {}
+    for (name, src), _ in groups.items():
+      for lo, hi in zip(src[0::2], src[1::2]):
+        if lo.op is not Ops.LOAD or hi.op is not Ops.LOAD or len(lo.src[0].src) != 2 or len(hi.src[0].src) != 2: continue
+        if lo.src[0].src[0] is not hi.src[0].src[0] or lo.src[0].src[0].op is not Ops.PARAM: continue
+        if not all(x.op is Ops.WMMA for v in (lo, hi) for x in users.get(v, ())): continue
+        (tl, cl), (th, ch) = linear(lo.src[0].src[1]), linear(hi.src[0].src[1])
+        if tl == th and ch == cl + 1 and cl % 2 == 0 and all(v % 2 == 0 for v in tl.values()) and lo not in pairs:
+          pairs[lo], pairs[hi] = hi, None
+    return accs, pairs
+
+  def wmma(self, k: _Kernel, u: UOp, val, accs: dict, pairs: dict):
+    """The mma of u's group at its first output; every output of the group names its register."""
+    from .tc import BY_NAME
+    key = (u.arg[0], u.src)
+    if key in k.wmma:
+      k.names[u] = k.wmma[key][u.arg[1]]; return
+    tc = BY_NAME[u.arg[0]]
+    def packed(lo: UOp, hi: UOp) -> str:
+      if (lo, hi) in k.packed: return k.packed[(lo, hi)]
+      k.packed[(lo, hi)] = r = _packed(lo, hi)
+      return r
+    def _packed(lo: UOp, hi: UOp) -> str:
+      if pairs.get(lo) is hi:   # one 32-bit load: element lo in the low half (little endian), as the mma packs them
+        return k.op("b32", f"ld.global.b32 {{d}}, [{val(lo.src[0])}];")
+      return k.op("b32", f"mad.lo.u32 {{d}}, {val(hi)}, 65536, {val(lo)};")    # (hi << 16) | lo, lo is 16 bits
+    a = [packed(x, y) for x, y in zip(u.src[:tc.n_a:2], u.src[1:tc.n_a:2])]
+    b = [packed(x, y) for x, y in zip(u.src[tc.n_a:tc.n_a + tc.n_b:2], u.src[tc.n_a + 1:tc.n_a + tc.n_b:2])]
+    if key in accs: c = d = [k.names[acc] for acc in accs[key]]
+    else:
+      c = [val(x) for x in u.src[tc.n_a + tc.n_b:]]
+      d = [k.reg("f32") for _ in range(tc.n_c)]
+    t = "bf16" if tc.dtype_in == dtypes.bfloat16 else "f16"
+    k.emit(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{{', '.join(d)}}}, {{{', '.join(a)}}}, "
+           f"{{{', '.join(b)}}}, {{{', '.join(c)}}};")
+    k.wmma[key] = d
+    k.names[u] = d[u.arg[1]]
 
   @staticmethod
   def vector_loads(program: list[UOp], offsets: dict) -> dict:
@@ -348,6 +421,10 @@ class PTXRenderer:
   def address(self, k: _Kernel, base: str, idx: str, idx_dt: DType, elem: DType) -> str:
     key = (base, idx, elem.itemsize)
     if key in k.addresses: return k.addresses[key]
+    if idx_dt.itemsize == 4:   # a 32-bit index: base + idx * size in one mad.wide (32 x 32 -> 64 bits, plus base)
+      out = k.op("b64", f"mad.wide.{int_type(idx_dt)} {{d}}, {idx}, {elem.itemsize}, {base};")
+      k.addresses[key] = out
+      return out
     x = self.as_index(k, idx, idx_dt)
     if elem.itemsize == 1: out = k.op("b64", f"add.s64 {{d}}, {base}, {x};")
     else: out = k.op("b64", f"mad.lo.s64 {{d}}, {x}, {elem.itemsize}, {base};")     # base + idx * size

@@ -41,6 +41,8 @@ class Ops(Enum):
                         # the thread index inside its workgroup along x/y/z; "core": a CPU thread (opt THREAD)
   DEFINE_LOCAL = auto() # GPU workgroup memory (LDS / .shared / threadgroup): arg (id, count), dtype the element;
                         # used like a PARAM as INDEX's src[0]
+  WMMA = auto()         # tensor core: element arg[1] of D = A @ B + C for this lane, src the lane's elements of A, B, C
+                        # (compiler/tc.py: arg (config name, element))
   BARRIER = auto()      # every thread of the workgroup waits here: src the local STOREs it orders; a LOAD from a
                         # DEFINE_LOCAL has it as src[1] (the load runs after the barrier)
   INDEX = auto()        # src (param, linear index[, valid])

@@ -22,7 +22,12 @@ the access lands in (generic addresses included).
 
 Errors: `PtxUnsupported(name, line)` for instructions or forms not implemented (raised when the entry is
 first compiled, before anything runs), `PtxRunaway` when a launch exceeds its instruction budget, `PtxTrap` when a
-thread executes `trap` (the GPU's illegal-instruction exception).
+thread executes `trap` (the GPU's illegal-instruction exception), `PtxWarpError` when a `.sync.aligned` warp-wide
+instruction (mma) is executed by part of a warp only.
+
+Warps: the 32 threads of consecutive linear thread index (x fastest) within a block are a warp (%laneid 0-31);
+warps never straddle blocks, so a block whose size is not a multiple of 32 ends with a partial warp. Warp-wide
+instructions (mma.sync) read the registers of all 32 threads of each warp in the executing group at once.
 """
 from __future__ import annotations
 
@@ -33,12 +38,12 @@ import numpy as np
 from baregrad.drivers import settings
 from .counters import KernelCounters, GLOBAL, SHARED, OTHER
 from .memory import Memory, MemoryFault
-from .ptx_parse import PtxModule, PtxError, PtxTrap, PtxUnsupported, parse_ptx, Entry
+from .ptx_parse import PtxModule, PtxError, PtxTrap, PtxUnsupported, PtxWarpError, parse_ptx, Entry
 from .ptx_exec import (Compiler, KIND_OP, KIND_BRA, KIND_EXIT, KIND_BAR, HANDLERS, LOCAL_WINDOW, SHARED_WINDOW,
                        WINDOW_SIZE, NP, container)
 
-__all__ = ["parse_ptx", "launch", "PtxModule", "PtxError", "PtxTrap", "PtxUnsupported", "PtxRunaway", "Memory", "MemoryFault",
-           "SUPPORTED", "BATCH_THREADS"]
+__all__ = ["parse_ptx", "launch", "PtxModule", "PtxError", "PtxTrap", "PtxUnsupported", "PtxWarpError", "PtxRunaway", "Memory",
+           "MemoryFault", "SUPPORTED", "BATCH_THREADS"]
 
 BATCH_THREADS = 1 << 16
 MAX_STEPS = settings.PTX_MAX_STEPS   # instruction dispatches per launch
@@ -301,7 +306,7 @@ def _run(ctx: _Batch, code, join, budget, entry: Entry):
         except MemoryFault as ex:
           ex.add_note(f"line {ins.ins.line}: {ins.ins.text}")
           raise
-        except (PtxError, PtxUnsupported): raise
+        except (PtxError, PtxUnsupported, PtxWarpError): raise
         except Exception as ex:
           raise RuntimeError(f"{entry.name}: line {ins.ins.line}: {ins.ins.text}: {type(ex).__name__}: {ex}") from ex
       cur += 1

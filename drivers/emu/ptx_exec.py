@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ptx_parse import Instr, Reg, SReg, Imm, Sym, Mem, Vec, PredPair, PtxError, PtxTrap, PtxUnsupported, TYPE_SIZE, SREG_64
+from .ptx_parse import (Instr, Reg, SReg, Imm, Sym, Mem, Vec, PredPair, PtxError, PtxTrap, PtxUnsupported, PtxWarpError,
+                        TYPE_SIZE, SREG_64)
 from . import ptx_float as F
+from .rdna3_float import matrix_sum, round_matrix_sum
 from .counters import ALU, GLOBAL, SHARED, BRANCH, BARRIER, OTHER
 
 NP = {"pred": np.dtype(bool), "b8": np.dtype(np.uint8), "u8": np.dtype(np.uint8), "s8": np.dtype(np.int8),
@@ -910,6 +912,100 @@ def h_st(c: Compiler, ins: Instr):
   return fn
 
 
+# =================================== warp-level matrix multiply-accumulate ===================================
+# PTX ISA 8.x, "Warp-level matrix multiply-accumulate instructions: mma" and "Matrix Fragments for mma.m16n8k16 with
+# floating point type". With groupID = %laneid >> 2 and threadID_in_group = %laneid % 4, the elements a0..a7 (four
+# .f16x2 / .bf16x2 registers, "low to high": a0 in bits 0-15 of the first register, a1 in bits 16-31, ...), b0..b3
+# (two registers) and c0..c3 / d0..d3 (four .f32 registers) of a thread sit at
+#   A (16x16): row = groupID for ai where 0 <= i < 2 || 4 <= i < 6, groupID + 8 otherwise;
+#              col = (threadID_in_group * 2) + (i & 0x1) for i < 4, (threadID_in_group * 2) + (i & 0x1) + 8 for i >= 4
+#   B (16x8):  row = (threadID_in_group * 2) + (i & 0x1) for bi where i < 2, ... + 8 for i >= 2;  col = groupID
+#   C, D (16x8): row = groupID for ci where i < 2, groupID + 8 for i >= 2;  col = (threadID_in_group * 2) + (i & 0x1)
+def _fragment(count: int, row, col):
+  """(32, count) row and column of element i of each lane, from the document's formulas row(g, t, i), col(g, t, i)."""
+  lane = np.arange(32)[:, None]
+  g, t, i = lane >> 2, lane % 4, np.arange(count)[None, :]
+  return np.broadcast_to(row(g, t, i), (32, count)), np.broadcast_to(col(g, t, i), (32, count))
+
+
+_MMA_A = _fragment(8, lambda g, t, i: np.where((i < 2) | ((4 <= i) & (i < 6)), g, g + 8),
+                   lambda g, t, i: t * 2 + (i & 1) + np.where(i >= 4, 8, 0))
+_MMA_B = _fragment(4, lambda g, t, i: t * 2 + (i & 1) + np.where(i >= 2, 8, 0), lambda g, t, i: g + 0 * i)
+_MMA_C = _fragment(4, lambda g, t, i: np.where(i < 2, g, g + 8), lambda g, t, i: t * 2 + (i & 1))
+
+
+def _halves_to_f64(bits, t: str):
+  """uint16 bits of .f16 / .bf16 elements as exact float64 values."""
+  if t == "f16": return bits.view(np.float16).astype(np.float64)
+  return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
+def _whole_warps(ctx, idx, c: Compiler, ins: Instr) -> int:
+  """The number of warps executing: every warp in `idx` must be there with all 32 threads (`.aligned`: "all threads
+  in the warp must execute the same mma instruction"; anything else is undefined behavior on the GPU)."""
+  rows = ctx.rows(idx)
+  lane = ctx.sregs["laneid"][rows]
+  warps_per_block = int(ctx.sregs["nwarpid"])
+  warp = ctx.block_row[rows] * warps_per_block + ctx.sregs["warpid"][rows]
+  if len(rows) % 32 == 0:
+    lw, ww = lane.reshape(-1, 32), warp.reshape(-1, 32)
+    if (lw == np.arange(32)).all() and (ww == ww[:, :1]).all(): return len(rows) // 32
+  uniq, counts = np.unique(warp, return_counts=True)
+  bad = int(uniq[np.argmax(counts != 32)])
+  mine = rows[warp == bad]
+  lanes = [int(x) for x in lane[warp == bad]]
+  shown = ", ".join(map(str, lanes[:12])) + (", ..." if len(lanes) > 12 else "")
+  block = tuple(int(ctx.sregs[f"ctaid.{a}"][mine[0]]) for a in "xyz")
+  tpb = int(ctx.sregs["ntid.x"]) * int(ctx.sregs["ntid.y"]) * int(ctx.sregs["ntid.z"])
+  if tpb % 32 and bad % warps_per_block == warps_per_block - 1:
+    why = f"the block has {tpb} threads, not a multiple of 32, so its last warp is partial"
+  else: why = "a guard, a divergent branch or exited threads left the others out"
+  raise PtxWarpError(f"kernel {c.entry.name}: line {ins.line}: `{ins.text}` is .sync.aligned: all 32 threads of a warp "
+                     f"must execute it together (PTX ISA, mma), but warp {bad % warps_per_block} of block {block} "
+                     f"executes it with {len(lanes)} of 32 threads (lanes {shown}): {why}")
+
+
+def h_mma(c: Compiler, ins: Instr):
+  """mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 d, a, b, c: D = A * B + C per warp, every
+  element the exact sum of its 16 products and C rounded once to float32, nearest even (rdna3_float.matrix_sum:
+  NVIDIA documents no accumulation order or precision; this is the exact one)."""
+  mods = ins.mods
+  forms = [("sync", "aligned", "m16n8k16", "row", "col", "f32", t, t, "f32") for t in ("f16", "bf16")]
+  if mods not in forms:
+    raise c.unsupported(ins, "the interpreter runs mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 and "
+                             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+  t = mods[6]
+  d, a, b, cc = _operands(c, ins, 4)
+  for op, n, what in ((d, 4, "d"), (a, 4, "a"), (b, 2, "b"), (cc, 4, "c")):
+    if not isinstance(op, Vec) or len(op.items) != n:
+      raise PtxError(f"line {ins.line}: mma.m16n8k16 operand {what} is a vector of {n} registers ({ins.text})")
+  ra = [c.reader(x, "b32", ins) for x in a.items]
+  rb = [c.reader(x, "b32", ins) for x in b.items]
+  rc = [c.reader(x, "f32", ins) for x in cc.items]
+  wd = [c.writer(x, "f32", ins) for x in d.items]
+
+  def regs(ctx, idx, readers, nw, dtype):
+    n = 32 * nw
+    cols = [np.broadcast_to(np.asarray(r(ctx, idx)), (n,)) for r in readers]
+    return np.stack(cols, axis=1).astype(dtype).reshape(nw, 32, -1)
+
+  def fn(ctx, idx):
+    nw = _whole_warps(ctx, idx, c, ins)
+    halves_a = np.ascontiguousarray(regs(ctx, idx, ra, nw, np.uint32)).view(np.uint16)     # (warp, lane, a0..a7)
+    halves_b = np.ascontiguousarray(regs(ctx, idx, rb, nw, np.uint32)).view(np.uint16)     # (warp, lane, b0..b3)
+    am, bm, cm = np.zeros((nw, 16, 16)), np.zeros((nw, 16, 8)), np.zeros((nw, 16, 8))
+    am[:, _MMA_A[0], _MMA_A[1]] = _halves_to_f64(halves_a, t)
+    bm[:, _MMA_B[0], _MMA_B[1]] = _halves_to_f64(halves_b, t)
+    cm[:, _MMA_C[0], _MMA_C[1]] = regs(ctx, idx, rc, nw, np.float32)
+    terms = np.empty((17, nw, 16, 8))                                                     # (k, warp, row, col)
+    np.multiply(np.moveaxis(am, 2, 0)[:, :, :, None], np.moveaxis(bm, 1, 0)[:, :, None, :], out=terms[:16])   # exact
+    terms[16] = cm
+    dm = round_matrix_sum(matrix_sum(terms), "f32")
+    out = dm[:, _MMA_C[0], _MMA_C[1]].reshape(32 * nw, 4)
+    for i, w in enumerate(wd): w(ctx, idx, out[:, i].copy())
+  return fn
+
+
 HANDLERS = {
   "add": h_addsub, "sub": h_addsub, "mul": h_mul, "mad": h_mad, "fma": h_fma, "div": h_divrem, "rem": h_divrem,
   "min": h_minmax, "max": h_minmax, "abs": h_absneg, "neg": h_absneg,
@@ -918,5 +1014,5 @@ HANDLERS = {
   "setp": h_setp, "selp": h_selp, "testp": h_testp,
   "rcp": h_funary, "sqrt": h_funary, "rsqrt": h_funary, "ex2": h_funary, "lg2": h_funary, "sin": h_funary,
   "cos": h_funary, "tanh": h_funary,
-  "mov": h_mov, "cvt": h_cvt, "cvta": h_cvta, "ld": h_ld, "ldu": h_ld, "st": h_st,
+  "mov": h_mov, "cvt": h_cvt, "cvta": h_cvta, "ld": h_ld, "ldu": h_ld, "st": h_st, "mma": h_mma,
 }

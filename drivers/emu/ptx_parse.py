@@ -21,6 +21,10 @@ class PtxTrap(RuntimeError):
   """A thread executed `trap`: on the GPU an illegal-instruction exception that ends the launch."""
 
 
+class PtxWarpError(RuntimeError):
+  """A warp-synchronous instruction (`.sync.aligned`, e.g. mma) executed by only part of a warp: undefined on the GPU."""
+
+
 class PtxUnsupported(Exception):
   """An instruction, type or directive the interpreter does not implement."""
 

@@ -1,6 +1,7 @@
 """RDNA3 float arithmetic where numpy's one-operation rounding is not what the hardware does: fused multiply-add
 with a single rounding, the transcendentals (denormals flushed where the guide says so; correctly rounded, see
-nearest_f32), and the division helpers v_div_scale / v_div_fmas / v_div_fixup. Pure numpy functions over arrays;
+nearest_f32), the division helpers v_div_scale / v_div_fmas / v_div_fixup, and the exactly rounded sums of products
+of the matrix instructions (matrix_sum; the PTX interpreter's mma uses them too). Pure numpy functions over arrays;
 rdna3_valu.py wires them to opcodes.
 
 Sources: AMD "RDNA3 Instruction Set Architecture" reference guide, 16.8 "VOP1 Instructions" (accuracy notes of
@@ -288,3 +289,112 @@ def div_fixup(q, d, n):
     out = _pick(hit, value, out)
     taken |= hit
   return out
+
+
+# ---------------------------------------------------------------- matrix multiply-accumulate: one rounding
+
+def matrix_sum(terms):
+  """The accumulation rule of the emulated tensor-core instructions (v_wmma_*_f16/bf16 here, PTX mma.sync in
+  ptx_exec.py): each element of D is the EXACT sum of its K products and C, rounded once. Neither vendor documents
+  an order or an intermediate precision (RDNA3 ISA guide, "Wave Matrix Multiply Accumulate"; PTX ISA, "mma"), so
+  the emulator takes the mathematically exact one: every product of two float16/bfloat16 values is exact in
+  float32 (and float64), and no partial sum is rounded.
+
+  terms: float64 array (n, ...): the n terms of each sum along the FIRST axis, every one finite with at most 24
+  significant bits (a float32 C, or the product of two float16/bfloat16 values) or inf/NaN. Returns a float64 array
+  (...) from which one rounding to nearest even to float32, float16 or bfloat16 (round_matrix_sum) is the correctly
+  rounded exact sum: the exact sum where float64 holds it, else the sum rounded to odd at 33 bits or more (Boldo &
+  Melquiond 2008, see _round_to_odd). Sums with an inf or NaN term are their IEEE float64 sum (inf - inf is NaN). An
+  exact zero is -0 only when every term is -0 (IEEE 754-2008, 6.3, as a chain of additions gives it).
+
+  Fast path: the float64 sum taken term by term with TwoSum is exact when no step has an error; the sums where one
+  does are redone exactly in 32-bit limbs of int64 (a Kulisch accumulator)."""
+  t = np.asarray(terms, F64)
+  n, shape = t.shape[0], t.shape[1:]
+  t = np.ascontiguousarray(t.reshape(n, -1))
+  with np.errstate(all="ignore"):
+    s = t[0].copy()
+    inexact = np.zeros(t.shape[1], bool)
+    nxt, bb, err = np.empty_like(s), np.empty_like(s), np.empty_like(s)
+    for k in range(1, n):                                  # TwoSum (Knuth) in place: nxt + err == s + t[k] exactly
+      np.add(s, t[k], out=nxt)
+      np.subtract(nxt, s, out=bb)
+      np.subtract(nxt, bb, out=err)
+      np.subtract(s, err, out=err)
+      np.subtract(t[k], bb, out=bb)
+      err += bb
+      inexact |= err != 0                                  # a NaN error (inf terms) counts as inexact too
+      s, nxt = nxt, s
+    slow = inexact & np.isfinite(s)          # a finite float64 sum means finite terms (else s is the IEEE inf/NaN)
+  if slow.any(): s[slow] = _limb_sum(t[:, slow].T)
+  return s.reshape(shape)
+
+
+def _bit_length64(x):
+  """Bit length of uint64 values (exact: each 32-bit half converts to float64 without rounding)."""
+  hi, lo = (x >> U64(32)).astype(F64), (x & U64(0xFFFFFFFF)).astype(F64)
+  return np.where(hi > 0, np.frexp(hi)[1] + 32, np.frexp(lo)[1]).astype(I64)
+
+
+def _carry(acc):
+  """Limbs 0..n-2 into [0, 2**32) (two's complement: the last limb keeps the sign)."""
+  for j in range(acc.shape[1] - 1):
+    c = acc[:, j] >> 32                                    # arithmetic shift: floor division by 2**32
+    acc[:, j] &= 0xFFFFFFFF
+    acc[:, j + 1] += c
+
+
+def _limb_sum(t):
+  """Exact sums of the rows of t (finite, <= 24 significant bits each) as float64 values rounded to odd."""
+  rows, n = np.arange(len(t)), t.shape[1]
+  mant, ex = np.frexp(t)
+  m = (mant * F64(1 << 24)).astype(I64)                    # t = m * 2**e exactly, |m| < 2**24
+  e = ex.astype(I64) - 24
+  nz = m != 0
+  base = int(e[nz].min()) - 32                             # limb 0 stays zero: the top limb is never limb 0
+  nl = (int(e[nz].max()) + 24 + n.bit_length() - base) // 32 + 2
+  pos = np.where(nz, e - base, 32)
+  limb, shift = pos >> 5, pos & 31
+  mag = np.abs(m) << shift                                 # < 2**55
+  sign = np.sign(m)
+  lo, hi = (mag & 0xFFFFFFFF) * sign, (mag >> 32) * sign
+  acc = np.zeros((len(t), nl), I64)
+  for k in range(n):                                       # one term per row at a time: no repeated index
+    acc[rows, limb[:, k]] += lo[:, k]
+    acc[rows, limb[:, k] + 1] += hi[:, k]
+  _carry(acc)
+  neg = acc[:, -1] < 0
+  if neg.any():
+    acc[neg] = -acc[neg]
+    _carry(acc)
+  nonzero = acc != 0
+  top = nl - 1 - np.argmax(nonzero[:, ::-1], axis=1)      # the highest nonzero limb (>= 1 unless the sum is 0)
+  zero = ~nonzero.any(axis=1)
+  top = np.where(zero, 1, top)
+  w = (acc[rows, top].astype(U64) << U64(32)) | acc[rows, top - 1].astype(U64)
+  below = np.cumsum(nonzero, axis=1)
+  sticky = np.where(top >= 2, below[rows, np.maximum(top - 2, 0)] > 0, False)
+  drop = np.maximum(_bit_length64(w) - 53, 0).astype(U64)  # keep at most 53 bits (>= 33: the top limb is nonzero)
+  sticky |= (w & ((U64(1) << drop) - U64(1))) != 0
+  w = (w >> drop) | sticky.astype(U64)                     # the dropped bits jammed into the last bit: round to odd
+  value = np.ldexp(w.astype(F64), (base + 32 * (top - 1) + drop.astype(I64)).astype(np.int32))
+  value = np.where(neg, -value, value)
+  return np.where(zero, F64(0), value)
+
+
+def round_matrix_sum(s, out: str):
+  """matrix_sum's float64 carrier rounded to nearest even once: float32 / float16 arrays, or bfloat16 bits (uint16;
+  bfloat16 from float32 rounded to odd, 24 >= 8 + 2 bits)."""
+  s = np.asarray(s, F64)
+  with np.errstate(all="ignore"):
+    if out == "f32": return s.astype(F32)
+    if out == "f16": return s.astype(F16)                 # numpy converts float64 -> float16 in one rounding
+    if out != "bf16": raise ValueError(out)
+    r = s.astype(F32)
+    bits = r.view(np.uint32)
+    inexact = np.isfinite(r) & (r.astype(F64) != s)
+    toward = np.where((r.astype(F64) < s) != np.signbit(r), 1, -1).astype(np.int64)   # one step toward s
+    odd = np.where(inexact & ((bits & 1) == 0), (bits.astype(np.int64) + toward).astype(np.uint32), bits)
+    nan = np.isnan(s)
+    rounded = ((odd.astype(np.uint64) + 0x7FFF + ((odd >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, (odd >> 16).astype(np.uint16) | np.uint16(0x40), rounded)

@@ -10,7 +10,7 @@ Each entry of OPS is (output type, input types, fn): fn takes typed numpy arrays
 to and from those types and applies the modifiers. Special shapes (carry, compare, lane ops,
 packed math) are compiled by the functions further down. The float min/max family and the clamp
 modifier depend on the wave's MODE bits (rdna3_state.FloatMode, from the kernel descriptor). FMA, the
-transcendentals and the division helpers round as rdna3_float.py computes them.
+transcendentals, the division helpers and the WMMA sums round as rdna3_float.py computes them.
 """
 from __future__ import annotations
 
@@ -984,29 +984,46 @@ def _compile_packed(d: _Valu):
   return None
 
 
-# ---- WMMA (RDNA3 ISA guide, "Wave Matrix Multiply-Accumulate", wave32 register layout) ----
-# A (16x16): lane l (0-15) holds row l, K = 0..15 packed in consecutive halves/bytes/nibbles of its
-# VGPRs; B (16x16): lane l holds column l the same way; lanes 16-31 repeat lanes 0-15 for A and
-# B. C/D (16x16): VGPR j of lane l holds element (row 2*j + l // 16, column l % 16); 16-bit C/D
-# use the low halves of the 8 VGPRs (op_sel[2] = 0).
+# ---- WMMA: D = A * B + C on 16x16 matrices held by the whole wave32 ----
+# Register layout (RDNA3 ISA guide, "Wave Matrix Multiply Accumulate (WMMA)"; AMD Matrix Instruction Calculator,
+# --architecture rdna3, which prints it element by element): A[i][k] is element k of lane i (16-bit inputs: VGPR
+# k // 2, bits [15:0] for even k, [31:16] for odd k; 8-bit / 4-bit inputs packed the same way, low bits first), and
+# lane i + 16 holds the same copy; B[k][j] is element k of lane j (and of lane j + 16). C and D: element [i][j] is in
+# VGPR i // 2 of lane j + 16 * (i % 2), a 32-bit value or, for 16-bit C/D, the half that OPSEL[2] picks (0: bits
+# [15:0], 1: bits [31:16]; the other half of each D register is kept, so two 16-bit results can share registers).
+# Modifiers of the float forms (calculator, "NEG"): NEG[0] / NEG_HI[0] negate the low / high halves of the A
+# registers (even / odd K), NEG[1] / NEG_HI[1] those of B, NEG[2] negates C and NEG_HI[2] takes |C| first; for the
+# integer forms NEG[0] / NEG[1] mark A / B as signed and NEG[2], NEG_HI must be 0. OPSEL[0], OPSEL[1] are unused.
+# EXEC must be all ones: the instruction reads and writes all 32 lanes. AMD's CDNA5 ISA guide (7.12) says so for
+# every WMMA op (as quoted in ROCm/rocm-systems PR 11124); LLVM marks V_WMMA convergent so that it is never moved
+# under divergent control flow (llvm-project PR 165602). A partial EXEC is refused, and so are lanes 16-31 whose A/B
+# copy differs from lanes 0-15 (the calculator: "A[i][k] Lane: i and i+16"): the result would be undefined.
+# Float accumulation: rdna3_float.matrix_sum (exact sum of the 16 products and C, rounded once to nearest even).
 _C_ROW = (2 * np.arange(8)[:, None] + np.arange(32)[None, :] // 16)       # (vgpr, lane) -> row
-_C_COL = np.broadcast_to(np.arange(32)[None, :] % 16, (8, 32))
+_C_COL = np.broadcast_to(np.arange(32)[None, :] % 16, (8, 32))            # (vgpr, lane) -> column
 
 
-def _wmma_operand(w, sel, base, kind, n_regs):
-  """(k, 16, 16) float32/int64 values of an A or B operand: [wave, lane (row or column), K]."""
-  regs = np.stack([w.V[base + j][sel][:, :16] for j in range(n_regs)], axis=2)     # (k, 16, n_regs) uint32
+def _wmma_operand(regs, kind):
+  """(k, 16, 16) values of an A or B operand from its (k, 16, n_regs) uint32 registers of lanes 0-15: [wave, lane
+  (row of A, column of B), K]; float64 for f16/bf16 (exact), int64 element bits for iu8/iu4."""
   if kind in ("f16", "bf16"):
-    halves = np.ascontiguousarray(regs).view(np.uint16)                               # (k, 16, 16)
-    if kind == "f16": return halves.view(F16).astype(F32)
-    return (halves.astype(U32) << np.uint32(16)).view(F32)
+    halves = np.ascontiguousarray(regs).view(np.uint16)                                # (k, 16, 16), K in order
+    if kind == "f16": return halves.view(F16).astype(F64)
+    return (halves.astype(U32) << np.uint32(16)).view(F32).astype(F64)
   bits = 8 if kind == "iu8" else 4
   per = 32 // bits
   out = np.empty(regs.shape[:2] + (16,), np.int64)
-  for j in range(n_regs):
+  for j in range(regs.shape[2]):
     for e in range(per):
       out[:, :, j * per + e] = (regs[:, :, j] >> np.uint32(bits * e)) & np.uint32((1 << bits) - 1)
   return out
+
+
+def _wmma_negate(x, lo: bool, hi: bool):
+  """NEG (even K: low halves) and NEG_HI (odd K: high halves) of one float input matrix [wave, lane, K]."""
+  if lo: x[:, :, 0::2] *= -1
+  if hi: x[:, :, 1::2] *= -1
+  return x
 
 
 def _compile_wmma(d: _Valu):
@@ -1017,43 +1034,83 @@ def _compile_wmma(d: _Valu):
   n_ab = {"f16": 8, "bf16": 8, "iu8": 4, "iu4": 2}[in_kind]
   get = d.get
   a_reg, b_reg, c_code = get("src0") - 256, get("src1") - 256, get("src2")
-  neg_lo = get("neg")
-  clamp = get("clamp")
+  neg_lo, neg_hi, clamp = get("neg"), get("neg_hi"), get("clamp")
+  hi16 = bool((get("op_sel") >> 2) & 1) and out_t in ("f16", "bf16")
+  integer = out_t == "i32"
+  if integer and (neg_lo & 4 or neg_hi):
+    raise EmulatorError(f"{name}: NEG[2] and NEG_HI must be 0 for the integer WMMA (neg_lo:[{neg_lo & 1},"
+                        f"{neg_lo >> 1 & 1},{neg_lo >> 2}] neg_hi bits {neg_hi:#x}); NEG[0]/NEG[1] mark A/B as signed")
+  if clamp and not integer: raise EmulatorError(f"{name}: clamp is not a modifier of the float WMMA")
   check_vgpr(d.vdst(), 8, d.n_vgprs)
   check_vgpr(a_reg, n_ab, d.n_vgprs)
   check_vgpr(b_reg, n_ab, d.n_vgprs)
+  const, wrong = None, None          # operands LLVM's assembler rejects are refused when the instruction runs
+  if a_reg < 0 or b_reg < 0:
+    wrong = f"{name}: A (src0) and B (src1) must be VGPRs, not operand codes {a_reg + 256}, {b_reg + 256}"
   if c_code >= 256: check_vgpr(c_code - 256, 8, d.n_vgprs)
+  else:
+    from .rdna3_state import inline_constant
+    const = inline_constant(c_code, 32, out_t in ("f16", "bf16"))
+    if const is None:
+      wrong = wrong or f"{name}: C (src2) must be 8 VGPRs or an inline constant, not operand code {c_code}"
+    elif out_t in ("f16", "bf16"): const = (const & 0xFFFF) * 0x10001      # the 16-bit constant in either half
+
+  def inputs(w, sel, base, what):
+    regs = np.stack([w.V[base + j][sel] for j in range(n_ab)], axis=2)               # (k, 32, n_ab)
+    if not np.array_equal(regs[:, :16], regs[:, 16:]):
+      wave, lane, j = (int(x) for x in np.argwhere(regs[:, :16] != regs[:, 16:])[0])
+      raise EmulatorError(f"{name}: {what} matrix: lane {lane + 16} of v{base + j} holds "
+                          f"{int(regs[wave, lane + 16, j]):#010x} but lane {lane} holds "
+                          f"{int(regs[wave, lane, j]):#010x}; in wave32 lanes 16-31 must repeat "
+                          f"the A and B data of lanes 0-15 (A[i][k] and B[k][j] are in lanes i, j and i+16, j+16)")
+    return _wmma_operand(regs[:, :16], in_kind)
 
   def run(w, sel):
-    a = _wmma_operand(w, sel, a_reg, in_kind, n_ab)
-    b = _wmma_operand(w, sel, b_reg, in_kind, n_ab)
+    if wrong: raise EmulatorError(wrong)
+    lanes = w.lanes(sel)
+    if not lanes.all():
+      wave = int(np.argmin(lanes.all(axis=1)))
+      raise EmulatorError(f"{name}: EXEC is {int(w.S[EXEC][sel][wave]):#010x} in a wave that executes it; WMMA "
+                          f"needs EXEC all ones (every lane holds part of the matrices): run it outside divergent "
+                          f"control flow, or set exec_lo to -1 around it")
+    a = inputs(w, sel, a_reg, "A")
+    b = inputs(w, sel, b_reg, "B")
     k = a.shape[0]
-    if in_kind in ("iu8", "iu4"):      # neg_lo bits 0/1 mark A/B as signed
+    if c_code >= 256: craw = np.stack([w.V[c_code - 256 + j][sel] for j in range(8)])   # (8, k, 32)
+    else: craw = np.full((8, k, 32), const, U32)
+    if hi16: craw = craw >> np.uint32(16)
+    c = np.zeros((k, 16, 16), np.int64 if integer else F64)
+    if out_t == "f32": cv = craw.view(F32)
+    elif integer: cv = craw.view(I32).astype(np.int64)
+    elif out_t == "f16": cv = (craw & np.uint32(0xFFFF)).astype(U16).view(F16)
+    else: cv = ((craw & np.uint32(0xFFFF)) << np.uint32(16)).view(F32)
+    c[:, _C_ROW, _C_COL] = np.moveaxis(cv, 1, 0)
+    if integer:
       bits = 8 if in_kind == "iu8" else 4
       if neg_lo & 1: a = np.where(a >= 1 << (bits - 1), a - (1 << bits), a)
       if neg_lo & 2: b = np.where(b >= 1 << (bits - 1), b - (1 << bits), b)
-    prod = np.matmul(a, np.swapaxes(b, 1, 2))                                          # (k, row, col)
-    if c_code >= 256:
-      craw = np.stack([w.V[c_code - 256 + j][sel] for j in range(8)])                  # (8, k, 32)
-    else:
-      from .rdna3_state import inline_constant
-      craw = np.full((8, k, 32), inline_constant(c_code, 32, out_t in ("f16", "bf16")) or 0, U32)
-    c = np.zeros((k, 16, 16), np.int64 if out_t == "i32" else F32)
-    if out_t == "f32": cv = craw.view(F32)
-    elif out_t == "i32": cv = craw.view(I32).astype(np.int64)
-    elif out_t == "f16": cv = (craw & np.uint32(0xFFFF)).astype(U16).view(F16).astype(F32)
-    else: cv = ((craw & np.uint32(0xFFFF)) << np.uint32(16)).view(F32)
-    c[:, _C_ROW, _C_COL] = np.moveaxis(cv, 1, 0)
-    dmat = prod + c
-    if out_t == "i32":
+      dmat = np.matmul(a, np.swapaxes(b, 1, 2)) + c
       dmat = np.clip(dmat, -2**31, 2**31 - 1) if clamp else dmat
       raw = dmat.astype(np.int64).astype(I32).view(U32)
-    elif out_t == "f32": raw = dmat.astype(F32).view(U32)
-    elif out_t == "f16": raw = dmat.astype(F16).view(U16).astype(U32)
-    else: raw = dmat.astype(F32).view(U32) >> np.uint32(16)
-    lanes = _active(w, sel)
+    else:
+      a = _wmma_negate(a, bool(neg_lo & 1), bool(neg_hi & 1))
+      b = _wmma_negate(b, bool(neg_lo & 2), bool(neg_hi & 2))
+      if neg_hi & 4: c = np.abs(c)
+      if neg_lo & 4: c = -c
+      terms = np.empty((17, k, 16, 16))                                                # (K, wave, row, column)
+      np.multiply(np.moveaxis(a, 2, 0)[:, :, :, None], np.moveaxis(b, 2, 0)[:, :, None, :], out=terms[:16])  # exact
+      terms[16] = c
+      dmat = rf.round_matrix_sum(rf.matrix_sum(terms), out_t)
+      if out_t == "f32": raw = dmat.view(U32)
+      elif out_t == "f16": raw = dmat.view(U16).astype(U32)
+      else: raw = dmat.astype(U32)
     for j in range(8):
-      w.write_v(d.vdst() + j, sel, raw[:, _C_ROW[j], _C_COL[j]], lanes)
+      value = raw[:, _C_ROW[j], _C_COL[j]]
+      if out_t in ("f16", "bf16"):
+        old = w.V[d.vdst() + j][sel]
+        if hi16: value = (old & np.uint32(0x0000FFFF)) | (value << np.uint32(16))
+        else: value = (old & np.uint32(0xFFFF0000)) | value
+      w.write_v(d.vdst() + j, sel, value, None)
   return run
 
 
