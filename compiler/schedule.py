@@ -7,32 +7,54 @@ from __future__ import annotations
 import math, weakref
 from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
-from .pattern import substitute
-from .rangeify import rangeify, BufferSlot, KernelSpec, CopySpec
-from .pack import pack_matmuls
-from . import codegen
-from .codegen import get_program, get_programs, drop_stale_programs
+from .rangeify import BufferSlot, CopySpec
 from .deepstack import on_deep_stack
-from . import viz as _viz   # VIZ=out.html report hook
-from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
 from baregrad.drivers import settings
 
 DEBUG = settings.DEBUG
-# tensor-graph node -> the BUFFER view that holds its value, once realized
-realized: "weakref.WeakKeyDictionary[UOp, UOp]" = weakref.WeakKeyDictionary()
-# buffer -> the realized nodes whose value lives in it or was computed from it (what a write makes stale)
-_depends: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_BUFFER, _ASSIGN, _BIND = Ops.BUFFER, Ops.ASSIGN, Ops.BIND   # (an Enum member lookup costs more than a global's)
+_VIEW = "realized_view"    # the key of a realized node's view in its __dict__ (where UOps keep derived values)
+
+
+class Realized:
+  """tensor-graph node -> the BUFFER view that holds its value, once realized. The view is kept on the node itself,
+  so it goes when the node goes, as a WeakKeyDictionary entry would, without a weakref and its callback per node."""
+  def get(self, node: UOp, default=None): return node.__dict__.get(_VIEW, default)
+  def __contains__(self, node: UOp) -> bool: return _VIEW in node.__dict__
+  def __getitem__(self, node: UOp) -> UOp: return node.__dict__[_VIEW]
+  def __setitem__(self, node: UOp, view: UOp): node.__dict__[_VIEW] = view
+  def pop(self, node: UOp, default=None): return node.__dict__.pop(_VIEW, default)
+
+
+realized = Realized()
 
 
 def remember(node: UOp, view: UOp, inputs: list) -> None:
   """Record that `node`'s value is now in `view`, computed from the buffers `inputs`. A node on several devices:
   `view` is a MULTI of one view per device (tensor/multi.py looks it up before lowering)."""
-  realized[node] = view
-  bases = []
+  node.__dict__[_VIEW] = view
+  ref = weakref.ref(node)
   for base in (view.src if view.op is Ops.MULTI else (view,)):
-    while base.op is not Ops.BUFFER: base = base.src[0]
-    bases.append(base.arg)
-  for buf in (*bases, *inputs): _depends.setdefault(buf, weakref.WeakSet()).add(node)
+    while base.op is not _BUFFER: base = base.src[0]
+    _depend(base.arg, ref)
+  for buf in inputs: _depend(buf, ref)
+
+
+class Dependents(list):
+  """`Buffer.dependents` (hcq): weak references to realized nodes, without callbacks, so nothing runs when a node
+  goes. The dead ones are dropped when the list reaches `limit`, which is then twice what is left (from 64)."""
+  __slots__ = ("limit",)
+
+
+def _depend(buf, ref: weakref.ref) -> None:
+  refs = buf.dependents
+  if refs is None:
+    refs = buf.dependents = Dependents()
+    refs.limit = 64
+  refs.append(ref)
+  if len(refs) >= refs.limit:
+    refs[:] = [r for r in refs if r() is not None]
+    refs.limit = max(64, 2 * len(refs))
 
 
 def forget(buf) -> None:
@@ -40,8 +62,10 @@ def forget(buf) -> None:
   already ran stay recorded: a graph that still holds one must not run it again."""
   # `inputs` in remember() come from the graph before realized parts were replaced by their buffers, so a result
   # computed from another cached result is indexed under that one's inputs too: one level is enough
-  for node in list(_depends.pop(buf, ())):
-    if node.op is not Ops.ASSIGN: realized.pop(node, None)
+  refs, buf.dependents = buf.dependents, None
+  for ref in refs or ():
+    node = ref()
+    if node is not None and node.op is not Ops.ASSIGN: node.__dict__.pop(_VIEW, None)
 stats = {"schedules_built": 0, "schedule_cache_hits": 0}
 
 
@@ -53,57 +77,94 @@ class Plan:
   outputs: list          # ref per sink source
 
 
+# (slot index, size, dtype, device, node dtype) -> the slot's BUFFER UOp: making one hashes a BufferSlot each time
+_slot_uops: dict[tuple, UOp] = {}
+
+
 def normalize(sink: UOp):
-  """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals)."""
-  buffers, var_vals, mapping = [], {}, {}
-  outputs = set(sink.src)
-  order = sink.toposort()
+  """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals).
+  `buffers` lists every realized buffer the graph reaches, in the order of `sink.toposort()` (slot i is
+  buffers[i]), those under a node realized before included: they are what the result is computed from."""
+  outs, buffers, var_vals = normalize_outputs(list(sink.src), sink.toposort()[:-1])
+  return UOp.sink(*outs), buffers, var_vals
+
+
+def normalize_outputs(outs: list[UOp], order: list[UOp]):
+  """normalize() of UOp.sink(*outs) without making that sink: `order` is its toposort less the sink itself. One
+  walk in that order maps each node to its normalized form (the substitution is done as it goes)."""
+  buffers, var_vals, slots = [], {}, {}
+  outputs = set(outs)
+  done: dict[UOp, UOp] = {}
+  mapped = done.__getitem__
   for n in order:
-    if n in mapping: continue
+    op = n.op
+    if op is _BUFFER and n in slots: done[n] = slots[n]; continue   # under a realized view seen before
     # an output gets a buffer of its own even when an identical graph was realized before (an assign to one
     # must not change the other); assigns that already ran are never run again
-    view = realized.get(n) if n not in outputs or n.op is Ops.ASSIGN else None
-    if view is not None and view is not n:
-      n_map = normalize_leaf(view, buffers, mapping)
-      mapping[n] = n_map
-    elif n.op is Ops.BUFFER and not isinstance(n.arg, BufferSlot):
-      normalize_leaf(n, buffers, mapping)
-    elif n.op is Ops.BIND:
+    view = n.__dict__.get(_VIEW) if op is _ASSIGN or n not in outputs else None
+    if view is not None and view is not n: done[n] = normalize_leaf(view, buffers, slots)
+    elif op is _BUFFER: done[n] = n if isinstance(n.arg, BufferSlot) else normalize_leaf(n, buffers, slots)
+    elif op is _BIND:
       var, val = n.src[0], n.src[1].arg
       if not var.arg[1] <= val <= var.arg[2]:
         raise ValueError(f"variable {var.arg[0]}={val} is outside its range [{var.arg[1]}, {var.arg[2]}]")
       var_vals[var.arg[0]] = val
-      mapping[n] = var
-  if not mapping: return sink, buffers, var_vals
-  return substitute(sink, mapping, order), buffers, var_vals
+      done[n] = var
+    else:
+      src = tuple(map(mapped, n.src))
+      done[n] = n if src == n.src else UOp(op, n.dtype, src, n.arg)   # (== compares the sources by identity)
+  return [done[o] for o in outs], buffers, var_vals
 
 
-def normalize_leaf(view: UOp, buffers: list, mapping: dict) -> UOp:
-  """Map the BUFFER under a realized view to a slot; return the view rebuilt on the slot."""
+def normalize_leaf(view: UOp, buffers: list, slots: dict) -> UOp:
+  """Map the BUFFER under a realized view to a slot (one per BUFFER: `slots`); return the view rebuilt on it."""
   chain = []
   node = view
-  while node.op is not Ops.BUFFER:
+  while node.op is not _BUFFER:
     chain.append(node); node = node.src[0]
-  if node not in mapping:
+  out = slots.get(node)
+  if out is None:
     buf = node.arg
-    slot = UOp(Ops.BUFFER, node.dtype, (), BufferSlot(len(buffers), buf.size, buf.dtype, buf.device))
+    key = (len(buffers), buf.size, buf.dtype, buf.device, node.dtype)
+    out = _slot_uops.get(key)
+    if out is None:
+      if len(_slot_uops) >= 4096: _slot_uops.clear()
+      out = _slot_uops[key] = UOp(_BUFFER, node.dtype, (), BufferSlot(*key[:4]))
+    slots[node] = out
     buffers.append(buf)
-    mapping[node] = slot
-  out = mapping[node]
   for c in reversed(chain): out = c.replace(src=(out,))
   return out
 
 
 _plans: dict[UOp, Plan] = {}
 PLAN_CACHE = settings.PLAN_CACHE   # schedules kept for reuse (a runtime switch: tests monkeypatch it)
-codegen.program_holders.append(_plans.clear)   # plans hold programs: codegen.clear_programs() forgets them too
+
+
+def _codegen():
+  """compiler/codegen.py, imported when the first schedule is made (`import baregrad.tensor` does not load the
+  compiler's lowering, renderers and search). Plans hold programs: codegen.clear_programs() forgets them too."""
+  from . import codegen
+  if _plans_clear not in codegen.program_holders: codegen.program_holders.append(_plans_clear)
+  return codegen
+
+
+def _plans_clear(): _plans.clear()
+
+
+def get_programs(specs: list) -> list:
+  """codegen.get_programs (tests wrap this name to see every kernel a schedule compiles)."""
+  return _codegen().get_programs(specs)
 
 
 def build_plan(sink: UOp) -> Plan:
+  from .rangeify import rangeify
+  from .pack import pack_matmuls
+  from . import viz   # VIZ=out.html report hook
+  from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
   stats["schedules_built"] += 1
-  if codegen.OPT: sink = pack_matmuls(sink)   # device-specific layouts: large CPU matmuls pack their right operand
+  if _codegen().OPT: sink = pack_matmuls(sink)   # device-specific layouts: large CPU matmuls pack their right operand
   sched = rangeify(sink, lambda n: n.device)
-  if _viz.VIZ: _viz.viz_event("schedule", sink=sink, schedule=sched)
+  if viz.VIZ: viz.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}
   new_buffers = []
   for m in sched.materialized:
@@ -141,13 +202,20 @@ def build_plan(sink: UOp) -> Plan:
 
 
 def create_schedule(outs: list[UOp]):
-  """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from). A schedule not
-  in the cache is built on the compiler's deep-stack thread (compiler/deepstack.py): deep graphs recurse deeply."""
-  from baregrad.hcq.buffer import Buffer
-  from baregrad.hcq.runtime import ExecItem
-  try: sink, buffers, var_vals = normalize(UOp.sink(*outs))
-  except RecursionError: sink, buffers, var_vals = on_deep_stack(normalize, UOp.sink(*outs))
-  drop_stale_programs()
+  """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from, each output's
+  shape: the normalized output's, which the cached plan keeps, so a new graph's nodes need not work it out). A
+  schedule not in the cache is built on the compiler's deep-stack thread (compiler/deepstack.py): deep graphs
+  recurse deeply."""
+  global _device_epoch
+  Device, Buffer, ExecItem = _runtime or _import_runtime()
+  # the toposort of one output is its sink's less the sink (a sink of several: see UOp.toposort)
+  order = outs[0].toposort() if len(outs) == 1 else UOp.sink(*outs).toposort()[:-1]
+  try: outs, buffers, var_vals = normalize_outputs(outs, order)
+  except RecursionError: outs, buffers, var_vals = on_deep_stack(normalize_outputs, outs, order)
+  sink = UOp.sink(*outs)
+  if Device.epoch != _device_epoch:    # a device was closed: the programs loaded on it are stale
+    _codegen().drop_stale_programs()
+    _device_epoch = Device.epoch
   plan = _plans.pop(sink, None)
   if plan is None:
     plan = on_deep_stack(build_plan, sink)
@@ -157,6 +225,17 @@ def create_schedule(outs: list[UOp]):
   new = [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
   def get(r): return buffers[r[1]] if r[0] == "in" else new[r[1]]
   items = [ExecItem(prog, [get(r) for r in refs], var_vals, meta) for prog, refs, meta in plan.steps]
-  return items, [get(r) for r in plan.outputs], buffers
+  return items, [get(r) for r in plan.outputs], buffers, [o.shape for o in outs]
 
 
+_runtime: tuple | None = None    # (Device, Buffer, ExecItem) of hcq, imported on first use
+_device_epoch: int | None = None  # Device.epoch when drop_stale_programs() last ran here
+
+
+def _import_runtime() -> tuple:
+  global _runtime
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.buffer import Buffer
+  from baregrad.hcq.exec_item import ExecItem
+  _runtime = (Device, Buffer, ExecItem)
+  return _runtime

@@ -1,13 +1,14 @@
 """Device memory: a Buffer (lazily allocated, typed elements) on a device; its memory comes from the device's
 allocator (hcq/allocator.py) and goes back to it when the Buffer is unreferenced."""
 from __future__ import annotations
-import weakref
+import sys
 from .device import Device
 
 
 class Buffer:
   """`size` elements of `dtype` on `device`; memory is taken on first use and given back when unreferenced."""
   serial = 0      # creation counter: the JIT tells buffers made during a capture from older ones
+  _mem = None     # (before __init__ sets it: __del__ of a Buffer whose __init__ raised)
 
   def __init__(self, device: str, size: int, dtype, preallocate: bool = False, base: "Buffer | None" = None,
                offset: int = 0):
@@ -17,7 +18,9 @@ class Buffer:
     self.serial = Buffer.serial
     self._mem = None
     self._dev = None          # the Device that allocated the memory
-    self._finalizer = None
+    # weak references to the realized graph nodes whose value lives here or was computed from this buffer: what a
+    # write makes stale (kept by compiler/schedule.py; None: none yet)
+    self.dependents: list | None = None
     self.base, self.offset = base, offset     # a view: `nbytes` at `offset` inside `base` (e.g. a JIT arena)
     if base is not None and offset + self.nbytes > base.nbytes:
       raise ValueError(f"buffer view [{offset}, {offset + self.nbytes}) exceeds its base of {base.nbytes} bytes")
@@ -34,14 +37,17 @@ class Buffer:
       dev = Device.get(self.device)
       self._mem = dev.allocator.alloc(self.nbytes)
       self._dev = dev
-      self._finalizer = weakref.finalize(self, _release, dev, self._mem, self.nbytes)
-      self._finalizer.atexit = False    # at exit a queue may still use it (the OS takes it back)
     return self
+
+  def __del__(self, finalizing=sys.is_finalizing):
+    # the memory goes back to the allocator when the last reference goes; not at interpreter exit, where a queue
+    # may still use it (the OS takes it back)
+    if self._mem is not None and not finalizing(): _release(self._dev, self._mem, self.nbytes)
 
   @property
   def addr(self) -> int:
     if self.base is not None: return self.base.addr + self.offset
-    self.ensure_allocated()
+    if self._mem is None: self.ensure_allocated()
     if self._dev.forked_from is not None: raise ForkedDeviceError(self._forked_message())
     return self._mem.addr
 

@@ -1,14 +1,14 @@
 """The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
 from __future__ import annotations
-import atexit, os, importlib, mmap, sys, weakref
+import atexit, functools, os, importlib, mmap, struct, sys, weakref
+from typing import TYPE_CHECKING
 from .allocator import LRUAllocator
-from .driver import Driver
+if TYPE_CHECKING: from .driver import Driver   # (the protocol, for annotations: its module loads with the drivers)
 from .signal import Signal, SignalPool
-from .queue import HWQueue
+from .queue import HWQueue, describe as describe_commands
 from .lock import RuntimeLock
 from . import hooks             # CAPTURE=/PROFILE= (hcq/trace.py installs them)
 from baregrad.drivers import settings
-from baregrad.drivers import kernel as kernel_mod
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
@@ -56,12 +56,15 @@ class Device:
 
   @classmethod
   def get(cls, name: str) -> "Device":
+    dev = cls._open.get(name) if type(name) is str else None   # keys are canonical: a Buffer's name needs no more
+    if dev is not None: return dev
     name = canonical(name)
     dev = cls._open.get(name)
     if dev is None:
       kind = kind_of(name)
       module, what = DRIVERS[kind]
       if module is None: raise RuntimeError(f"device {name} is not available: {what}")
+      from baregrad.drivers import kernel as kernel_mod     # (cffi: imported when a device is opened)
       if name != kind and kind not in HOST_KINDS and not kernel_mod.emulated():
         raise RuntimeError(f"device {name}: this build opens only the first {kind} GPU of the machine ({kind}); with "
                            f"EMU=1 every {kind}:i is an emulated GPU of its own")
@@ -81,7 +84,8 @@ class Device:
     self.shared_pools: dict[tuple, SignalPool] = {}    # other devices -> signals in memory they map too
     self.timeline = Signal(self, "timeline")
     self.timeline_value = 0
-    self.last_command: str | None = None
+    self.timeline_submitted = 0   # the timeline values taken so far that went to the device (HWQueue.submit)
+    self.last_submitted: tuple | None = None   # (queue kind, its last commands): see last_command
     self.kernargs = KernargArena(self)
     self._retired: list[tuple[int, object, object]] = []   # (timeline value, object, release fn) kept until done
     # ---- work of other devices on this device's memory (hcq/transfer.py: copies between devices) ----
@@ -91,6 +95,13 @@ class Device:
     self.pending_waits: list[tuple[Signal, int]] = []
     self.peer_maps: dict[tuple[str, int], tuple[object, int]] = {}   # (owner, address) -> (handle, bytes) mapped here
     self.exported: dict[int, list] = {}    # address of an allocation of ours -> the devices that mapped it (map_peer)
+
+  @property
+  def last_command(self) -> str | None:
+    """What was submitted last, in words (hang and fault reports): its queue and that queue's last commands."""
+    if self.last_submitted is None: return None
+    kind, cmds = self.last_submitted
+    return f"{kind} queue: {describe_commands(cmds)}"
 
   def retire(self, obj, release=None):
     """Keep `obj` (a program's code) alive until the work queued so far has finished, then drop it and call
@@ -255,9 +266,16 @@ class KernargArena:
       self.dev.synchronize()
       self.offset = 0
     addr = self.mem.addr + self.offset
-    self.view[self.offset:self.offset + 8 * len(words)] = b"".join((w & (2**64 - 1)).to_bytes(8, "little") for w in words)
+    if words:
+      pack = _words_struct(len(words)).pack_into
+      try: pack(self.view, self.offset, *words)
+      except struct.error: pack(self.view, self.offset, *[w & 0xFFFF_FFFF_FFFF_FFFF for w in words])   # negative
     self.offset += (n + 63) // 64 * 64
     return addr
+
+
+@functools.lru_cache(maxsize=64)
+def _words_struct(n: int) -> struct.Struct: return struct.Struct(f"<{n}Q")
 
 
 # ---- interpreter exit: queued work finishes before anything it uses is released ----

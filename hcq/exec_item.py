@@ -18,7 +18,9 @@ class ExecItem:
 
 
 def kernel_args(item: ExecItem) -> list[int]:
-  return [b.addr for b in item.bufs] + [item.var_vals[v] for v in item.program.variables]
+  args = [b.addr for b in item.bufs]
+  if item.program.variables: args += [item.var_vals[v] for v in item.program.variables]
+  return args
 
 
 def enqueue(dev, q, item: ExecItem):

@@ -12,8 +12,8 @@ from .queue import HWQueue, Slot
 from .signal import Signal
 from .tlsf import plan_arena
 from . import hooks
-from . import trace   # noqa: F401  installs the CAPTURE=/PROFILE= hooks (hcq/hooks.py) when one is set
 from baregrad.drivers import settings
+if settings.CAPTURE or settings.PROFILE: from . import trace   # noqa: F401  installs their hooks (hcq/hooks.py)
 
 DEBUG = settings.DEBUG
 

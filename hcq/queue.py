@@ -40,13 +40,7 @@ class HWQueue:
   def memory_barrier(self):
     self.cmds.append(("barrier",)); return self
 
-  def describe(self) -> str:
-    parts = []
-    for c in self.cmds[-4:]:
-      if c[0] == "exec": parts.append(f"exec {c[1].name}")
-      elif c[0] in ("signal", "wait"): parts.append(f"{c[0]} {c[1].name} {c[2]}")
-      else: parts.append(c[0])
-    return ", ".join(parts)
+  def describe(self) -> str: return describe([brief(c) for c in self.cmds[-4:]])
 
   def bind(self, dev) -> "HWQueue":
     encoded = dev.driver.encode(self.kind, self.cmds)
@@ -55,14 +49,35 @@ class HWQueue:
 
   def submit(self, dev, var_vals: dict | None = None) -> "HWQueue":
     var_vals = var_vals or {}
-    if self.bound is None:
-      dev.driver.submit(self.kind, dev.driver.encode(self.kind, self.cmds).resolved(var_vals))
-    else:
-      handle, patches, last = self.bound
-      patch = []
-      for k, (i, part) in enumerate(patches):
-        v = part.resolve(var_vals)
-        if v != last[k]: patch.append((i, v)); last[k] = v
-      dev.driver.submit_bound(self.kind, handle, patch)
-    dev.last_command = f"{self.kind} queue: {self.describe()}"
+    try:
+      if self.bound is None:
+        dev.driver.submit(self.kind, dev.driver.encode(self.kind, self.cmds).resolved(var_vals))
+      else:
+        handle, patches, last = self.bound
+        patch = []
+        for k, (i, part) in enumerate(patches):
+          v = part.resolve(var_vals)
+          if v != last[k]: patch.append((i, v)); last[k] = v
+        dev.driver.submit_bound(self.kind, handle, patch)
+    except BaseException:
+      # nothing of this queue reached the device: the timeline values taken for it will never be signalled, and a
+      # later synchronize must not wait for them
+      dev.timeline_value = dev.timeline_submitted
+      raise
+    dev.timeline_submitted = dev.timeline_value
+    # the last commands, for hang and fault reports (Device.last_command words them only when one is made)
+    dev.last_submitted = (self.kind, [brief(c) for c in self.cmds[-4:]])
     return self
+
+
+def brief(cmd: tuple) -> tuple:
+  """What a report says of a command, without holding its objects (a program must unload when its last user goes)."""
+  op = cmd[0]
+  if op == "exec": return (op, cmd[1].name)
+  if op == "signal" or op == "wait": return (op, cmd[1].name, cmd[2])
+  return (op,)
+
+
+def describe(briefs: list[tuple]) -> str:
+  """Commands (their `brief`s) in words."""
+  return ", ".join(" ".join(map(str, b)) for b in briefs)

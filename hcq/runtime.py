@@ -4,9 +4,9 @@ import time
 from .device import Device, device_ns
 from .exec_item import ExecItem, kernel_args, enqueue as _enqueue   # ExecItem, kernel_args: imported from here too
 from .signal import Signal
-from . import hooks, transfer
-from . import trace   # noqa: F401  installs the CAPTURE=/PROFILE= hooks (hcq/hooks.py) when one is set
+from . import hooks
 from baregrad.drivers import settings
+if settings.CAPTURE or settings.PROFILE: from . import trace   # noqa: F401  installs their hooks (hcq/hooks.py)
 
 DEBUG = settings.DEBUG
 
@@ -33,6 +33,7 @@ def _run_schedule(items: list[ExecItem], sync: bool):
     for b in item.bufs: b.ensure_allocated()
     if item.program is None and item.bufs[0].device != item.bufs[1].device:
       flush()
+      from . import transfer        # (imported on the first copy between devices)
       transfer.copy(*item.bufs)     # ordered by signals (hcq/transfer.py); the host does not wait here
       continue
     dev = Device.get(item.bufs[0].device)
@@ -49,6 +50,7 @@ def _run_timed(items: list[ExecItem]):
   for item in items:
     for b in item.bufs: b.ensure_allocated()
     if item.program is None and item.bufs[0].device != item.bufs[1].device:
+      from . import transfer
       src, dst = Device.get(item.bufs[1].device), Device.get(item.bufs[0].device)
       start = time.perf_counter()
       transfer.copy(*item.bufs)

@@ -3,6 +3,9 @@ from __future__ import annotations
 import struct, time
 
 
+_U64 = struct.Struct("<Q")
+
+
 class SignalTimeout(TimeoutError):
   pass
 
@@ -19,12 +22,12 @@ class Signal:
     self.value = value
 
   @property
-  def value(self) -> int: return struct.unpack_from("<Q", self._view, 0)[0]
+  def value(self) -> int: return _U64.unpack_from(self._view, 0)[0]
   @value.setter
-  def value(self, v: int): struct.pack_into("<Q", self._view, 0, v & (2**64 - 1))
+  def value(self, v: int): _U64.pack_into(self._view, 0, v & (2**64 - 1))
 
   @property
-  def timestamp(self) -> int: return struct.unpack_from("<Q", self._view, 8)[0]
+  def timestamp(self) -> int: return _U64.unpack_from(self._view, 8)[0]
   @property
   def timestamp_addr(self) -> int: return self.addr + 8
 

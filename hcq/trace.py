@@ -4,8 +4,8 @@
     PROFILE=out.json  time every ExecItem with queue timestamps; write a Chrome trace at exit (Profiler below)
 
 When CAPTURE or PROFILE is set, importing this module installs the `on_*` functions below as the runtime's hooks
-(hcq/hooks.py: the runtime's hot paths test one flag there); hcq/runtime.py and hcq/graph.py import it. The compiler
-tests `VIZ`. Nothing else runs when they are unset.
+(hcq/hooks.py: the runtime's hot paths test one flag there); hcq/runtime.py and hcq/graph.py import it then. The
+compiler tests `VIZ`. Nothing else runs when they are unset (and this module is not imported).
 """
 from __future__ import annotations
 import atexit, json, os, sys, time

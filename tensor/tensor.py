@@ -17,8 +17,10 @@ from .spatial import SpatialOps
 from .losses import LossOps
 from .autograd import gradients
 from . import multi as _multi
+from .device_dtypes import require_float64
 
 Scalar = (int, float, bool, np.integer, np.floating, np.bool_)
+_COMPARISONS = (Ops.CMPLT, Ops.CMPNE)
 SPLIT_REDUCE = settings.SPLIT_REDUCE   # reductions this long into <= 64 outputs split in two
 SPLIT_GROUPS = 256
 
@@ -139,6 +141,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if isinstance(dev, tuple):
       return Tensor(_multi.multi_uop([Tensor.empty(*shape, dtype=dt, device=d).uop for d in dev], None, None))
+    if dt == dtypes.float64: require_float64(dev, "empty")
     buf = Buffer(dev, math.prod(shape), dt)
     return Tensor(UOp(Ops.BUFFER, dt, (), buf)).reshape(shape)
 
@@ -326,14 +329,18 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       dt = promote(self.dtype, other.dtype)
     else: raise TypeError(f"unsupported operand type {type(other).__name__} for a Tensor op")
     if dtype_fn is not None: dt = dtype_fn(dt)
-    a, b = self.cast(dt), (other.cast(dt) if isinstance(other, Tensor) else Tensor(_const(other, dt, self.device)))
-    shape = Tensor._broadcast_shape(a.shape, b.shape)
-    a, b = a.expand(shape), b.expand(shape)
+    a = self if self.dtype is dt else self.cast(dt)
+    if isinstance(other, Tensor):
+      b = other if other.dtype is dt else other.cast(dt)
+      if a.shape != b.shape:
+        shape = Tensor._broadcast_shape(a.shape, b.shape)
+        a, b = a.expand(shape), b.expand(shape)
+    else: b = Tensor(_broadcast_const(other, dt, self.device, a.shape))
     return (b, a) if reverse else (a, b)
 
   def _alu(self, op: Ops, *src: Tensor, dtype: DType | None = None) -> Tensor:
-    dt = dtype or (dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else self.dtype)
-    return Tensor(UOp(op, dt, (self.uop,) + tuple(s.uop for s in src)))
+    if dtype is None: dtype = dtypes.bool if op in _COMPARISONS else self.uop.dtype
+    return Tensor(UOp(op, dtype, (self.uop, *[s.uop for s in src])))
 
   def _binop(self, op: Ops, other, reverse=False, dtype_fn=None) -> Tensor:
     a, b = self._operands(other, reverse, dtype_fn)
@@ -494,6 +501,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     dt = to_dtype(dtype)
     if dt == self.dtype: return self
     if dt in (dtypes.uint16, dtypes.uint64) and False: pass
+    if dt == dtypes.float64: require_float64(self.device, "cast to float64")
     if self.uop.op is Ops.CONST: return Tensor(_const(self.uop.arg, dt, self.device))
     return Tensor(UOp(Ops.CAST, dt, (self.uop,)))
 
@@ -503,6 +511,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       raise ValueError(f"bitcast from {self.dtype.name} ({self.dtype.itemsize} bytes) to {dt.name} ({dt.itemsize} bytes): "
                        f"item sizes must match")
     if dt == self.dtype: return self
+    if dt == dtypes.float64: require_float64(self.device, "bitcast to float64")
     if dt.is_bool or self.dtype.is_bool: raise TypeError(f"bitcast to or from bool is not supported ({self.dtype.name} -> {dt.name})")
     return Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
 
@@ -680,12 +689,12 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     pending = [t for t in tensors if not _is_realized(t.uop)]
     if pending:
       uops, lowered = _lowered(pending)
-      items, bufs, inputs = create_schedule(uops)
+      items, bufs, inputs, shapes = create_schedule(uops)
       run_schedule(items)
       views = []
-      for u, buf in zip(uops, bufs):
+      for u, buf, shape in zip(uops, bufs, shapes):
         view = UOp(Ops.BUFFER, buf.dtype, (), buf)
-        view = UOp(Ops.RESHAPE, buf.dtype, (view,), u.shape) if u.shape != (buf.size,) else view
+        view = UOp(Ops.RESHAPE, buf.dtype, (view,), shape) if shape != (buf.size,) else view
         remember(u, view, inputs)
         views.append(view)
       it = iter(views)
@@ -744,6 +753,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     shards to as many devices, or is gathered first)."""
     dev = _device_arg(device)
     if dev == self.device: return self
+    if self.dtype == dtypes.float64: require_float64(dev, "to")
     src = self.uop if isinstance(self.device, tuple) else self.contiguous().uop
     return Tensor(UOp(Ops.COPY, self.dtype, (src,), dev))
 
@@ -797,7 +807,30 @@ _grad_tensors: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDic
 
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
+  if dtype == dtypes.float64: require_float64(device, "a float64 constant")
   return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
+
+
+# A Python scalar operand broadcast to a shape, by (type, value, dtype, device, shape): an eager loop that uses the
+# same scalar finds its nodes here instead of making them again. float values are keyed by their bits (0.0 and -0.0
+# apart, nan finds itself); numpy scalars are not kept. Weak values: a node lives only while a graph uses it (a
+# realized node holds its buffer, which must go when the last tensor using it goes).
+_scalar_operands: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
+
+
+def _broadcast_const(value, dtype: DType, device, shape: tuple) -> UOp:
+  """Tensor(_const(value, dtype, device)).expand(shape), the same UOps made directly (a scalar operand)."""
+  kind = type(value)
+  key = (kind, value.hex() if kind is float else value, dtype, device, shape) if kind in (int, float, bool) else None
+  u = _scalar_operands.get(key) if key is not None else None
+  if u is not None: return u
+  u = _const(value, dtype, device)
+  if shape:
+    ones = (1,) * len(shape)
+    u = UOp(Ops.RESHAPE, dtype, (u,), ones)
+    if shape != ones: u = UOp(Ops.EXPAND, dtype, (u,), shape)
+  if key is not None: _scalar_operands[key] = u
+  return u
 
 
 def _accept_dim(fn):
@@ -846,7 +879,8 @@ def _lowered(tensors) -> tuple[list[UOp], list]:
   devices are lowered by tensor/multi.py (a tensor on several devices becomes one UOp per device, its Sharded value
   says how); a tensor on one device is None there."""
   todo = [t.uop for t in tensors if _multi.involves_several_devices(t.uop)]
-  low = dict(zip(todo, _multi.lower(todo, _reads_shifted))) if todo else {}
+  if not todo: return [t.uop for t in tensors], [None] * len(tensors)
+  low = dict(zip(todo, _multi.lower(todo, _reads_shifted)))
   uops, lowered = [], []
   for t in tensors:
     m = low.get(t.uop, t.uop)
@@ -881,6 +915,7 @@ def _from_numpy(data, dtype: DType | None, device: str) -> UOp:
       dtype = dtypes.bool if arr.dtype == np.bool_ else (dtypes.int64 if big else dtypes.default_int) if arr.dtype.kind in "iu" else \
         dtypes.default_float if arr.dtype.kind == "f" else None
       if dtype is None: raise TypeError(f"cannot make a Tensor from values of numpy kind {arr.dtype}")
+  if dtype == dtypes.float64: require_float64(device, "Tensor of float64 data (dtype=float32 converts it)")
   if dtype == dtypes.bfloat16:
     host = _np_to_bf16_bits(arr.astype(np.float32))
   else:

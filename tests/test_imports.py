@@ -1,7 +1,8 @@
 """No import cycles between the modules of one layer: every `import` of a folder's modules is read with ast
 (module level and inside functions alike: a deferred import still ties two modules together) and the graph of
-imports between modules of the same folder must have no cycle."""
-import ast
+imports between modules of the same folder must have no cycle. And `import baregrad.tensor` loads no device driver,
+emulator, kernel compiler or tool: each is imported where it is first used (checked in a fresh interpreter)."""
+import ast, json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -124,3 +125,49 @@ def test_the_checker_finds_cycles_and_deferred_imports(tmp_path):
                                              "baregrad.layer.sub.c (line 3) -> baregrad.layer.a")
   (pkg / "sub" / "c.py").write_text("thing = 1\n")
   assert find_cycles(import_graph(pkg)) == []
+
+
+# ---- what `import baregrad.tensor` loads: the Tensor API and the runtime it needs, nothing a script may never use.
+# Each of these is imported where it is first needed: a device's driver (and cffi) when the device opens, the kernel
+# compiler on the first schedule, the CAPTURE/PROFILE machinery when one is set, nn/optim/... when a user imports
+# them (`from baregrad.tensor import nn` imports the submodule). Checked in a fresh interpreter with those settings
+# unset.
+LOADED_ON_FIRST_USE = [
+  "baregrad.drivers.cpu", "baregrad.drivers.amd", "baregrad.drivers.nv", "baregrad.drivers.metal",
+  "baregrad.drivers.emu", "baregrad.drivers.kernel", "cffi", "pycparser",
+  "baregrad.compiler.codegen", "baregrad.compiler.render_c", "baregrad.compiler.render_amd",
+  "baregrad.compiler.render_ptx", "baregrad.compiler.render_msl", "baregrad.compiler.search", "baregrad.compiler.viz",
+  "baregrad.hcq.trace", "baregrad.hcq.capture", "baregrad.hcq.transfer", "baregrad.hcq.graph",
+  "baregrad.tensor.nn", "baregrad.tensor.optim", "baregrad.tensor.jit", "baregrad.tensor.safetensors",
+  "baregrad.tensor.datasets", "baregrad.tools",
+]
+
+IMPORT_CHILD = r"""
+import json, sys
+import baregrad.tensor
+after_import = sorted(sys.modules)
+from baregrad.tensor import Tensor, nn, optim, dtypes
+import numpy as np
+out = (Tensor(np.arange(4, dtype=np.float32)) * 2 + 1).numpy()
+print(json.dumps({"after_import": after_import, "after_use": sorted(sys.modules), "out": out.tolist(),
+                  "nn": hasattr(nn, "Linear"), "optim": hasattr(optim, "SGD")}))
+"""
+
+
+def loaded(modules: list[str], names: list[str]) -> list[str]:
+  """The modules in `modules` that are one of `names` or inside one of them (a package)."""
+  return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_import_tensor_loads_no_driver_compiler_or_tool():
+  env = {k: v for k, v in os.environ.items() if k not in ("CAPTURE", "PROFILE", "VIZ", "TRACE_IOCTL", "EMU", "DEV")}
+  res = subprocess.run([sys.executable, "-c", IMPORT_CHILD], env=env, capture_output=True, text=True, timeout=120)
+  assert res.returncode == 0, res.stderr
+  got = json.loads(res.stdout.strip().splitlines()[-1])
+  early = loaded(got["after_import"], LOADED_ON_FIRST_USE)
+  assert not early, (f"`import baregrad.tensor` imports {early}: import them where they are first used (inside the "
+                     "function that needs them, or a module-level __getattr__)")
+  # the same check sees them once they are used: the CPU device opened, a kernel compiled, nn/optim imported
+  assert got["out"] == [1.0, 3.0, 5.0, 7.0] and got["nn"] and got["optim"]
+  for name in ("baregrad.drivers.cpu", "cffi", "baregrad.compiler.codegen", "baregrad.tensor.nn", "baregrad.tensor.optim"):
+    assert loaded(got["after_use"], [name]), f"{name} is not among the modules loaded after use"

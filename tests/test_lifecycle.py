@@ -276,3 +276,20 @@ def test_signal_slot_not_reused_while_a_queued_command_writes_it():
   futex_wake(gate.addr)
   dev.synchronize()
   assert new.value == 0
+
+
+def test_a_failed_submit_leaves_no_timeline_value_to_wait_for(monkeypatch):
+  """A submit that raises (a driver refusing a launch) sent nothing: synchronize afterwards returns at once instead of
+  waiting (30 s, then a timeout) for the timeline value taken for it, and the device keeps working."""
+  import time
+  from baregrad.hcq.device import Device
+  dev = Device.get("CPU")
+  x = Tensor(np.arange(8, dtype=np.float32)).realize()
+  def refuse(kind, encoded): raise RuntimeError("the driver refuses this submit")
+  monkeypatch.setattr(dev.driver, "submit", refuse)
+  with pytest.raises(RuntimeError, match="refuses"): (x * 3 + 1).realize()
+  monkeypatch.undo()
+  t = time.perf_counter()
+  dev.synchronize(timeout=5)
+  assert time.perf_counter() - t < 1
+  np.testing.assert_array_equal((x * 2).numpy(), np.arange(8, dtype=np.float32) * 2)

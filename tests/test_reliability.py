@@ -62,11 +62,20 @@ def test_no_leaks_over_many_tensors():
   def work():
     y = Tensor(np.random.rand(1000).astype(np.float32))
     return ((y * x + 3).sum() + (y - x).max()).numpy()
-  for _ in range(5): work()
+  # bounded caches (schedules, scalar operands, dependents lists, the allocator's) fill up first: until 100 more
+  # steps change nothing (a leak never gets there: the 20 tries run out and the check below fails)
+  before = _resources()
+  for _ in range(20):
+    for _ in range(100): work()
+    now = _resources()
+    if now == before: break
+    before = now
   before = _resources()
   for _ in range(300): work()
   after = _resources()
-  assert after == before, f"threads, fds, mappings: {before} -> {after}"
+  # threads and fds exactly; mappings within 2: /proc/self/maps also counts the C allocator splitting and merging its
+  # own regions (one line more or less), while anything kept per step would add hundreds over 300 steps
+  assert after[:2] == before[:2] and after[2] - before[2] <= 2, f"threads, fds, mappings: {before} -> {after}"
 
 
 def _rss_kb() -> int:
@@ -274,7 +283,8 @@ def test_programs_and_device_memory_are_released():
   codegen.clear_programs()
   del outs
   after = counts()
-  assert after == before, f"(entries, allocations, mappings): {before} -> loaded {loaded} -> after {after}"
+  # nothing more than before (fewer is a cache letting go of something an earlier test left in it)
+  assert all(a <= b for a, b in zip(after, before)), f"(entries, allocations, mappings): {before} -> loaded {loaded} -> after {after}"
 
 
 def test_program_cache_is_bounded(monkeypatch):

@@ -8,7 +8,7 @@ from . import cc, elf
 import numpy as np
 from ..encoded import Encoded, stream
 from . import processor
-from .processor import CommandProcessor, Op, header, ProcessorFault, address_space
+from .processor import CommandProcessor, Op, PACKETS, header, ProcessorFault, address_space
 
 _ffi = cffi.FFI()
 # -fwrapv: integer overflow wraps, as on every GPU and in numpy. -ffp-contract=off: a*b+c is two roundings, as numpy
@@ -20,6 +20,11 @@ KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv", "-ffp-contract=off")
 # register allocator grow faster than linearly there. clang 19 -O3, 500-term chain (18,900 lines): 5.0 s -> 3.4 s.
 # gcc gets per-function optimize attributes from the renderer instead (compiler/render_c.py, kernel_attributes).
 HUGE_KERNEL_LINES = 2048
+
+
+# the header word of each packet (its size from processor.PACKETS: the header + its operands)
+_EXEC, _EXEC_MT, _COPY, _SIGNAL, _WAIT, _TIMESTAMP, _BARRIER = (header(op, 1 + len(PACKETS[op])) for op in (
+  Op.EXEC, Op.EXEC_MT, Op.COPY, Op.SIGNAL, Op.WAIT, Op.TIMESTAMP, Op.BARRIER))
 
 
 @dataclass(eq=False)
@@ -103,15 +108,13 @@ class CPUDriver:
       op = cmd[0]
       if op == "exec":
         threads = cmd[1].meta.get("threads", 1)
-        ops = (Op.EXEC, cmd[1].entry, cmd[2]) if threads == 1 else (Op.EXEC_MT, cmd[1].entry, cmd[2], threads)
-      elif op == "copy": ops = (Op.COPY, cmd[1], cmd[2], cmd[3])
-      elif op == "signal": ops = (Op.SIGNAL, cmd[1].addr, cmd[2])
-      elif op == "wait": ops = (Op.WAIT, cmd[1].addr, cmd[2])
-      elif op == "timestamp": ops = (Op.TIMESTAMP, cmd[1].timestamp_addr)
-      elif op == "barrier": ops = (Op.BARRIER,)
+        words += (_EXEC, cmd[1].entry, cmd[2]) if threads == 1 else (_EXEC_MT, cmd[1].entry, cmd[2], threads)
+      elif op == "signal": words += (_SIGNAL, cmd[1].addr, cmd[2])
+      elif op == "wait": words += (_WAIT, cmd[1].addr, cmd[2])
+      elif op == "copy": words += (_COPY, cmd[1], cmd[2], cmd[3])
+      elif op == "timestamp": words += (_TIMESTAMP, cmd[1].timestamp_addr)
+      elif op == "barrier": words.append(_BARRIER)
       else: raise ValueError(f"CPU queue: unknown command {op!r}")
-      words.append(header(ops[0], len(ops)))
-      words.extend(ops[1:])
     return stream(words, 64)
 
   def submit(self, kind: str, encoded: Encoded):

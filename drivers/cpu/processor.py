@@ -284,23 +284,25 @@ class CommandProcessor:
     """Write whole packets (a list of uint64 words, one or more packets) and ring the doorbell.
     A packet never straddles the end of the ring: a NOP pads to the end first. Blocks while the ring is full."""
     if not isinstance(words, list): words = list(words)
-    sizes, i = [], 0
-    while i < len(words):
+    total, ring_words, sizes, i = len(words), self.ring_words, [], 0
+    while i < total:
       n = int(words[i]) >> 16
       if n == 0: raise ValueError(f"packet at word {i} has nwords=0 (header 0x{int(words[i]):x})")
-      if i + n > len(words): raise ValueError(f"packet at word {i} needs {n} words, only {len(words) - i} given")
-      if n > self.ring_words: raise ValueError(f"packet of {n} words does not fit the ring of {self.ring_words} words")
+      if i + n > total: raise ValueError(f"packet at word {i} needs {n} words, only {total - i} given")
+      if n > ring_words: raise ValueError(f"packet of {n} words does not fit the ring of {ring_words} words")
       sizes.append(n)
       i += n
+    ctl = self._ctl
     with self._lock:
-      if self._ctl.fault or self._ctl.stop or self.stopped: self._check()
-      at = self._wptr & (self.ring_words - 1)
-      if at + len(words) <= self.ring_words and self._wptr + len(words) - self._ctl.rptr <= self.ring_words:
-        self._ring[at:at + len(words)] = words  # common case: no wrap, room for all
-        self._wptr += len(words)
+      if ctl.fault or ctl.stop or self.stopped: self._check()
+      wptr = self._wptr
+      at = wptr & (ring_words - 1)
+      if at + total <= ring_words and wptr + total - ctl.rptr <= ring_words:
+        self._ring[at:at + total] = words  # common case: no wrap, room for all
+        self._wptr = wptr + total
       else:
         self._write_slow(words, sizes)
-      self._w.host_doorbell(self._ctl, self._wptr, self._w.libc)
+      self._w.host_doorbell(ctl, self._wptr, self._w.libc)
 
   def _write_slow(self, words: list, sizes: list[int]) -> None:
     """Packet by packet: NOP padding at the end of the ring, waits for room (publishing what is written first)."""

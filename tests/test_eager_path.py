@@ -1,0 +1,62 @@
+"""The eager path's caches give the results an uncached run would: a schedule reused for the same graph structure on
+other data, scalar operands kept between ops, the realized results a write makes stale. Values against numpy."""
+import math
+import numpy as np
+from baregrad.tensor import Tensor
+from baregrad.hcq.device import Device
+from baregrad.compiler import schedule
+
+
+def test_same_structure_on_new_data_reuses_the_schedule():
+  rng = np.random.default_rng(0)
+  xn, yn = rng.standard_normal(16).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+  (Tensor(xn) * Tensor(yn) + 1.0).numpy()
+  built, hits = schedule.stats["schedules_built"], schedule.stats["schedule_cache_hits"]
+  for i in range(5):
+    a, b = rng.standard_normal(16).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    np.testing.assert_array_equal((Tensor(a) * Tensor(b) + 1.0).numpy(), a * b + np.float32(1.0))
+  assert schedule.stats["schedules_built"] == built and schedule.stats["schedule_cache_hits"] == hits + 5
+  # another shape is another schedule
+  a = rng.standard_normal(17).astype(np.float32)
+  np.testing.assert_array_equal((Tensor(a) * Tensor(a) + 1.0).numpy(), a * a + np.float32(1.0))
+  assert schedule.stats["schedules_built"] == built + 1
+
+
+def test_scalar_operands_keep_their_value_bits():
+  """0.0 and -0.0 compare equal and hash alike, nan equals nothing, True == 1 == 1.0: the scalar operand kept
+  between ops must still be the one asked for (bit-exact float32, as numpy computes it)."""
+  xn = np.array([1.0, -2.0, 0.0, 3.5], np.float32)
+  x = Tensor(xn)
+  for v in (0.0, -0.0, 0.0, math.nan, -0.0, 1, True, 1.0, 2, np.float32(-0.0), 0.0):
+    got = (x * v).numpy()
+    want = xn * np.float32(v)
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), (v, got, want)
+  for v in (-0.0, 0.0):   # on another shape, the same values
+    got = (Tensor(np.ones((2, 3), np.float32)) + v).numpy()
+    assert got.shape == (2, 3) and np.all(got == 1.0)
+  assert (Tensor(np.array([1, 2], np.int32)) + True).numpy().tolist() == [2, 3]
+
+
+def test_a_write_makes_every_live_result_computed_from_the_buffer_stale():
+  """Results realized from x and still used by a pending graph are recomputed after x is written, however many
+  results (live or gone) were recorded against x's buffer."""
+  x = Tensor(np.arange(8, dtype=np.float32))
+  kept = []
+  for k in range(150):
+    m = x * Tensor(np.full(8, k, np.float32))   # (one structure: compiled once)
+    pending = m + 1.0          # holds m's graph node: its realized value stays recorded while this lives
+    m.realize()
+    if k % 3 == 0: kept.append((k, pending))
+  x.assign(Tensor(np.full(8, 2.0, np.float32))).realize()
+  for k, pending in kept:
+    np.testing.assert_array_equal(pending.numpy(), np.full(8, 2.0 * k + 1.0, np.float32))
+
+
+def test_last_command_names_the_last_kernel():
+  """Hang and fault reports say what was submitted last."""
+  x = Tensor(np.arange(4, dtype=np.float32))
+  y = x * 3.0 + 2.0
+  name = y.schedule()[0].name
+  y.realize()
+  dev = Device.get(x.device)
+  assert dev.last_command == f"compute queue: exec {name}, signal timeline {dev.timeline_value}"
