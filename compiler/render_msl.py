@@ -6,7 +6,10 @@ constant long& var0 [[buffer(n)]], ..., uint3 gid [[thread_position_in_grid]])`:
 ones `device`, the others `const device`), then the DEFINE_VAR values sorted by name, bound by setBytes (or, from an
 indirect command buffer, from a buffer of variables). Each thread computes one element of the global loops: codegen's
 `to_threads` replaced them by the SPECIAL "gidx" (the thread's position in the grid) and gated the memory accesses of
-threads past the end.
+threads past the end. A kernel mapped to workgroups (ir: SPECIAL gid0..2 / lid0..2) reads
+`uint3 bid [[threadgroup_position_in_grid]]` and `uint3 lid [[thread_position_in_threadgroup]]` instead; its
+DEFINE_LOCALs are `threadgroup T local<id>[count];` arrays of the kernel's scope, indexed like buffers, and a BARRIER
+is `threadgroup_barrier(mem_flags::mem_threadgroup)` (MSL spec 4.4, 5.2.3.6, 6.9.1).
 
 What MSL lacks was lowered before (compiler/lower.py, keyed by `native_ops`), so the ops left map to C++ operators
 and the metal_stdlib functions of MSL spec section 6.5 (`OPS`), in their precise:: forms as fast math is off (sin is
@@ -33,9 +36,12 @@ OPS = {Ops.NEG: "(-{0})", Ops.RECIP: "(1.0f/{0})", Ops.SQRT: "precise::sqrt({0})
        Ops.MAX: "({0}>{1}?{0}:{1})", Ops.IDIV: "({0}/{1})", Ops.MOD: "({0}%{1})", Ops.CMPLT: "({0}<{1})",
        Ops.CMPNE: "({0}!={1})", Ops.XOR: "({0}^{1})", Ops.OR: "({0}|{1})", Ops.AND: "({0}&{1})",
        Ops.SHL: "({0}<<{1})", Ops.SHR: "({0}>>{1})", Ops.WHERE: "({0}?{1}:{2})"}
-# SPECIAL thread indices -> the kernel parameter giving them (MSL 5.2.3.6: attributes for kernel function inputs)
-SPECIALS = {"gidx": ("gid", "thread_position_in_grid"), "lidx": ("lid", "thread_position_in_threadgroup"),
-            "bidx": ("bid", "threadgroup_position_in_grid")}
+# SPECIAL thread indices -> the kernel parameter (a uint3) giving them and its component (MSL spec 5.2.3.6: attributes
+# for kernel function inputs): gid0..2 the threadgroup's position in the grid, lid0..2 the thread's in its threadgroup
+SPECIALS = {"gidx": ("gid", "thread_position_in_grid", "x"), "lidx": ("lid", "thread_position_in_threadgroup", "x"),
+            "bidx": ("bid", "threadgroup_position_in_grid", "x"),
+            **{f"gid{i}": ("bid", "threadgroup_position_in_grid", c) for i, c in enumerate("xyz")},
+            **{f"lid{i}": ("lid", "thread_position_in_threadgroup", c) for i, c in enumerate("xyz")}}
 
 
 def msl_type(dt: DType) -> str:
@@ -63,12 +69,13 @@ def literal(value, dt: DType) -> str:
 
 class MSLRenderer:
   device = "METAL"
-  threads = True                          # codegen maps the global loops to SPECIAL "gidx"
+  threads = True                          # codegen maps the global loops to thread ids (SPECIALs)
+  workgroups = True                       # and optimizes them with the GPU opts (compiler/gpu.py)
   # exp2/log2 are decomposed (float32 polynomials, as on every GPU), so are the NaN-propagating max and fmod; sin is
   # precise::sin, as the decomposition reduces its argument in float64, which Metal lacks; float16/bfloat16 are
   # emulated in float (storage bits in a ushort)
   native_ops = Native(float_ops=frozenset({Ops.FLOOR, Ops.FDIV, Ops.SIN}),
-                      dtypes=frozenset(dtypes.all()) - {dtypes.float16, dtypes.bfloat16})
+                      dtypes=frozenset(dtypes.all()) - {dtypes.float16, dtypes.bfloat16, dtypes.float64})
 
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
     names: dict[UOp, str] = {}
@@ -89,11 +96,14 @@ class MSLRenderer:
     for j, v in enumerate(variables):
       args.append(f"constant long& var{j} [[buffer({n_params + j})]]")
       names[v] = f"var{j}"
-    used = {u.arg[0] for u in program if u.op is Ops.SPECIAL} | {"gidx"}
-    for special, (pname, attribute) in SPECIALS.items():
-      if special in used: args.append(f"uint3 {pname} [[{attribute}]]")
+    used = {u.arg[0] for u in program if u.op is Ops.SPECIAL} or {"gidx"}
     if unknown := used - set(SPECIALS):
       raise NotImplementedError(f"MSL renderer: unknown SPECIAL {sorted(unknown)} (know {list(SPECIALS)})")
+    for pname, attribute in dict.fromkeys(SPECIALS[s][:2] for s in SPECIALS if s in used):
+      args.append(f"uint3 {pname} [[{attribute}]]")
+    # workgroup memory: a threadgroup array in the kernel's scope (MSL spec 4.4, the threadgroup address space)
+    locals_ = {u.arg[0]: u for u in program if u.op is Ops.DEFINE_LOCAL}
+    lines += [f"  threadgroup {MEMORY_TYPES[u.dtype]} local{i}[{u.arg[1]}];" for i, u in sorted(locals_.items())]
     counter = [0]
 
     def emit(text: str): lines.append("  " * depth[0] + text)
@@ -118,7 +128,11 @@ class MSLRenderer:
       op = u.op
       if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.SINK): continue
       if op is Ops.PARAM: names[u] = f"data{u.arg}"
-      elif op is Ops.SPECIAL: value(u, f"({msl_type(u.dtype)}){SPECIALS[u.arg[0]][0]}.x")
+      elif op is Ops.SPECIAL:
+        pname, _, component = SPECIALS[u.arg[0]]
+        value(u, f"({msl_type(u.dtype)}){pname}.{component}")
+      elif op is Ops.DEFINE_LOCAL: names[u] = f"local{u.arg[0]}"
+      elif op is Ops.BARRIER: emit("threadgroup_barrier(mem_flags::mem_threadgroup);")   # MSL spec 6.9.1
       elif op is Ops.RANGE:
         names[u] = f"r{u.arg[0]}"
         emit(f"for (long {names[u]} = 0; {names[u]} < {name_of(u.src[0])}; {names[u]}++) {{")

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from baregrad.compiler.dtype import DType, dtypes, promote, to_dtype
+from .device_dtypes import widest_float
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
@@ -104,8 +105,9 @@ class ComposedOps:
     return self if self.dtype.is_float else self.cast(dtypes.float32)
 
   def _float64(self):
-    """self if it is a float tensor, else cast to float64 (numpy's rule for mean/var/std of ints and bools)."""
-    return self if self.dtype.is_float else self.cast(dtypes.float64)
+    """self if it is a float tensor, else cast to float64 (numpy's rule for mean/var/std of ints and bools), or to
+    float32 on a device without float64 (device_dtypes.py)."""
+    return self if self.dtype.is_float else self.cast(widest_float(self.device))
 
   def _axes(self, axis, op: str) -> tuple:
     """Normalized reduction axes (None = all)."""
@@ -477,9 +479,15 @@ class ComposedOps:
   def rsqrt(self): return self._float().sqrt().reciprocal()
   @_in_float32
   def cos(self):
-    # pi/2 - x in float64, so large arguments keep their precision (sin reduces in float64 anyway)
+    # pi/2 - x in float64, so large arguments keep their precision (sin reduces in float64 anyway). Without float64
+    # (device_dtypes.py): cos x = 1 - 2 sin^2(x/2), exact halving, no cancellation in the argument; the result is
+    # within ~2e-7 absolute of cos x for every x, as sin(x/2) is
     x = self._float()
-    if x.dtype == dtypes.float32: return ((math.pi / 2) - x.cast(dtypes.float64)).sin().cast(dtypes.float32)
+    if x.dtype == dtypes.float32 and widest_float(x.device) == dtypes.float64:
+      return ((math.pi / 2) - x.cast(dtypes.float64)).sin().cast(dtypes.float32)
+    if x.dtype == dtypes.float32:
+      s = (x * 0.5).sin()
+      return 1 - 2 * (s * s)
     return ((math.pi / 2) - x).sin()
   @_in_float32
   def tan(self): return self.sin() / self.cos()

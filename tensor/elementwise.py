@@ -16,6 +16,7 @@ import math
 
 from baregrad.compiler.dtype import dtypes, to_dtype
 from .composite import _in_float32, _norm_dim
+from .device_dtypes import widest_float
 
 LN2 = math.log(2.0)
 LOG10_2 = math.log10(2.0)
@@ -181,13 +182,14 @@ class ElementwiseOps:
 
   def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     """torch.isclose: x == other, or both finite with |x - other| <= atol + rtol * |other|; NaNs are close to each
-    other only with equal_nan. Ints and bools compare their difference in float64 (exact below 2**53)."""
+    other only with equal_nan. Ints and bools compare their difference in float64 (exact below 2**53; float32 on a
+    device without float64)."""
     if rtol < 0 or atol < 0: raise ValueError(f"isclose: rtol ({rtol}) and atol ({atol}) must be non-negative")
     a, b = self._operands(other)
     close = a == b
     if a.dtype.is_float and equal_nan: close = close | (a.isnan() & b.isnan())
     if rtol == 0 and atol == 0: return close
-    if not a.dtype.is_float: a, b = a.cast(dtypes.float64), b.cast(dtypes.float64)
+    if not a.dtype.is_float: a, b = a.cast(widest_float(a.device)), b.cast(widest_float(a.device))
     err = (a - b).abs()
     return close | (err.isfinite() & (err <= atol + rtol * b.abs()))
 

@@ -21,6 +21,22 @@ def pytest_report_header(config):
   return [f"baregrad default device: {device} (DEV={os.environ.get('DEV', '')!r}, EMU={os.environ.get('EMU', '')!r})"]
 
 
+def pytest_configure(config):
+  config.addinivalue_line("markers", "needs_float64: the case computes in float64; skipped on a device without it "
+                          "(METAL: MSL has no double), as tensor/device_dtypes.py says")
+
+
+def pytest_runtest_setup(item):
+  """A case marked needs_float64 is skipped where the default device has no float64 (asked at setup, so collecting
+  opens no device)."""
+  if item.get_closest_marker("needs_float64") is None: return
+  from baregrad.hcq.device import Device
+  from baregrad.tensor.device_dtypes import lacks_float64
+  if missing := lacks_float64(Device.default()):
+    pytest.skip(f"{', '.join(missing)} has no float64 (its kernel language has no 64-bit float type); the case "
+                f"computes in float64")
+
+
 def pytest_collection_modifyitems(session, config, items):
   import helpers_capture
   helpers_capture.plan_session(config, items)     # the op suite runs once per session (helpers_capture's doc)

@@ -13,12 +13,15 @@ raises at the sender (objc_runtime.check); each rule names its Apple documentati
   a buffer index below 31 (Metal feature set tables: 31 buffer arguments), setBytes up to 4 KiB (setBytes:length:
   atIndex: "Use this method for single-use data smaller than 4 KB"), an offset inside the buffer, every buffer the
   kernel declares bound at dispatch, threads per threadgroup at most maxTotalThreadsPerThreadgroup (1024).
+- pipelines: a kernel's threadgroup memory at most maxThreadgroupMemoryLength (32 KiB: Metal feature set tables).
 - blit copies: offsets and size multiples of 4 on macOS and inside both buffers
   (copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:).
 - indirect command buffers: a pipeline made with supportIndirectCommandBuffers (MTLComputePipelineDescriptor),
   kernel buffer indices below maxKernelBufferBindCount, compute commands only with MTLIndirectCommandTypeConcurrent
   Dispatch, and every buffer an executed command uses made resident with useResource(s) (useResources:count:usage:
-  "resources that you access indirectly").
+  "resources that you access indirectly"); on an emulated device of a GPU family before Apple9 (EmulatedMetal(
+  apple_family=7 or 8)), an ICB command whose pipeline the encoder did not dispatch first fails the command buffer,
+  standing for the GPU crash of M1/M2 that the driver's zero-size dispatches avoid.
 - shared events only increase (MTLSharedEvent.signaledValue; a smaller host value is ignored, a GPU signal to a
   smaller value fails the command buffer).
 Command buffers retain what they use until they complete (retainedReferences), the queue holds a committed one until
@@ -32,11 +35,13 @@ from .objc_runtime import NSObject, NSString, NSError, ObjCError, objc, runtime,
 from . import metal_shim
 
 MAX_THREADS_PER_THREADGROUP = 1024     # Apple7+ (Metal feature set tables: maximum threads per threadgroup)
+MAX_THREADGROUP_MEMORY = 32768         # Apple4+ (Metal feature set tables: maximum total threadgroup memory allocation)
 MAX_BUFFER_ARGUMENTS = 31
 MAX_SET_BYTES = 4096
 CONCURRENT_DISPATCH = 32               # MTLIndirectCommandTypeConcurrentDispatch
 STORAGE_MODES = {0: "Shared", 16: "Managed", 32: "Private", 48: "Memoryless"}   # MTLResourceOptions bits 4-7
 FAMILIES = {1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 2002, 3001, 3002, 3003, 5001}   # up to Apple9, Metal3
+APPLE9 = 1009                          # MTLGPUFamilyApple9 (M3); an emulated device may report an older Apple family
 ELEMENT_SIZES = {"char": 1, "uchar": 1, "bool": 1, "short": 2, "ushort": 2, "half": 2, "int": 4, "uint": 4, "float": 4,
                  "long": 8, "ulong": 8}
 PAGE = 16384                           # Apple silicon page size: newBufferWithBytesNoCopy needs page-aligned memory
@@ -151,6 +156,9 @@ class MTLEmuComputePipelineState(NSObject):
 
   @objc("threadExecutionWidth", "unsigned long")
   def threadExecutionWidth(self): return 32
+
+  @objc("staticThreadgroupMemoryLength", "unsigned long")
+  def staticThreadgroupMemoryLength(self): return self.threadgroup_memory
 
   def run(self, bindings: dict, grid: tuple, block: tuple):
     """Run the kernel on this (GPU) thread: `bindings` index -> ("buffer", MTLEmuBuffer, offset) | ("bytes", data)."""
@@ -298,7 +306,8 @@ class MTLEmuCommandQueue(NSObject):
 
 def _execute(cmd: tuple):
   op = cmd[0]
-  if op == "dispatch": cmd[1].run(cmd[2], cmd[3], cmd[4])
+  if op == "dispatch":
+    if min(cmd[3]) > 0: cmd[1].run(cmd[2], cmd[3], cmd[4])
   elif op == "copy":
     _, src, soff, dst, doff, n = cmd
     _mem_ffi.memmove(_mem_ffi.cast("char *", dst.ptr + doff), _mem_ffi.cast("char *", src.ptr + soff), n)
@@ -306,9 +315,15 @@ def _execute(cmd: tuple):
   elif op == "wait":
     with cmd[1].cond: cmd[1].cond.wait_for(lambda: cmd[1].value >= cmd[2])
   elif op == "icb":
-    _, icb, (start, count), resident = cmd
+    _, icb, (start, count), resident, dispatched = cmd
     for c in icb.commands[start:start + count]:
       if c.pipeline is None or c.grid is None: continue
+      # Apple GPUs before Apple9 (M1, M2) crash in an ICB command whose pipeline the encoder did not dispatch itself
+      # before (../../shared/METAL.md section 1, tinygrad's FIX_METAL_ICB): modelled as a GPU fault
+      if icb.family < APPLE9 and c.pipeline.addr not in dispatched:
+        raise RuntimeError(f"GPU fault in indirect command {icb.commands.index(c)} ({c.pipeline.function.fn_name}): on "
+                           f"an Apple{icb.family - 1000} GPU (before Apple9) each pipeline an ICB runs must be dispatched "
+                           "by the encoder first (a zero-size dispatch)")
       for index, b in c.bindings.items():
         if b[1].addr not in resident:
           raise RuntimeError(f"indirect command {icb.commands.index(c)} ({c.pipeline.function.fn_name}) uses a buffer at "
@@ -330,7 +345,8 @@ class MTLEmuCommandBuffer(NSObject):
   @objc("computeCommandEncoder", "id")
   def computeCommandEncoder(self):
     self._encodable("computeCommandEncoder")
-    self.encoder = MTLEmuComputeCommandEncoder.make(cb=self, pipeline=None, bindings={}, resident=set(), ended=False)
+    self.encoder = MTLEmuComputeCommandEncoder.make(cb=self, pipeline=None, bindings={}, resident=set(), dispatched=set(),
+                                                    ended=False)
     return self.encoder.autorelease()
 
   @objc("blitCommandEncoder", "id")
@@ -416,6 +432,7 @@ class MTLEmuComputeCommandEncoder(NSObject):
     bindings = dict(self.bindings)
     self.cb.keep(self.pipeline, *[b[1] for b in bindings.values() if b[0] == "buffer"])
     self.cb.commands.append(("dispatch", self.pipeline, bindings, grid, block))
+    self.dispatched.add(self.pipeline.addr)
 
   @objc("useResources:count:usage:", "void", "const id*", "unsigned long", "unsigned long")
   def useResources_count_usage_(self, ptr, count, usage):
@@ -432,7 +449,7 @@ class MTLEmuComputeCommandEncoder(NSObject):
     _check(icb is not None and rng[0] + rng[1] <= len(icb.commands),
            f"executeCommandsInBuffer: range {rng} outside the ICB of {len(icb.commands) if icb else 0} commands")
     self.cb.keep(icb)
-    self.cb.commands.append(("icb", icb, rng, frozenset(self.resident)))
+    self.cb.commands.append(("icb", icb, rng, frozenset(self.resident), frozenset(self.dispatched)))
 
   @objc("endEncoding", "void")
   def endEncoding(self):
@@ -460,8 +477,12 @@ class MTLEmuBlitCommandEncoder(NSObject):
 
 
 class MTLEmuDevice(NSObject):
+  def __init__(self):
+    super().__init__()
+    self.family = APPLE9         # the newest MTLGPUFamilyApple* it supports
+
   @objc("name", "id")
-  def name(self): return NSString.make(text="Emulated Apple GPU (baregrad, Apple9 family)").autorelease()
+  def name(self): return NSString.make(text=f"Emulated Apple GPU (baregrad, Apple{self.family - 1000} family)").autorelease()
 
   @objc("newCommandQueue", "id")
   def newCommandQueue(self):
@@ -504,7 +525,14 @@ class MTLEmuDevice(NSObject):
       if error_out: ffi.cast("id *", error_out)[0] = ffi.cast("id", NSError.autoreleased(
         "CompilerError", 1, "the pipeline descriptor has no compute function").addr)
       return None
-    return MTLEmuComputePipelineState.make(function=desc.function.retain(), supports_icb=desc.supports_icb)
+    fn = desc.function
+    used = fn.library.compiled.threadgroup_memory[fn.fn_name]
+    if used > MAX_THREADGROUP_MEMORY:   # the kernel's threadgroup declarations do not fit the threadgroup's memory
+      if error_out: ffi.cast("id *", error_out)[0] = ffi.cast("id", NSError.autoreleased("CompilerError", 1,
+        f"kernel {fn.fn_name} declares {used} bytes of threadgroup memory; the device has {MAX_THREADGROUP_MEMORY} "
+        "(maxThreadgroupMemoryLength): use smaller threadgroup arrays").addr)
+      return None
+    return MTLEmuComputePipelineState.make(function=fn.retain(), supports_icb=desc.supports_icb, threadgroup_memory=used)
 
   @objc("newIndirectCommandBufferWithDescriptor:maxCommandCount:options:", "id", "id", "unsigned long", "unsigned long")
   def newIndirectCommandBufferWithDescriptor_(self, desc, count, options):
@@ -513,18 +541,21 @@ class MTLEmuDevice(NSObject):
     _check(desc.inherit_buffers or 1 <= desc.max_bind <= MAX_BUFFER_ARGUMENTS, "newIndirectCommandBuffer: "
            f"maxKernelBufferBindCount {desc.max_bind} must be 1 ..{MAX_BUFFER_ARGUMENTS}")
     icb = MTLEmuIndirectCommandBuffer.make(command_types=desc.command_types, max_bind=desc.max_bind,
-                                           descriptor_inherit_pipeline=desc.inherit_pipeline, commands=[])
+                                           descriptor_inherit_pipeline=desc.inherit_pipeline, commands=[], family=self.family)
     icb.commands = [MTLEmuIndirectComputeCommand.make(icb=icb) for _ in range(count)]
     return icb
 
   @objc("maxThreadsPerThreadgroup", "MTLSize")
   def maxThreadsPerThreadgroup(self): return (1024, 1024, 1024)
 
+  @objc("maxThreadgroupMemoryLength", "unsigned long")
+  def maxThreadgroupMemoryLength(self): return MAX_THREADGROUP_MEMORY
+
   @objc("maxBufferLength", "unsigned long")
   def maxBufferLength(self): return 1 << 36
 
   @objc("supportsFamily:", "BOOL", "long")
-  def supportsFamily_(self, family): return int(family in FAMILIES)
+  def supportsFamily_(self, family): return int(family in FAMILIES and not self.family < family <= APPLE9)
 
   @objc("hasUnifiedMemory", "BOOL")
   def hasUnifiedMemory(self): return 1
@@ -539,17 +570,21 @@ _installed = threading.Lock()
 
 class EmulatedMetal:
   """The emulated frameworks (drivers/metal/framework.py's seam): the runtime's symbols plus
-  MTLCreateSystemDefaultDevice, which returns a new emulated device (+1: the Create Rule)."""
+  MTLCreateSystemDefaultDevice, which returns a new emulated device (+1: the Create Rule) of GPU family
+  `apple_family` (7: M1 .. 9: M3; the default, 9, has no ICB crash to work around)."""
   emulated = True
 
-  def __init__(self):
+  def __init__(self, apple_family: int = APPLE9 - 1000):
+    if not 7 <= apple_family <= APPLE9 - 1000:
+      raise ValueError(f"EmulatedMetal: apple_family {apple_family} is not emulated; use 7 (M1), 8 (M2) or 9 (M3)")
+    self.family = 1000 + apple_family
     self.runtime = runtime()
     with _installed:
       for c in CLASSES: self.runtime.register(c)
     self._create = ffi.callback("id (*)(void)", self._create_device)
 
   def _create_device(self):
-    return ffi.cast("id", MTLEmuDevice.make().addr)
+    return ffi.cast("id", MTLEmuDevice.make(family=self.family).addr)
 
   def symbol(self, name: str) -> int:
     if name == "MTLCreateSystemDefaultDevice": return int(ffi.cast("uintptr_t", self._create))

@@ -26,7 +26,9 @@ A command buffer that ends in error is reported by `check_faults` (its signals a
 JIT graphs (`bind`): the kernel launches become one MTLIndirectCommandBuffer (a concurrent-dispatch command with a
 barrier per launch, variables in a buffer of their own, as ICB commands have no setBytes). A replay re-binds only the
 kernel buffers whose address changed and executes each run of launches with executeCommandsInBuffer:withRange:,
-after useResources:count:usage: for every buffer they touch (an ICB does not track its resources).
+after useResources:count:usage: for every buffer they touch (an ICB does not track its resources). On GPU families
+before Apple9 (M1, M2) each pipeline of the run is first dispatched once with no threadgroups on the same encoder
+(`zero_size_dispatch`): without it those GPUs crash in the ICB.
 """
 from __future__ import annotations
 import bisect, collections, struct, threading, time, weakref
@@ -123,6 +125,8 @@ class MetalDriver:
       if self.device == NULL: raise MetalError("MTLCreateSystemDefaultDevice returned nil: this Mac has no Metal device")
       self.device_name = self.rt.string(self.rt.send(self.device, "name"))
       self.families = [f for f, v in GPU_FAMILY.items() if self.rt.send(self.device, "supportsFamily:", v)]
+      # GPU families before Apple9 need each pipeline dispatched once on the encoder before an ICB runs it
+      self.icb_pipeline_fix = "Apple9" not in self.families
       self.queues = {k: self.rt.send(self.device, "newCommandQueue") for k in KINDS}
       self.progress = {k: self.rt.send(self.device, "newSharedEvent") for k in KINDS}
       self.gate = {k: self.rt.send(self.device, "newSharedEvent") for k in KINDS}
@@ -408,28 +412,44 @@ class _Submission:
     self.records: list[tuple] = []
     self.gates: list[tuple] = []
     self.run_start, self.run_count, self.resources = 0, 0, {}
+    self.pipelines: dict[int, tuple] = {}   # the run's pipelines: address -> (MetalProgram, arguments)
 
   def run(self, cmds: list[tuple[str, dict]], bound: BoundQueue | None):
-    with self.rt.pool():
-      launch = 0
-      for name, op in cmds:
-        if name == "exec" and bound is not None:
-          self.indirect(bound, launch, op)
-          launch += 1
-          continue
+    try:
+      with self.rt.pool():
+        launch = 0
+        for name, op in cmds:
+          if name == "exec" and bound is not None:
+            self.indirect(bound, launch, op)
+            launch += 1
+            continue
+          self.flush_indirect(bound)
+          {"exec": self.exec, "copy": self.copy, "signal": self.signal, "wait": self.wait, "timestamp": self.timestamp,
+           "barrier": self.barrier}[name](op)
         self.flush_indirect(bound)
-        {"exec": self.exec, "copy": self.copy, "signal": self.signal, "wait": self.wait, "timestamp": self.timestamp,
-         "barrier": self.barrier}[name](op)
-      self.flush_indirect(bound)
-      if self.starts and self.cb is None: self.open()
-      if self.cb is not None:
-        if not self.work: self.marker()
-        self.close()
-    d = self.d
-    with d._lock:
-      d._gates[self.kind].extend(self.gates)
-      d._records[self.kind].extend(self.records)
-    d._wake.set()
+        if self.starts and self.cb is None: self.open()
+        if self.cb is not None:
+          if not self.work: self.marker()
+          self.close()
+    except BaseException:
+      self.abandon()
+      raise
+    finally:
+      d = self.d
+      with d._lock:
+        d._gates[self.kind].extend(self.gates)
+        d._records[self.kind].extend(self.records)
+      d._wake.set()
+
+  def abandon(self):
+    """A command failed to encode (a launch over Metal's limits): the command buffer being built is dropped,
+    uncommitted, with what it recorded; the ones committed before it run and complete as usual."""
+    if self.cb is None: return
+    with self.rt.pool():
+      if self.encoder is not None: self.rt.send(self.encoder, "endEncoding")
+      self.rt.release(self.cb)
+    self.records = [r for r in self.records if r[1] is not self.cb]
+    self.encoder, self.encoder_kind, self.cb = None, None, None
 
   # ---- command buffers and encoders ----
   def open(self):
@@ -523,8 +543,10 @@ class _Submission:
   # ---- JIT replays: runs of launches from the indirect command buffer ----
   def indirect(self, bound: BoundQueue, i: int, op: dict):
     d, rt = self.d, self.rt
+    if self.run_count and self.run_start + self.run_count != i: self.flush_indirect(bound)
     args = d._arguments(op)
     nbuf = op["buffers"]
+    self.pipelines.setdefault(op["pipeline"], (d._program(op["pipeline"]), nbuf + op["variables"]))
     for k in range(nbuf):
       mem, offset = d._lookup(args[k])
       self.resources[mem.addr] = mem
@@ -533,7 +555,6 @@ class _Submission:
         rt.send(command, "setKernelBuffer:offset:atIndex:", mem.buffer, offset, k)
         bound.bound[i][k] = (mem.addr, offset)
     for j in range(op["variables"]): d._put_u64(bound.variables.addr + bound.var_offsets[i] + CONSTANT_ALIGN * j, args[nbuf + j])
-    if self.run_count and self.run_start + self.run_count != i: self.flush_indirect(bound)
     if not self.run_count: self.run_start = i
     self.run_count += 1
 
@@ -543,5 +564,16 @@ class _Submission:
     enc = self.encode("compute")
     used = [m.buffer for m in self.resources.values()] + [bound.variables.buffer]
     rt.send(enc, "useResources:count:usage:", objc_ffi.new("id[]", used), len(used), RESOURCE_USAGE_READ | RESOURCE_USAGE_WRITE)
+    if self.d.icb_pipeline_fix:
+      for program, nargs in self.pipelines.values(): self.zero_size_dispatch(enc, program, nargs, bound.variables.buffer)
     rt.send(enc, "executeCommandsInBuffer:withRange:", bound.icb, (self.run_start, self.run_count))
-    self.run_count, self.resources = 0, {}
+    self.run_count, self.resources, self.pipelines = 0, {}, {}
+
+  def zero_size_dispatch(self, enc, program: MetalProgram, nargs: int, any_buffer):
+    """Before Apple9 (M1/M2) the GPU crashes running an ICB command whose pipeline the encoder has not used itself
+    (../../shared/METAL.md section 1: tinygrad dispatches each pipeline once, with no threadgroups, first). Every
+    argument index gets a buffer, as API validation wants for any dispatch; no thread reads it."""
+    rt = self.rt
+    rt.send(enc, "setComputePipelineState:", program.pipeline)
+    for index in range(nargs): rt.send(enc, "setBuffer:offset:atIndex:", any_buffer, 0, index)
+    rt.send(enc, "dispatchThreadgroups:threadsPerThreadgroup:", (0, 0, 0), (1, 1, 1))

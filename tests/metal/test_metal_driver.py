@@ -127,6 +127,57 @@ def test_kernel_launch_and_indirect_replay(driver):
   driver.unload_program(program)
 
 
+SCALE = ADD.replace("void add(", "void scale(").replace("a[gid.x] + (float)k", "a[gid.x] * (float)k")
+
+
+@pytest.mark.parametrize("apple_family", [8, 9])
+def test_icb_replay_before_apple9_dispatches_each_pipeline_first(apple_family):
+  """M1/M2 (families before Apple9) crash in an ICB command whose pipeline the encoder did not dispatch itself first:
+  the driver dispatches each pipeline of a run once with no threadgroups there (the emulated Apple8 device faults
+  without it); Apple9 needs none."""
+  before = {o.addr for o in runtime().live()}
+  d = MetalDriver(mf.EmulatedMetal(apple_family=apple_family))
+  try:
+    assert ("Apple9" in d.families, "Apple8" in d.families) == (apple_family == 9, True)
+    assert d.icb_pipeline_fix is (apple_family < 9)
+    (add, _), (scale, _) = d.load_program(ADD.encode(), "add"), d.load_program(SCALE.encode(), "scale")
+    src, out, sig, args = d.alloc(1024), d.alloc(1024), d.alloc(64), d.alloc(64)
+    np.frombuffer(d.view(src.addr, 1024), np.float32)[:] = np.arange(256, dtype=np.float32)
+    struct.pack_into("<6Q", d.view(args.addr, 48), 0, out.addr, src.addr, 5, out.addr, out.addr, 3)
+    done = _Signal(sig.addr)
+    cmds = [("exec", _Program(add, 2, ("k",), (64, 1, 1)), args.addr, (4, 1, 1), (1, 1, 1)),
+            ("exec", _Program(scale, 2, ("k",), (64, 1, 1)), args.addr + 24, (4, 1, 1), (1, 1, 1)),
+            ("signal", done, Slot("v"))]
+    enc = d.encode("compute", cmds)
+    bound = d.bind("compute", enc)
+    executed, original = [], mf._execute
+    mf._execute = lambda cmd: (executed.append(cmd[0] if cmd[0] != "dispatch" else cmd[3]), original(cmd))[1]
+    try:
+      d.submit_bound("compute", bound, [(i, 1) for i, _ in enc.patches])
+      _wait(d, done.addr, 1)
+    finally:
+      mf._execute = original
+    np.testing.assert_array_equal(np.frombuffer(d.view(out.addr, 1024), np.float32), (np.arange(256) + 5) * 3)
+    assert executed.count((0, 0, 0)) == (2 if apple_family < 9 else 0) and executed.count("icb") == 1
+    if apple_family < 9:    # without the zero-size dispatches the emulated M2 faults, as the real one crashes
+      d.icb_pipeline_fix = False
+      d.submit_bound("compute", bound, [(i, 2) for i, _ in enc.patches])
+      assert d.wait_value(done.addr, 2, 10) is False
+      with pytest.raises(CommandBufferError, match=r"GPU fault in indirect command 0 \(add\): on an Apple8 GPU"):
+        d.check_faults("METAL")
+    for m in (src, out, sig, args): d.free(m)
+    del bound
+  finally:
+    d.close()
+  import gc; gc.collect()
+  leaked = [o for o in runtime().live() if o.addr not in before]
+  assert not leaked, leaked[:8]
+
+
+def test_emulated_families_are_checked():
+  with pytest.raises(ValueError, match="apple_family 6 is not emulated"): mf.EmulatedMetal(apple_family=6)
+
+
 def test_compile_error_names_the_kernel_and_the_compiler_output(driver):
   with pytest.raises(MetalCompileError, match=r"(?s)rejected kernel broken: .*(undeclared|not declared)"):
     driver.load_program(b"#include <metal_stdlib>\nkernel void broken(device float* a [[buffer(0)]]) { a[0] = nope; }",
@@ -160,6 +211,14 @@ def test_launch_limits_are_checked_by_the_driver(driver):
   big = _Program(entry, 2, ("k",), (2048, 1, 1))
   with pytest.raises(MetalError, match="2048, 1, 1.*at most 1024"):
     driver.submit("compute", driver.encode("compute", [("exec", big, mem.addr, (1, 1, 1), (1, 1, 1))]))
+  # a command buffer already begun is dropped (not leaked: the fixture checks); one committed before it still runs
+  sig = _Signal(mem.addr)
+  with pytest.raises(MetalError, match="at most 1024"):
+    driver.submit("compute", driver.encode("compute", [("signal", sig, 1), ("timestamp", _Signal(mem.addr + 16)),
+                                                       ("signal", sig, 2), ("exec", big, mem.addr, (1, 1, 1), (1, 1, 1))]))
+  _wait(driver, sig.addr, 1)
+  driver.submit("compute", driver.encode("compute", [("signal", sig, 3)]))
+  _wait(driver, sig.addr, 3)
   driver.free(mem)
   driver.unload_program(program)
 
