@@ -2,9 +2,29 @@
 (compiler/amd/encode.py) into a code object. No assembly text on that path: str() of the result is the listing.
 
 Launch and calling convention (LLVM AMDGPUUsage, "Initial Kernel Execution State" for GFX11, wave32):
-s[0:1] = kernarg segment pointer, s2 = workgroup id x, v0 = packed work-item id (x in bits 0-9). The kernarg
-segment holds one 8-byte slot per buffer pointer in PARAM order, then one 8-byte (int64) slot per DEFINE_VAR
-sorted by name. codegen's `to_threads` replaced the global loops by SPECIAL "gidx" = workgroup_id * 256 + local_id.
+s[0:1] = kernarg segment pointer (the only user SGPRs), then the system SGPRs: workgroup id x in s2, then y and z
+in the next SGPRs where the descriptor enables them (ENABLE_SGPR_WORKGROUP_ID_Y/Z, set only when gid1/gid2 are
+used); v0 = the packed work-item id x | y << 10 | z << 20 (gfx11 packs them; ENABLE_VGPR_WORKITEM_ID is 1 when
+lid1 is used, 2 when lid2 is). The kernarg segment holds one 8-byte slot per buffer pointer in PARAM order, then
+one 8-byte (int64) slot per DEFINE_VAR sorted by name. Kernels not mapped to workgroups have codegen's SPECIAL
+"gidx" = workgroup_id * 256 + local_id (`to_threads`); workgroup kernels (compiler/gpu.py) read gid0..2 (uniform:
+the SGPR itself is the value) and lid0..2 (unpacked from v0 once each).
+
+Workgroup memory (DEFINE_LOCAL) is LDS: each buffer at a 16-byte aligned offset, the sum is the descriptor's
+GROUP_SEGMENT_FIXED_SIZE (at most 64 KiB a workgroup, RDNA3 ISA guide "Local Data Share"). An INDEX on it is a
+32-bit LDS byte address (the buffer's offset goes in the DS instruction's 16-bit offset field); STORE/LOAD are
+ds_store_b8/b16/b32/b64 and ds_load_u8/i8/u16/i16/b32/b64, whose results are read only after the s_waitcnt
+lgkmcnt that `insert_lds_waits` places (LDS operations complete in order: RDNA3 ISA guide 5.6 "Data Dependency
+Resolution"). BARRIER is `s_waitcnt lgkmcnt(0)` (the workgroup-scope release of AMDGPUUsage's "Memory Model
+GFX10-GFX11" table: every LDS store done) then `s_barrier`.
+
+Registers: `regalloc.allocate` gives each virtual register the lowest free physical one from its first to its
+last mention (a register is reused once its value is dead; values live around a loop keep theirs for the whole
+loop) without spilling. The budget is what the hardware can launch: gfx1100 wave32 has 1536 VGPRs per SIMD,
+allocated in granules of 24, 256 addressable per wave, and the waves of a workgroup share the 4 SIMDs of a WGP
+(LLVM AMDGPUBaseInfo.cpp getTotalNumVGPRs, getVGPRAllocGranule, getAddressableNumVGPRs, getEUsPerCU, getMaxNumVGPRs):
+min(256, alignDown(1536 / ceil(waves / 4), 24)) VGPRs a wave: 256 up to 640 threads, 240 for 768, 192 for 1024. A kernel
+needing more fails to render with an error naming it and its register count.
 
 What RDNA3 lacks was lowered before (compiler/lower.py, keyed by `native_ops`); the ops left map through the
 tables BINARY / UNARY to one instruction or to an emitter for what only this target has to spell out:
@@ -30,14 +50,23 @@ from .dtype import DType, dtypes
 from .lower import Native
 from .decomp import bits16
 from .amd.inst import Inst, Reg, Sub, Imm, Neg, Abs, Label, OFF, VCC_LO, EXEC_LO, waitcnt, listing
-from .amd.regalloc import legalize, allocate, insert_waits
+from .amd.regalloc import legalize, allocate, insert_waits, live_intervals, RegisterPressureError, MAX_SGPRS
 from .amd.encode import assemble
 from baregrad.drivers.amd.codeobj import KernelMeta, write_kernel
+from baregrad.drivers.amd import isa
 
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 LOCAL_SIZE = 256
 KERNARG_PTR, WORKGROUP_ID_X, LOCAL_ID = Reg("s", 2, phys=0), Reg("s", 1, phys=2), Reg("v", 1, phys=0)
-RESERVED_SGPRS, RESERVED_VGPRS = 3, 1
+USER_SGPRS, RESERVED_VGPRS = 2, 1
+GROUP_IDS, LOCAL_IDS = ("gid0", "gid1", "gid2"), ("lid0", "lid1", "lid2")
+WORKITEM_ID_BITS = 10                  # packed work-item ids: x bits 0-9, y 10-19, z 20-29 (AMDGPUUsage, GFX11)
+MAX_WORKGROUP_THREADS = 1024
+# VGPR budget (LLVM AMDGPUBaseInfo.cpp, gfx1100 = Feature1_5xVGPRs, wave32; see the module docstring)
+TOTAL_VGPRS_PER_SIMD, VGPR_ALLOC_GRANULE, ADDRESSABLE_VGPRS, SIMDS_PER_WGP, WAVE = 1536, 24, 256, 4, 32
+LDS_BYTES = 65536                      # per workgroup (RDNA3 ISA guide, "Local Data Share"; AMDGPUUsage: 64 KiB)
+LDS_ALIGN = 16
+DS_LOAD = {1: "u8", 2: "u16", 4: "b32", 8: "b64"}
 # v_cmp_class masks (RDNA3 ISA guide, V_CMP_CLASS_F32): bit 3 -normal, 4 -denormal, 7 +denormal, 8 +normal
 CLASS_FINITE_NONZERO, CLASS_POSITIVE_FINITE_NONZERO = 0x198, 0x180
 # gfx1100's VALU trans-use hazard (LLVM AMDGPU.td FeatureVALUTransUseHazard, GCNHazardRecognizer::
@@ -46,6 +75,13 @@ CLASS_FINITE_NONZERO, CLASS_POSITIVE_FINITE_NONZERO = 0x198, 0x180
 DEPCTR_VA_VDST_0 = 0x0FFF
 MEM_LOAD = {1: "u8", 2: "u16", 4: "b32", 8: "b64"}
 MEM_STORE = {1: "b8", 2: "b16", 4: "b32", 8: "b64"}
+
+
+@dataclass(frozen=True)
+class LDSAddress:
+  """Where a lane's workgroup-memory access goes: VGPR `addr` + the DS instruction's offset field."""
+  addr: object
+  offset: int
 
 
 class Const:
@@ -95,13 +131,16 @@ class AMDKernel:
 
   def __str__(self):
     m = self.meta
-    return (f"; {m.name}: gfx1100 wave32, kernarg s[0:1], workgroup id x s2, local id v0\n"
+    ids = m.workgroup_ids if isinstance(m.workgroup_ids, tuple) else tuple(m.workgroup_ids > k for k in range(3))
+    sgprs = ", ".join(f"workgroup id {a} s{USER_SGPRS + sum(ids[:k])}" for k, a in enumerate("xyz") if ids[k])
+    return (f"; {m.name}: gfx1100 wave32, kernarg s[0:1], {sgprs}, work-item ids {'xyz'[:m.workitem_dims]} in v0\n"
             f"; vgprs={m.vgprs} sgprs={m.sgprs} kernarg={m.kernarg_size} lds={m.lds_size}\n{listing(self.code)}\n")
 
 
 class AMDRenderer:
   device = "AMD"
   threads = True                         # codegen maps the global loops to SPECIAL "gidx"
+  workgroups = True                      # or to workgroups with the GPU opts (compiler/gpu.py)
   # exp2/log2/sin are decomposed (v_exp_f32/v_log_f32 are ~1 ulp and v_sin_f32 is inaccurate for large arguments:
   # RDNA3 ISA guide, "VOP1"), so are NaN-propagating max and fmod; 16-bit floats and the 8/16-bit integers are
   # emulated in 32 bits; 64-bit integer division is a loop, so fmod avoids it
@@ -127,6 +166,9 @@ class _Renderer:
     self.nregs = self.labels = 0
     self.vals: dict[UOp, object] = {}
     self.loops: dict[UOp, tuple] = {}
+    self.launch_registers()
+    self.lds_offsets, self.lds_size = self.layout_lds()
+    self.lds_addrs: dict = {}
 
   # ---------------------------------------------------------------- registers and instructions
   def reg(self, file: str, size: int = 1) -> Reg:
@@ -169,10 +211,97 @@ class _Renderer:
     self.e(name, VCC_LO, a, b)
     return self.cmp_to_bool()
 
+  # ---------------------------------------------------------------- launch registers and workgroup memory
+  def launch_registers(self):
+    """Which workgroup ids (SGPRs) and work-item ids (v0) the kernel reads, the SGPR of each id, the workgroup size."""
+    specials = {}
+    for u in self.program:
+      if u.op is not Ops.SPECIAL: continue
+      name, size = u.arg
+      if name not in ("gidx",) + GROUP_IDS + LOCAL_IDS:
+        raise NotImplementedError(f"AMD renderer: kernel {self.name!r} has an unknown SPECIAL {name!r} "
+                                  f"(knows gidx, {', '.join(GROUP_IDS + LOCAL_IDS)})")
+      if specials.setdefault(name, size) != size:
+        raise ValueError(f"AMD renderer: kernel {self.name!r} has SPECIAL {name!r} with sizes {specials[name]} and {size}")
+    if "gidx" in specials and len(specials) > 1:
+      raise ValueError(f"AMD renderer: kernel {self.name!r} mixes the 1-D SPECIAL 'gidx' with workgroup ids "
+                       f"{sorted(set(specials) - {'gidx'})}; a kernel uses one launch mapping")
+    local = [specials.get(n, 1) for n in LOCAL_IDS]
+    if "gidx" in specials: local = [LOCAL_SIZE, 1, 1]
+    if max(local) > 1 << WORKITEM_ID_BITS or math.prod(local) > MAX_WORKGROUP_THREADS:
+      raise ValueError(f"AMD renderer: kernel {self.name!r} has a workgroup of {'x'.join(map(str, local))} threads; gfx1100 "
+                       f"runs at most {MAX_WORKGROUP_THREADS} a workgroup (ids of {WORKITEM_ID_BITS} bits a dimension)")
+    self.threads = math.prod(local)
+    # system SGPRs after the user SGPRs: workgroup id x always (s2), y and z only where used, each the next SGPR
+    self.group_ids = (True, "gid1" in specials, "gid2" in specials)
+    self.group_sgpr = {}
+    for k, name in enumerate(GROUP_IDS):
+      if self.group_ids[k]: self.group_sgpr[name] = Reg("s", 1, phys=USER_SGPRS + sum(self.group_ids[:k]))
+    self.workitem_dims = 3 if "lid2" in specials else 2 if "lid1" in specials else 1
+    self.reserved_sgprs = USER_SGPRS + sum(self.group_ids)
+
+  def layout_lds(self) -> tuple[dict, int]:
+    """Each DEFINE_LOCAL's byte offset in LDS (16-byte aligned, in order of first appearance) and the total."""
+    offsets, size = {}, 0
+    for u in self.program:
+      if u.op is not Ops.DEFINE_LOCAL or u in offsets: continue
+      count = u.arg[1]
+      if not isinstance(count, int) or count < 1:
+        raise ValueError(f"AMD renderer: kernel {self.name!r}: DEFINE_LOCAL {u.arg} needs a positive constant element count")
+      size = -(-size // LDS_ALIGN) * LDS_ALIGN
+      offsets[u] = size
+      size += count * u.dtype.itemsize
+    size = -(-size // LDS_ALIGN) * LDS_ALIGN
+    if size > LDS_BYTES:
+      raise ValueError(f"AMD renderer: kernel {self.name!r} needs {size} bytes of workgroup memory (DEFINE_LOCAL: "
+                       + ", ".join(f"{u.arg[1]} x {u.dtype.name}" for u in offsets) + f"); a gfx1100 workgroup has "
+                       f"at most {LDS_BYTES} bytes of LDS: use smaller local buffers (fewer threads or a smaller tile)")
+    return offsets, size
+
+  def waves_per_simd(self) -> int: return -(-(-(-self.threads // WAVE)) // SIMDS_PER_WGP)   # ceil(ceil(t / 32) / 4)
+
+  def vgpr_budget(self) -> int:
+    """The VGPRs a wave may use when the whole workgroup must fit on one WGP (see the module docstring)."""
+    per_simd = TOTAL_VGPRS_PER_SIMD // self.waves_per_simd()
+    return min(ADDRESSABLE_VGPRS, per_simd // VGPR_ALLOC_GRANULE * VGPR_ALLOC_GRANULE)
+
+  def register_error(self, code: list, file: str, limit: int, used: int | None, why: str) -> RegisterPressureError:
+    """The error for a kernel whose registers exceed `limit`: its need and where most values are live at once."""
+    delta: dict[int, int] = {}
+    for r, (a, b) in live_intervals(code).items():
+      if r.file != file: continue
+      delta[a] = delta.get(a, 0) + r.size
+      delta[b + 1] = delta.get(b + 1, 0) - r.size
+    live, peak, at = (RESERVED_VGPRS if file == "v" else self.reserved_sgprs), 0, 0
+    for i in sorted(delta):
+      live += delta[i]
+      if live > peak: peak, at = live, i
+    need, kind = max(peak, used or 0), ("VGPRs" if file == "v" else "SGPRs")
+    where = next((x.name for x in code[at:] if isinstance(x, Inst)), "the end")
+    over = f"{need - limit} more than" if need > limit else "which do not fit (register pairs left no room) in"
+    fix = "keep fewer values live (a smaller register tile or upcast, fewer accumulators, fewer fused ops)"
+    if file == "v" and limit < ADDRESSABLE_VGPRS: fix += " or use fewer threads a workgroup"
+    return RegisterPressureError(
+      f"AMD renderer: kernel {self.name!r} needs {need} {kind}, {over} the {limit} {why}: {peak} are live at once at "
+      f"instruction {at} ({where}). The renderer does not spill: {fix}")
+
+  def allocate_registers(self, code: list) -> tuple[int, int]:
+    """(VGPRs, SGPRs) used once every virtual register has a physical one within the budget, or a clear error."""
+    budget, per_simd = self.vgpr_budget(), self.waves_per_simd()
+    why_v = (f"a gfx1100 wave32 wave may use in a workgroup of {self.threads} threads ({TOTAL_VGPRS_PER_SIMD} VGPRs a "
+             f"SIMD shared by {per_simd} wave{'s' if per_simd > 1 else ''} of it, at most {ADDRESSABLE_VGPRS} addressable)")
+    try: vgprs, sgprs = allocate(code, RESERVED_VGPRS, self.reserved_sgprs)
+    except RegisterPressureError as e:
+      if "VGPRs" in str(e): raise self.register_error(code, "v", budget, None, why_v) from None
+      raise self.register_error(code, "s", MAX_SGPRS, None, "SGPRs (s0..s105) of gfx1100") from None
+    if vgprs > budget: raise self.register_error(code, "v", budget, vgprs, why_v)
+    return vgprs, sgprs
+
   # ---------------------------------------------------------------- driver
   def render(self) -> AMDKernel:
     if any(u.op is Ops.DEFINE_ACC and u.src for u in self.program):
-      raise NotImplementedError("AMD renderer: upcast accumulators (DEFINE_ACC with lanes) are CPU-only opts")
+      raise NotImplementedError("AMD renderer: upcast accumulators (DEFINE_ACC with lanes) are CPU-only opts "
+                                "(GPU kernels expand their lanes: compiler/gpu.py)")
     # kernel arguments: one s_load_b64 per pointer / variable, then one wait (RDNA3 ISA guide, "Scalar Memory")
     for u in self.program:
       if u.op is Ops.PARAM and u not in self.vals:
@@ -191,15 +320,16 @@ class _Renderer:
     self.code.append(self.exit)
     self.e("s_endpgm")
     code = legalize(self.code, self.v)
-    vgprs, sgprs = allocate(code, RESERVED_VGPRS, RESERVED_SGPRS)
+    vgprs, sgprs = self.allocate_registers(code)
     args = [{".name": f"data{i}", ".size": 8, ".offset": 8 * i, ".value_kind": "global_buffer",
              ".address_space": "global"} for i in range(self.n_params)]
     args += [{".name": v.arg[0], ".size": 8, ".offset": 8 * (self.n_params + j), ".value_kind": "by_value"}
              for j, v in enumerate(self.variables)]
     meta = KernelMeta(self.name, vgprs, sgprs, 8 * (self.n_params + len(self.variables)), tuple(args),
-                      workgroup_ids=1, workitem_dims=1,
-                      descriptor=(("float_denorm_mode_32", 3), ("float_denorm_mode_16_64", 3)))
-    return AMDKernel(meta, insert_waits(code))
+                      lds_size=self.lds_size, workgroup_ids=self.group_ids, workitem_dims=self.workitem_dims,
+                      descriptor=(("float_denorm_mode_32", 3), ("float_denorm_mode_16_64", 3)),
+                      max_flat_workgroup_size=self.threads)
+    return AMDKernel(meta, insert_lds_waits(insert_waits(code)))
 
   def find_tail_gate(self) -> UOp | None:
     """`gidx < n` when every store is gated by it (to_threads' guard for threads past the end)."""
@@ -211,7 +341,8 @@ class _Renderer:
       while stack:
         t = stack.pop()
         if t.op is Ops.AND and t.dtype.is_bool: stack.extend(t.src)
-        elif t.op is Ops.CMPLT and t.src[0].op is Ops.SPECIAL and t.src[1].op is Ops.CONST and is_narrow(t.src[0]): terms.add(t)
+        elif t.op is Ops.CMPLT and t.src[0].op is Ops.SPECIAL and t.src[0].arg[0] == "gidx" and t.src[1].op is Ops.CONST \
+            and is_narrow(t.src[0]): terms.add(t)
       common = terms if common is None else common & terms
     return next(iter(common)) if common else None
 
@@ -296,7 +427,13 @@ class _Renderer:
 
   # ---------------------------------------------------------------- threads, loops, accumulators
   def special(self, u: UOp):
-    if u.arg[0] != "gidx": raise NotImplementedError(f"AMD renderer: unknown SPECIAL {u.arg[0]!r} (knows 'gidx')")
+    name = u.arg[0]
+    if name in GROUP_IDS: x = self.group_sgpr[name]       # uniform: the system SGPR is the value (never written)
+    elif name in LOCAL_IDS:
+      axis = LOCAL_IDS.index(name)
+      if axis == 0: x = self.o("v_and_b32", Imm((1 << WORKITEM_ID_BITS) - 1), LOCAL_ID)
+      else: x = self.o("v_bfe_u32", LOCAL_ID, Imm(WORKITEM_ID_BITS * axis), Imm(WORKITEM_ID_BITS))
+    if name != "gidx": return x if u.dtype.itemsize < 8 or is_narrow(u) else self.mov64(x, Imm(0))
     lid = self.o("v_and_b32", Imm(0x3FF), LOCAL_ID)           # work-item id x: bits 0-9 of v0
     g = self.o("v_lshl_add_u32", WORKGROUP_ID_X, Imm(int(math.log2(LOCAL_SIZE))), lid)
     g = g if is_narrow(u) or u.dtype.itemsize < 8 else self.mov64(g, Imm(0))
@@ -310,6 +447,7 @@ class _Renderer:
 
   def open_range(self, u: UOp):
     if not fits32(u): raise NotImplementedError(f"AMD renderer: loop bound {u.src[0].vmax} does not fit in 32 bits")
+    self.lds_addrs.clear()        # LDS addresses are shared within one loop level only (a body may not run at all)
     if u.src[0].op is Ops.CONST: bound = imm32(u.src[0].arg)
     else:
       b = self.op32(u.src[0])
@@ -326,6 +464,7 @@ class _Renderer:
     return counter
 
   def close_range(self, u: UOp):
+    self.lds_addrs.clear()
     r = u.src[0]
     counter, bound, top, end = self.loops.pop(r)
     self.e("s_add_i32", counter, counter, Imm(1))
@@ -346,7 +485,9 @@ class _Renderer:
   # ---------------------------------------------------------------- memory
   def address(self, idx: UOp):
     """(base SGPR pair, 32-bit VGPR byte offset) when the offset provably fits in 32 unsigned bits, else
-    (None, 64-bit VGPR address): base + (index << log2(itemsize)) with v_add_co_u32 / v_add_co_ci_u32."""
+    (None, 64-bit VGPR address): base + (index << log2(itemsize)) with v_add_co_u32 / v_add_co_ci_u32.
+    On workgroup memory: an LDSAddress."""
+    if idx.src[0].op is Ops.DEFINE_LOCAL: return self.lds_address(idx)
     base, index = self.val(idx.src[0]), idx.src[1]
     size = idx.src[0].dtype.itemsize
     shift = int(math.log2(size))
@@ -378,8 +519,62 @@ class _Renderer:
     base, off = addr
     return (off, base) if base is not None else (off, OFF)
 
+  def lds_address(self, idx: UOp) -> LDSAddress:
+    """The LDS byte address of a valid lane: index * itemsize in a VGPR, the buffer's offset (and a constant
+    term of the index) in the DS instruction's 16-bit offset field (RDNA3 ISA guide, "Data Share Operations":
+    address = VGPR + offset). Lanes whose gate is false never use it, so the low dword of the index suffices."""
+    buf, index = idx.src[0], idx.src[1]
+    size, offset = buf.dtype.itemsize, self.lds_offsets[buf]
+    if index.op is Ops.ADD and index.src[1].op is Ops.CONST and isinstance(lo := index.src[0].vrange[0], int) and lo >= 0 \
+        and 0 <= (c := int(index.src[1].arg)) and offset + (c + 1) * size <= LDS_BYTES:
+      index, offset = index.src[0], offset + c * size     # a constant term of the index goes into the offset field
+    if index.op is Ops.CONST and 0 <= offset + int(index.arg) * size < LDS_BYTES:
+      return LDSAddress(self.vgpr(Imm(0)), offset + int(index.arg) * size)
+    shift = int(math.log2(size))
+    x = self.op32(index)
+    key = (x, shift)      # one VGPR per (index value, element size): INDEXes that differ only by buffer or gate share it
+    if key not in self.lds_addrs: self.lds_addrs[key] = self.o("v_lshlrev_b32", Imm(shift), x) if shift else self.vgpr(x)
+    return LDSAddress(self.lds_addrs[key], offset)
+
+  def lds_load(self, u: UOp) -> Reg:
+    idx, dt = u.src[0], u.dtype
+    size = idx.src[0].dtype.itemsize
+    kind = DS_LOAD[size]
+    if dt.is_int and size < 4 and signed(dt): kind = f"i{8 * size}"    # the register form of int8/int16 is sign-extended
+    d = self.v(2 if size == 8 else 1)
+    if len(idx.src) == 3:   # lanes whose gate is false keep 0
+      for k in range(d.size): self.e("v_mov_b32", d[k] if d.size > 1 else d, Imm(0))
+    saved = self.gate_begin(idx)
+    a = self.val(idx)
+    self.code.append(Inst(f"ds_load_{kind}", (d, a.addr), {"offset": a.offset} if a.offset else {}))
+    self.gate_end(saved)
+    return d
+
+  def lds_store(self, u: UOp):
+    idx, v = u.src[0], u.src[1]
+    size = idx.src[0].dtype.itemsize
+    data = self.rpair(v, signed(v.dtype)) if size == 8 else self.vgpr(self.val(v))
+    if isinstance(data, Reg) and data.file == "s": data = self.copy_into(None, data, v.dtype)
+    saved = self.gate_begin(idx)
+    a = self.val(idx)
+    self.code.append(Inst(f"ds_store_{MEM_STORE[size]}", (a.addr, data), {"offset": a.offset} if a.offset else {}))
+    self.gate_end(saved)
+
+  def barrier(self, u: UOp):
+    """Every LDS operation of this wave done, its stores and its loads (lgkmcnt(0): AMDGPUUsage "Memory Model
+    GFX10-GFX11", workgroup release), then s_barrier: the wave waits until every wave of its workgroup got here
+    (RDNA3 ISA guide, S_BARRIER: waves that already ended are not waited for). Its sources are the local STOREs it
+    publishes and, for a barrier in a loop (compiler/gpu.py STAGE), the RANGE whose previous step's reads it ends."""
+    if any(s.op is Ops.STORE and s.src[0].src[0].op is not Ops.DEFINE_LOCAL for s in u.src):
+      # global memory would also need s_waitcnt_vscnt and a gl0 invalidate (the WGP's two CUs have their own L0)
+      raise NotImplementedError(f"AMD renderer: kernel {self.name!r} has a BARRIER ordering a STORE to global memory; "
+                                "a BARRIER orders STOREs to workgroup memory (DEFINE_LOCAL)")
+    self.e("s_waitcnt", waitcnt(lgkmcnt=0))
+    self.e("s_barrier")
+
   def load(self, u: UOp):
     idx, dt = u.src[0], u.dtype
+    if idx.src[0].op is Ops.DEFINE_LOCAL: return self.lds_load(u)
     size = idx.src[0].dtype.itemsize
     kind = MEM_LOAD[size]
     if dt.is_int and dt.itemsize < 4: kind = ("i" if signed(dt) else "u") + str(8 * dt.itemsize)
@@ -394,6 +589,7 @@ class _Renderer:
 
   def store(self, u: UOp):
     idx, v = u.src[0], u.src[1]
+    if idx.src[0].op is Ops.DEFINE_LOCAL: return self.lds_store(u)
     size = idx.src[0].dtype.itemsize
     data = self.rpair(v, signed(v.dtype)) if size == 8 else self.vgpr(self.val(v))
     if isinstance(data, Reg) and data.file == "s": data = self.copy_into(None, data, v.dtype)
@@ -774,10 +970,59 @@ def _narrow_const(v: int, dt: DType) -> int:
   return v & 0xFFFFFFFF
 
 
+def _regs_of(inst: Inst) -> set:
+  out = set()
+  for a in inst.operands:
+    if isinstance(a, (Neg, Abs)): a = a.x
+    if isinstance(a, (Reg, Sub)): out.update((a.file, a.phys + k) for k in range(a.size))
+  return out
+
+
+_WAITCNT_LGKM = isa.WAITCNT_FIELDS["lgkmcnt"]
+
+
+def insert_lds_waits(code: list) -> list:
+  """`s_waitcnt lgkmcnt(n)` before the first instruction that touches a register an LDS load has not finished
+  writing (registers allocated). LDS operations (loads and stores) decrement LGKM_CNT in issue order, so n counts
+  the DS operations issued after that load; a pending scalar load (out of order) makes it 0, as does a label or a
+  branch while a load is outstanding (RDNA3 ISA guide 5.6 "Data Dependency Resolution"; at most 63 operations are
+  outstanding: the counter's 6 bits). Stores alone need no wait here (a BARRIER waits for them itself): forgetting
+  older ones only makes a later count smaller, a stronger wait."""
+  out: list = []
+  pending: list = []     # outstanding LGKM operations in issue order: (registers written, in order)
+  for x in code:
+    if pending:
+      need = None
+      if isinstance(x, Label) or x.target is not None or x.name == "s_endpgm":
+        if any(w for w, _ in pending): need = 0
+        else: pending = []
+      else:
+        regs = _regs_of(x)
+        hit = max((k for k, (w, _) in enumerate(pending) if w & regs), default=None)
+        if hit is not None: need = len(pending) - 1 - hit if all(o for _, o in pending) else 0
+      if need is not None:
+        out.append(Inst("s_waitcnt", (waitcnt(lgkmcnt=need),)))
+        pending = pending[len(pending) - need:] if need else []
+    if isinstance(x, Inst):
+      if x.name == "s_waitcnt":
+        lo, width = _WAITCNT_LGKM
+        n = (x.operands[0].value >> lo) & ((1 << width) - 1)
+        if n == 0: pending = []
+        elif n < len(pending) and all(o for _, o in pending): pending = pending[len(pending) - n:]
+      elif x.name.startswith("ds_"):
+        pending.append((_regs_of(Inst(x.name, x.operands[:1])) if x.name.startswith("ds_load") else set(), True))
+      elif x.name.startswith(("s_load_", "s_buffer_load_")):
+        pending.append((_regs_of(Inst(x.name, x.operands[:1])), False))
+      pending = pending[-63:]       # a 64th operation waits until the oldest is done
+    out.append(x)
+  return out
+
+
 # UOp op -> emitter (a value, or None for ops that define none)
 _NOTHING = lambda r, u: None  # noqa: E731
 RULES = {
   Ops.PARAM: _NOTHING, Ops.DEFINE_VAR: _NOTHING, Ops.SINK: _NOTHING, Ops.REDUCE: _NOTHING,
+  Ops.DEFINE_LOCAL: _NOTHING, Ops.BARRIER: _Renderer.barrier,
   Ops.CONST: lambda r, u: r.const(u.arg, u.dtype, u), Ops.SPECIAL: _Renderer.special,
   Ops.RANGE: _Renderer.open_range, Ops.ENDRANGE: _Renderer.close_range,
   Ops.DEFINE_ACC: _Renderer.define_acc, Ops.ACC_UPDATE: _Renderer.acc_update,

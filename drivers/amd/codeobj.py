@@ -128,18 +128,24 @@ def _kd_namespace(ns: dict) -> None:
     return value & (0xFFFF if base == PROPERTIES else 0xFFFFFFFF)
 
   @classmethod
-  def for_kernel(cls, vgprs: int, kernarg_size: int = 0, lds_size: int = 0, workgroup_ids: int = 3,
+  def for_kernel(cls, vgprs: int, kernarg_size: int = 0, lds_size: int = 0, workgroup_ids: int | tuple = 3,
                  workitem_dims: int = 3, private_size: int = 0, **fields):
-    """A descriptor for a wave32 kernel using `vgprs` VGPRs, the kernarg pointer in s[0:1], the
-    first `workgroup_ids` workgroup ids in the next SGPRs (s2, s3, s4) and `workitem_dims`
-    workitem ids packed in v0; any KD_FIELDS name can be overridden as a keyword."""
+    """A descriptor for a wave32 kernel using `vgprs` VGPRs, the kernarg pointer in s[0:1], workgroup ids in the
+    next SGPRs (s2, s3, s4: `workgroup_ids` the first n of x, y, z, or three flags (x, y, z), each enabled id taking
+    the next SGPR) and `workitem_dims` workitem ids packed in v0; any KD_FIELDS name can be overridden as a keyword.
+    ENABLE_VGPR_WORKITEM_ID (AMDGPUUsage, compute_pgm_rsrc2): 0 gives x, 1 x and y, 2 x, y and z; gfx11 packs them
+    in v0 as x | y << 10 | z << 20 (the packed work-item id layout of gfx90a and GFX11+)."""
+    ids = tuple(workgroup_ids > k for k in range(3)) if isinstance(workgroup_ids, int) else tuple(map(bool, workgroup_ids))
+    if len(ids) != 3: raise CodeObjectError(f"workgroup_ids takes a count or three flags (x, y, z), got {workgroup_ids!r}")
+    if not 1 <= workitem_dims <= 3:
+      raise CodeObjectError(f"workitem_dims is 1, 2 or 3 (x; x and y; x, y and z), got {workitem_dims}")
     granule = max(0, -(-max(vgprs, 1) // 8) - 1)      # GFX10-GFX11 wave32: blocks of 8 VGPRs
     # float_denorm_mode_32 = 3 (keep f32 denormals, what HIP kernels use; the emulator never flushes)
     kw = dict(granulated_workitem_vgpr_count=granule, kernarg_size=kernarg_size, float_denorm_mode_32=3,
               group_segment_fixed_size=lds_size, private_segment_fixed_size=private_size,
               enable_private_segment=int(private_size > 0),
-              enable_sgpr_workgroup_id_x=int(workgroup_ids > 0), enable_sgpr_workgroup_id_y=int(workgroup_ids > 1),
-              enable_sgpr_workgroup_id_z=int(workgroup_ids > 2), enable_vgpr_workitem_id=max(0, workitem_dims - 1))
+              enable_sgpr_workgroup_id_x=int(ids[0]), enable_sgpr_workgroup_id_y=int(ids[1]),
+              enable_sgpr_workgroup_id_z=int(ids[2]), enable_vgpr_workitem_id=workitem_dims - 1)
     kw.update(fields)
     return cls(**kw)
 
@@ -363,17 +369,20 @@ def write_code_object(name: str, code: bytes, kd, kernarg_size: int, args_meta=(
 @dataclasses.dataclass(frozen=True)
 class KernelMeta:
   """What a compiler knows about a kernel besides its code, handed to `write_kernel` as data: register counts,
-  segment sizes, the launch registers it reads (workgroup ids in s2.., work-item ids in v0) and argument
-  metadata (dicts as write_code_object takes them). `descriptor` overrides KernelDescriptor fields by name."""
+  segment sizes (lds_size: the workgroup's fixed LDS bytes, GROUP_SEGMENT_FIXED_SIZE), the launch registers it reads
+  (workgroup ids in s2.., as for_kernel's `workgroup_ids`; work-item ids in v0), the most threads a workgroup of it
+  may have (metadata .max_flat_workgroup_size) and argument metadata (dicts as write_code_object takes them).
+  `descriptor` overrides KernelDescriptor fields by name."""
   name: str
   vgprs: int
   sgprs: int
   kernarg_size: int
   args: tuple = ()
   lds_size: int = 0
-  workgroup_ids: int = 3
+  workgroup_ids: int | tuple = 3
   workitem_dims: int = 3
   descriptor: tuple[tuple[str, int], ...] = ()
+  max_flat_workgroup_size: int = 1024
 
 
 def write_kernel(meta: KernelMeta, code: bytes) -> bytes:
@@ -382,7 +391,7 @@ def write_kernel(meta: KernelMeta, code: bytes) -> bytes:
                                    workgroup_ids=meta.workgroup_ids, workitem_dims=meta.workitem_dims,
                                    **dict(meta.descriptor))
   return write_code_object(meta.name, code, kd, meta.kernarg_size, meta.args, sgpr_count=meta.sgprs,
-                           vgpr_count=meta.vgprs)
+                           vgpr_count=meta.vgprs, max_flat_workgroup_size=meta.max_flat_workgroup_size)
 
 
 # ---- reading ----

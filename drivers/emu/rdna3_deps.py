@@ -17,6 +17,11 @@ out of order only once the counter is 0. Until then its destination registers ho
 instruction that reads or writes one of them raises MissingWait (even a second load into the same register:
 the data of two loads may reach the VGPRs in either order).
 
+An s_barrier with an LDS store of the same wave still outstanding (LGKMcnt not brought to 0 since) raises MissingWait:
+s_barrier orders no memory operation, so a workgroup-scope release is `s_waitcnt lgkmcnt(0)` then `s_barrier`
+(AMDGPUUsage, "Memory Model GFX10-GFX11": the release fence waits for the wave's LDS operations to complete, "Must
+happen before the following s_barrier"), else another wave may read the LDS before the store has reached it.
+
 Hazards (gfx11 has hardware interlocks for data dependencies, "Inserting S_NOP is not required to achieve
 correct operation" (5.6); LLVM's GCNHazardRecognizer keeps these for gfx1100, wave32):
   - VALUTransUseHazard (AMDGPU.td FeatureVALUTransUseHazard, "Hazard when TRANS instructions are closely
@@ -67,11 +72,11 @@ class HazardError(EmulatorError):
 class Dep:
   """The registers an instruction reads and writes and how it takes part in the counters and hazards."""
   __slots__ = ("reads", "writes", "regs", "valu", "trans", "mem", "issue", "wait", "note", "wmma_ab", "permlane",
-               "starts")
+               "barrier", "starts")
 
   def __init__(self):
     self.reads, self.writes = set(), set()
-    self.valu = self.trans = self.mem = self.permlane = False
+    self.valu = self.trans = self.mem = self.permlane = self.barrier = False
     self.issue = ()            # ((counter, in_order, registers), ...) of an instruction that returns data later
     self.wait = {}             # counter -> count of an s_waitcnt
     self.note = None           # "wmma" / "cmpx": what the next VALU is checked against
@@ -80,7 +85,7 @@ class Dep:
   def done(self) -> "Dep":
     self.reads, self.writes = frozenset(self.reads), frozenset(self.writes)
     self.regs = self.reads | self.writes
-    self.starts = bool(self.issue or self.wait or self.trans or self.note)
+    self.starts = bool(self.issue or self.wait or self.trans or self.note or self.barrier)
     return self
 
 
@@ -165,6 +170,7 @@ def _sopp(d: Dep, name: str, get) -> None:
   elif name == "s_waitcnt_depctr" and not (get("simm16") >> 12) & 0xF:
     d.mem = True                # va_vdst(0), SIMM16[15:12]: every VALU result written, as a VMEM/DS issue waits
   elif name in ("s_cbranch_vccz", "s_cbranch_vccnz"): d.reads.add(SGPR + VCC)
+  elif name == "s_barrier": d.barrier = True
 
 
 def _ds(d: Dep, inst, get) -> None:
@@ -247,6 +253,7 @@ def step(w, d: Dep, sel, pc: int, text) -> None:
     if st.trans: _check_trans(st, d, m, pc, text)
     if st.notes: _check_notes(st, d, m, pc, text)
   if st.pending_regs and not st.pending_regs.isdisjoint(d.regs): _check_pending(st, d, m, pc, text)
+  if d.barrier and st.queues["lgkm"]: _check_barrier(st, m, pc, text)
   for counter, count in d.wait.items(): _retire(st, counter, count, m)
   if st.trans and (d.valu or d.mem): _age_trans(st, d, sel, m)
   if d.valu and st.notes:
@@ -326,6 +333,17 @@ def _check_pending(st: DepState, d: Dep, m: np.ndarray, pc: int, text) -> None:
         f"{p.pc:#x} is still loading (counted by {counters}); insert `{_needed_wait(st, p, wave)}` before it "
         f"({GUIDE_WAITCNT}: a load's result is in its registers only once S_WAITCNT has brought its counter down; "
         "VMEM loads complete in order, SMEM loads out of order, FLAT on two counters)")
+
+
+def _check_barrier(st: DepState, m: np.ndarray, pc: int, text) -> None:
+  for p in st.queues["lgkm"]:
+    waves = p.left["lgkm"] & m
+    if p.regs or not waves.any(): continue          # an entry without registers: a DS store (or atomic without return)
+    raise MissingWait(
+      f"missing s_waitcnt: `{text(pc)}` at pc {pc:#x} in wave {int(np.argmax(waves))} while the LDS store "
+      f"`{text(p.pc)}` at pc {p.pc:#x} may not have completed; insert `s_waitcnt lgkmcnt(0)` before the barrier "
+      "(s_barrier orders no memory operation: AMDGPUUsage \"Memory Model GFX10-GFX11\", workgroup release; "
+      f"{GUIDE_WAITCNT})")
 
 
 def _check_trans(st: DepState, d: Dep, m: np.ndarray, pc: int, text) -> None:
