@@ -134,10 +134,15 @@ def estimate(ast: UOp, params) -> dict:
   return {"flops": flops, "bytes": nbytes}
 
 
+def _tc_device(renderer) -> str | None:
+  """The device whose tensor cores the heuristic may use: the renderer's, if it renders WMMA ops."""
+  return renderer.device if getattr(renderer, "tensor_cores", False) else None
+
+
 def search_opts(spec: KernelSpec, renderer) -> list:
   """BEAM compiles and times candidates with get_program; the heuristic's choice is one of them."""
   if getattr(renderer, "workgroups", False):
-    return beam_search(spec, BEAM, get_program, default=_gpu.gpu_opts(spec.ast, renderer.device), moves=_gpu.gpu_actions)
+    return beam_search(spec, BEAM, get_program, default=_gpu.gpu_opts(spec.ast, _tc_device(renderer)), moves=_gpu.gpu_actions)
   return beam_search(spec, BEAM, get_program, default=hand_coded_opts(spec.ast))
 
 
@@ -175,7 +180,7 @@ def _lower(spec: KernelSpec, renderer) -> Lowered:
   ast, launch, gpu = spec.ast, {}, getattr(renderer, "threads", False)
   if gpu and (dims := launch_dims(ast)) is not None: launch = dims
   elif gpu and OPT and getattr(renderer, "workgroups", False) and _gpu.optimizable(ast):
-    opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else _gpu.gpu_opts(ast, renderer.device)
+    opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else _gpu.gpu_opts(ast, _tc_device(renderer))
     ast = _gpu.to_workgroups(_gpu.apply_gpu_opts(ast, opts, renderer.device))
     launch = {**(launch_dims(ast) or {"global_size": (1, 1, 1), "local_size": (1, 1, 1)}), "opts": tuple(opts)}
   elif gpu:

@@ -145,11 +145,22 @@ def _group(ast: UOp, locals_: list[UOp]) -> UOp:
       bar = barrier_of.get(lv)
       stores = (bar.src if bar is not None else ()) + (store,)
       bar = barrier_of[lv] = UOp(Ops.BARRIER, None, stores)
-      js = {r: UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id + i, "reduce")) for i, r in enumerate(g)}
-      next_id += len(g)
       wait = UOp(Ops.BARRIER, None, (), ("level", lv))    # replaced by the level's barrier once it has every store
-      load = UOp(Ops.LOAD, new.dtype, (UOp(Ops.INDEX, new.dtype, (buf, slot(js))), wait))
-      new = UOp(Ops.REDUCE, new.dtype, (load,) + tuple(js.values()), new.arg)
+      size = g[0].src[0].arg
+      if len(g) == 1 and size >= 4 and size & (size - 1) == 0:
+        # a tree: in log2(size) steps the first half of the threads adds the second half's partials to theirs
+        gr, cur, step = g[0], wait, size // 2
+        while step >= 1:
+          act = gr < step
+          x, y = (UOp(Ops.LOAD, new.dtype, (UOp(Ops.INDEX, new.dtype, (buf, slot(at), act)), cur)) for at in ({}, {gr: gr + step}))
+          cur = UOp(Ops.BARRIER, None, (UOp(Ops.STORE, None, (UOp(Ops.INDEX, new.dtype, (buf, slot({}), act)), _combine(new.arg, [x, y]))),))
+          step //= 2
+        new = UOp(Ops.LOAD, new.dtype, (UOp(Ops.INDEX, new.dtype, (buf, slot({gr: UOp.const(dtypes.index, 0)}))), cur))
+      else:   # every thread reduces the partials
+        js = {r: UOp(Ops.RANGE, dtypes.index, (r.src[0],), (next_id + i, "reduce")) for i, r in enumerate(g)}
+        next_id += len(g)
+        load = UOp(Ops.LOAD, new.dtype, (UOp(Ops.INDEX, new.dtype, (buf, slot(js))), wait))
+        new = UOp(Ops.REDUCE, new.dtype, (load,) + tuple(js.values()), new.arg)
     done[node] = new
   out = substitute(done[ast], {UOp(Ops.BARRIER, None, (), ("level", lv)): b for lv, b in barrier_of.items()})
   # only the threads with group index 0 store
@@ -302,26 +313,37 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
   gl = _ranges(ast, "global")
   outputs = math.prod(_size(r) for r in gl)
   rl = _ranges(ast, "reduce")
-  if reduces and not nested and rl:
+  inner = {v for u in reduces for v in u.src[0].toposort() if v is not u and v.op is Ops.REDUCE}
+  top = [u for u in reduces if u not in inner]
+  if reduces and nested and len(top) == 1 and outputs < 4096:
+    # nested reductions (a loss: a sum over rows of a function of a sum over columns): threads share the outer one
+    r = max(top[0].src[1:], key=lambda r: r.arg[0])
+    rsize = math.prod(_size(x) for x in top[0].src[1:])
+    for n in (64, 32, 16, 8, 4):
+      if _size(r) % n == 0 and rsize // n >= 8 and tryopt(Opt("GROUP", rl.index(r), n)): break
+  elif reduces and not nested and rl:
     rsize = math.prod(_size(r) for r in rl)
     if outputs < 4096 and rsize >= 64:
+      # threads of a workgroup share the innermost reduce axis, each at least 16 elements of the whole reduction
       last = len(rl) - 1
-      for n in (256, 128, 64, 32, 16, 8):
-        if _size(rl[last]) % n == 0 and _size(rl[last]) >= n and tryopt(Opt("GROUP", last, n)): break
+      for n in (256, 128, 64, 32, 16, 8, 4):
+        if _size(rl[last]) % n == 0 and rsize // n >= 16 and tryopt(Opt("GROUP", last, n)): break
     elif outputs >= 4096 and len(gl) >= 2:
       # a tile of outputs per thread over the two innermost axes: 8x8 (64 accumulators, 16 loads per 64 fma) when the
       # axes are long enough to leave workgroups, else 4x4; then 16x16 threads, and the reduce staged through
       # workgroup memory in steps of 8 (each operand read from global once per workgroup, not once per thread)
+      # (the largest tile that still leaves 2048 threads: small matmuls keep their parallelism)
+      tile = next((t for t in (8, 4, 2) if outputs // (t * t) >= 2048), 1)
       for axis in (len(gl) - 1, len(gl) - 2):
         size = _size(_ranges(ast, "global")[axis])
-        amt = 8 if size % 8 == 0 and size >= 128 else 4
-        if size % amt == 0: tryopt(Opt("UPCAST", axis, amt))
+        amt = next((t for t in (tile, tile // 2, tile // 4) if t > 1 and size % t == 0), None)
+        if amt: tryopt(Opt("UPCAST", axis, amt))
       n = len(_ranges(ast, "global"))
       for axis in (n - 1, n - 2):
         size = _size(_ranges(ast, "global")[axis])
         if next((tryopt(Opt("LOCAL", axis, t)) for t in (16, 8, 4) if size % t == 0), False) is False: break
       last = len(_ranges(ast, "reduce")) - 1
-      if len(_ranges(ast, "local")) == 2 and _size(_ranges(ast, "reduce")[last]) % 8 == 0:
+      if tile >= 4 and len(_ranges(ast, "local")) == 2 and _size(_ranges(ast, "reduce")[last]) % 8 == 0:
         tryopt(Opt("STAGE", last, 8))
   # workgroups: up to 256 threads over the innermost global axes
   threads = math.prod(_size(r) for r in _ranges(ast, *LOCAL_KINDS))

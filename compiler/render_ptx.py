@@ -169,6 +169,7 @@ class PTXRenderer:
   device = "NV"
   threads = True                          # codegen maps the global loops to thread ids (SPECIALs)
   workgroups = True                       # and optimizes them with the GPU opts (compiler/gpu.py)
+  tensor_cores = True                     # renders WMMA ops (compiler/tc.py) as mma.sync
   # exp2/log2/sin are decomposed (ex2/lg2/sin.approx are not accurate enough), so are NaN-propagating max and fmod;
   # 16-bit floats and the 8/16-bit integers are emulated in 32 bits
   native_ops = Native(float_ops=frozenset({Ops.FLOOR, Ops.FDIV}),

@@ -19,7 +19,8 @@ from baregrad.compiler.opt import Opt, OptError, apply_opts
 from baregrad.compiler.codegen import get_program, renderer_for, lower
 from baregrad.compiler import gpu
 
-DEVICES = ("NV",)
+DEVICES = ("NV", "AMD", "METAL")
+TENSOR_CORE_DEVICES = ("NV",)          # the renderers that render WMMA ops (compiler/tc.py)
 
 
 @pytest.fixture(scope="module", params=DEVICES)
@@ -70,9 +71,10 @@ def run_with(spec, bufs, opts):
   prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
   out = Buffer(bufs[0].device, bufs[0].size, bufs[0].dtype)
   run_schedule([ExecItem(prog, [out, *bufs[1:]], {}, prog.meta)], sync=True)
-  data = np.empty(out.size, out.dtype.np)
-  out.copyout(memoryview(data).cast("B"))
-  return data, prog
+  raw = np.empty(out.nbytes, np.uint8)
+  out.copyout(memoryview(raw))
+  np_dt = np.dtype(out.dtype.np) if np.dtype(out.dtype.np).itemsize == out.dtype.itemsize else np.uint16   # bfloat16: its bits
+  return raw.view(np_dt), prog
 
 
 def check(got, want, dtype):
@@ -204,8 +206,41 @@ def test_matmul_staged_through_workgroup_memory(device):
   got, prog = run_with(spec, bufs, opts)
   np.testing.assert_allclose(got, (arrays[0] @ arrays[1]).reshape(-1), rtol=1e-4, atol=1e-4)
   c = counters.last()
-  groups = math.prod(prog.meta["global_size"])
-  assert groups == 4 and math.prod(prog.meta["local_size"]) == 256
-  assert c.global_load_bytes == groups * (128 * n + n * 128) * 4       # a 128-row strip of A and of B per workgroup
+  gx, gy, gz = prog.meta["global_size"]
+  assert gz == 1 and gx * gy > 1 and math.prod(prog.meta["local_size"]) == 256
+  strips = gx * gy * (n // gy * n + n * (n // gx)) * 4      # each workgroup: its rows of A, its columns of B, once
+  args = gx * gy * 8 * 64 if device == "AMD" else 0   # AMD: each wave's scalar loads of the kernel arguments count too
+  assert strips <= c.global_load_bytes <= strips + args, (c.global_load_bytes, strips)
   assert c.global_store_bytes == n * n * 4
   assert c.shared_load_bytes > 0 and c.by_class()["barrier"] > 0
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_tensor_cores(device, dt):
+  """A matmul on 16-bit floats runs on the tensor cores (WMMA ops; PTX mma.sync m16n8k16, RDNA3 v_wmma 16x16x16):
+  with TC alone, with the heuristic's tiles of them, and with more opts after; products exact, float32 sums."""
+  if device not in TENSOR_CORE_DEVICES: pytest.skip(f"{device}: no tensor core op here")
+  assert getattr(renderer_for(device), "tensor_cores", False), f"the {device} renderer renders no WMMA"
+  from baregrad.compiler import tc
+  r = rng(6)
+  a32, b32 = r.standard_normal((64, 48), dtype=np.float32), r.standard_normal((48, 32), dtype=np.float32)
+  a, b = Tensor(a32, device=device).cast(dt).realize(), Tensor(b32, device=device).cast(dt).realize()
+  t = a @ b
+  items = t.schedule()
+  run_schedule(items[:-1], sync=True)
+  sink, _, _ = normalize(t.uop.sink())
+  spec = [i for i in rangeify(sink, lambda x: x.device).items if isinstance(i, KernelSpec)][-1]
+  bufs = items[-1].bufs
+  ah, bh = (x.cast("float32").numpy() for x in (a, b))       # the inputs as rounded to 16 bits
+  want = (ah.astype(np.float64) @ bh.astype(np.float64)).reshape(-1)
+  heuristic = gpu.gpu_opts(spec.ast, device)
+  assert heuristic[0] == Opt("TC", 0, 0), heuristic
+  for opts in ([Opt("TC", 0, 0)], heuristic, [Opt("TC", 0, 0), Opt("LOCAL", 0, 2), Opt("UPCAST", 1, 2)]):
+    low = lower(dataclasses.replace(spec, opts=tuple(opts)), renderer_for(device))
+    assert any(u.op is Ops.WMMA for u in low.program)
+    got, _ = run_with(spec, bufs, opts)
+    got32 = (got.astype(np.uint32) << 16).view(np.float32) if dt == "bfloat16" else got.astype(np.float32)
+    np.testing.assert_allclose(got32, want, rtol=1e-2 if dt == "bfloat16" else 2e-3, atol=1e-2)
+  # a float32 matmul or an odd size does not match a tensor core
+  with pytest.raises(OptError, match="TC"):
+    gpu.apply_gpu_opts(last_kernel(lambda x, y: x @ y, [(16, 16), (16, 16)], device)[0].ast, [Opt("TC", 0, 0)], device)

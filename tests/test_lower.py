@@ -201,8 +201,11 @@ def test_float16_bits_pass_through():
 def test_native_declarations_are_checked():
   with pytest.raises(ValueError, match="have no lowering"):
     lower.Native(float_ops=frozenset({Ops.SQRT}), dtypes=frozenset(dtypes.all()))
-  with pytest.raises(ValueError, match="float64"):
-    lower.Native(float_ops=frozenset(), dtypes=frozenset(dtypes.all()) - {dtypes.float64})
+  with pytest.raises(ValueError, match="int64"):
+    lower.Native(float_ops=frozenset(), dtypes=frozenset(dtypes.all()) - {dtypes.int64})
+  # float64 may be absent (a target without it: Metal); then it is not emulated either
+  no64 = lower.Native(float_ops=frozenset(), dtypes=frozenset(dtypes.all()) - {dtypes.float64, dtypes.float16})
+  assert not lower._emulated(dtypes.float64, no64) and lower._emulated(dtypes.float16, no64)
 
 
 def test_set_declared_renderer_gets_only_the_old_rewrites():

@@ -682,9 +682,11 @@ def _as_values(raw: np.ndarray, dt):
   return raw.view(dt.np)
 
 
-def run_on_both(bg, *tensors, opts=None):
+def run_on_both(bg, *tensors, opts=()):
   """Run the schedule of `tensors` item by item: each kernel in the interpreter (rendered by PTXRenderer) on
-  copies of the CPU device's input buffers, then on the CPU device. Returns [(name, dtype, cpu, emu, src)]."""
+  copies of the CPU device's input buffers, then on the CPU device. Returns [(name, dtype, cpu, emu, src)].
+  opts: the GPU opts (none by default: one thread per output, every reduction in the CPU's order, so results can be
+  compared bit for bit; None: the heuristic's, which reorder sums)."""
   sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nv"))
   import kernel_capture
   out = []
