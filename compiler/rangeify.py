@@ -230,9 +230,46 @@ def kernel_name(root: UOp) -> str:
   return f"E_{shape}"
 
 
+# Buffers (and variables) a kernel of a device may take, where that is fewer than any kernel needs in practice.
+# Metal: 31 entries in a compute function's buffer argument table (Metal Feature Set Tables, "Maximum number of
+# entries in the buffer argument table, per graphics or compute function"; drivers/metal/selectors.py).
+MAX_KERNEL_ARGS = {"METAL": 31}
+
+
+def _arguments(root: UOp, mat: set) -> dict[UOp, int]:
+  """What the kernel of `root` reads (buffers, materialized nodes, variables), and, for every node of the kernel
+  below root, how many of those it reads ({node: count}; root's count is the kernel's)."""
+  below: dict[UOp, frozenset] = {}
+  for n in root.toposort():
+    if n is not root and (n in mat or n.op in (Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND)): below[n] = frozenset([n])
+    else: below[n] = frozenset().union(*(below[s] for s in n.src)) if n.src else frozenset()
+  return below
+
+
+def split_for_arguments(mat_list: list, device_of) -> list:
+  """Kernels that would take more arguments than their device allows get an intermediate result materialized: the
+  node below the root that reads the most arguments but not all of them, until every kernel fits."""
+  mat, changed = set(mat_list), True
+  while changed:
+    changed = False
+    for m in list(mat_list):
+      limit = MAX_KERNEL_ARGS.get(str(device_of(m)).partition(":")[0])
+      if limit is None: continue
+      while len((below := _arguments(m, mat))[m]) + 1 > limit:
+        total = len(below[m])
+        cands = [(len(v), n) for n, v in below.items() if n is not m and n not in mat and 1 < len(v) < total
+                 and n.op not in (Ops.BUFFER, Ops.DEFINE_VAR, Ops.BIND, Ops.CONST) and n.op not in MOVEMENT]
+        if not cands: raise RuntimeError(f"a kernel on {device_of(m)} needs {total + 1} arguments, more than its {limit}, "
+                                         "and no intermediate result splits it")
+        pick = max(cands, key=lambda c: c[0])[1]
+        mat.add(pick); changed = True
+        mat_list.insert(mat_list.index(m), pick)   # before its user: still dependency order
+  return mat_list
+
+
 def rangeify(sink: UOp, device_of) -> Schedule:
   """Split a Tensor graph sink into kernels and copies, in dependency order."""
-  mat_list = find_materialized(sink)
+  mat_list = split_for_arguments(find_materialized(sink), device_of)
   mat = set(mat_list)
   sched = Schedule(materialized=mat_list)
   for m in mat_list:
