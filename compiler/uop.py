@@ -108,29 +108,40 @@ def exec_alu(op: Ops, dtype: DType, vals: tuple):
 
 
 _cache_lock = threading.Lock()
+try: from _weakref import _remove_dead_weakref       # CPython: delete d[key] only if it is a dead reference
+except ImportError:                                   # pragma: no cover
+  def _remove_dead_weakref(d, key):
+    with _cache_lock:
+      r = d.get(key)
+      if r is not None and r() is None: del d[key]
+
+
+def _drop_dead(ref) -> None: _remove_dead_weakref(UOp._cache, ref.key)
 
 
 class UOp:
   """An immutable node `(op, dtype, src, arg)`. Equal nodes are the same object (hash-consed)."""
   __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
-  _cache: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
+  # key -> weak reference to the node: a plain dict of KeyedRefs, as WeakValueDictionary keeps them, without its
+  # Python-level get(); a dead entry is dropped by CPython's own atomic helper (only if it is still the dead one)
+  _cache: dict = {}
 
   def __new__(cls, op: Ops, dtype: DType | None = None, src: tuple = (), arg: Any = None):
     # floats are keyed by their bits so that 0.0 and -0.0 stay apart and nan finds itself
     karg = ("f", arg.hex()) if isinstance(arg, float) else arg
     # ops and dtypes are singletons: their ids hash faster than Enum/dataclass hashing
-    key = (id(op), id(dtype), tuple(id(s) for s in src), karg)
+    key = (id(op), id(dtype), tuple([id(s) for s in src]), karg)
     try:
-      hit = UOp._cache.get(key)
+      ref = _cache_get(key)
     except TypeError:
       raise TypeError(f"UOp arg must be hashable, got {arg!r}") from None
-    if hit is not None: return hit
+    if ref is not None and (hit := ref()) is not None: return hit
     with _cache_lock:    # two threads making the same node at once must get one object (checked again inside)
-      hit = UOp._cache.get(key)
-      if hit is not None: return hit
+      ref = _cache_get(key)
+      if ref is not None and (hit := ref()) is not None: return hit
       self = object.__new__(cls)
       self.op, self.dtype, self.src, self.arg, self._key = op, dtype, tuple(src), arg, key
-      UOp._cache[key] = self
+      UOp._cache[key] = weakref.KeyedRef(self, _drop_dead, key)
     return self
 
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
@@ -217,6 +228,9 @@ class UOp:
     if not (isinstance(vmin, int) and isinstance(vmax, int) and vmin <= vmax):
       raise ValueError(f"Variable {name!r} needs integer bounds min <= max, got {vmin}, {vmax}")
     return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, vmin, vmax))
+
+
+_cache_get = UOp._cache.get
 
 
 def _derive(root: UOp, name: str, compute) -> Any:
