@@ -210,7 +210,7 @@ class PTXRenderer:
 
     def space(idx: UOp) -> str: return "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
     inplace, fused, offsets = self.peepholes(program)
-    vectors = self.vector_loads(program, offsets)
+    vectors = self.vector_accesses(program, offsets)
     wmma_accs, pairs = self.wmma_plan(program, inplace, offsets)
     loops: dict[UOp, tuple[str, str]] = {}
     for u in program:
@@ -257,15 +257,18 @@ class PTXRenderer:
           k.emit(f"fma.rn.{float_type(u.dtype)} {acc}, {val(other.src[0])}, {val(other.src[1])}, {acc};")
           k.names[u] = acc
         else: k.names[u] = k.alu(u, [val(s) for s in u.src], dest=acc)
-      elif op is Ops.LOAD and u in vectors:
+      elif op in (Ops.LOAD, Ops.STORE) and u in vectors:
         group = vectors[u]
-        if group is None: continue     # loaded by its group's first load
-        x, off = offsets.get(u.src[0].src[1], (u.src[0].src[1], 0))
-        addr = self.address(k, val(u.src[0].src[0]), val(x), x.dtype, u.dtype)
-        regs = [k.reg(reg_class(u.dtype)) for _ in group]
-        at = f"{addr}+{off * u.dtype.itemsize}" if off else addr
-        k.emit(f"ld.shared.v{len(group)}.{MEM_TYPE[u.dtype]} {{{', '.join(regs)}}}, [{at}];")
-        for ld, r in zip(group, regs): k.names[ld] = r
+        if group is None: continue     # accessed by its group's first load / last store
+        x, off = offsets.get(group[0].src[0].src[1], (group[0].src[0].src[1], 0))   # the lowest address
+        dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
+        addr = self.address(k, val(u.src[0].src[0]), val(x), x.dtype, dt)
+        at = f"{addr}+{off * dt.itemsize}" if off else addr
+        if op is Ops.LOAD:
+          regs = [k.reg(reg_class(dt)) for _ in group]
+          k.emit(f"ld.{space(u.src[0])}.v4.{MEM_TYPE[dt]} {{{', '.join(regs)}}}, [{at}];")
+          for ld, r in zip(group, regs): k.names[ld] = r
+        else: k.emit(f"st.{space(u.src[0])}.v4.{MEM_TYPE[dt]} [{at}], {{{', '.join(val(st.src[1]) for st in group)}}};")
       elif op is Ops.LOAD:
         idx = u.src[0]
         k.names[u] = k.load(val(idx), u.dtype, val(idx.src[2]) if len(idx.src) == 3 else None, space(idx))
@@ -366,33 +369,40 @@ class PTXRenderer:
     k.names[u] = d[u.arg[1]]
 
   @staticmethod
-  def vector_loads(program: list[UOp], offsets: dict) -> dict:
-    """Ungated 4-byte loads from workgroup memory at x + c, x + c + 1, x + c + 2, x + c + 3 (c a multiple of 4, x one of
-    4 by its linear form; .shared arrays are 16-byte aligned) with no store, barrier or loop boundary between them
-    become one ld.shared.v4 (PTX ISA: ld, "vector ... .v4", address aligned to the vector size): {first load: the
-    four in order, each other load: None}."""
+  def vector_accesses(program: list[UOp], offsets: dict) -> dict:
+    """Ungated 4-byte accesses of one buffer at x + c .. x + c + 3 (c a multiple of 4, x one of 4 by its linear form,
+    so 16-byte aligned: .shared arrays are declared so, and every buffer a kernel gets is: allocations are page
+    aligned, JIT arena offsets 64-byte aligned) become one ld/st .v4 (PTX ISA: ld/st, "vector ... .v4", aligned to the
+    vector size). Loads with no store, barrier or loop boundary between them go at the first one; stores with no load,
+    barrier or loop boundary between them at the last one (every value is computed by then).
+    {the access that emits: the four in order, each other one: None}."""
     from .symbolic import linear
     out: dict = {}
-    def flush(window):
+    order = {u: i for i, u in enumerate(program)}
+    def flush(window, pick):
       by_x: dict = {}
-      for ld in window:
-        x, c = offsets.get(ld.src[0].src[1], (ld.src[0].src[1], 0))
-        by_x.setdefault((ld.src[0].src[0], x), {}).setdefault(c, ld)
-      for (_, x), lds in by_x.items():
+      for acc in window:
+        x, c = offsets.get(acc.src[0].src[1], (acc.src[0].src[1], 0))
+        by_x.setdefault((acc.src[0].src[0], x), {}).setdefault(c, acc)
+      for (_, x), accs in by_x.items():
         terms, const = linear(x)
         if const % 4 or any(v % 4 for v in terms.values()): continue
-        for c in sorted(lds):
-          if c % 4 == 0 and all(c + i in lds for i in range(4)) and lds[c] not in out:
-            group = [lds[c + i] for i in range(4)]
-            first = min(group, key=order.__getitem__)
-            out.update({g: None for g in group}); out[first] = group
-    order = {u: i for i, u in enumerate(program)}
-    window: list = []
+        for c in sorted(accs):
+          if c % 4 == 0 and all(c + i in accs for i in range(4)) and accs[c] not in out:
+            group = [accs[c + i] for i in range(4)]
+            out.update({g: None for g in group}); out[pick(group, key=order.__getitem__)] = group
+    def ok(u, dt): return len(u.src[0].src) == 2 and dt in (dtypes.float32, dtypes.int32, dtypes.uint32)
+    loads, stores = [], []
     for u in program:
-      if u.op in (Ops.STORE, Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE): flush(window); window = []
-      elif (u.op is Ops.LOAD and len(u.src[0].src) == 2 and u.src[0].src[0].op is Ops.DEFINE_LOCAL
-            and u.dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)): window.append(u)
-    flush(window)
+      if u.op in (Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE):
+        flush(loads, min); flush(stores, max); loads, stores = [], []
+      elif u.op is Ops.STORE:
+        flush(loads, min); loads = []
+        if ok(u, u.src[1].dtype): stores.append(u)
+      elif u.op is Ops.LOAD:
+        flush(stores, max); stores = []
+        if ok(u, u.dtype): loads.append(u)
+    flush(loads, min); flush(stores, max)
     return out
 
   @staticmethod

@@ -212,6 +212,8 @@ def test_matmul_staged_through_workgroup_memory(device):
   args = gx * gy * 8 * 64 if device == "AMD" else 0   # AMD: each wave's scalar loads of the kernel arguments count too
   assert strips <= c.global_load_bytes <= strips + args, (c.global_load_bytes, strips)
   assert c.global_store_bytes == n * n * 4
+  if device == "NV":    # the tile's neighbouring words: one 16-byte access each (reads of the staged tiles, stores)
+    assert "ld.shared.v4.f32" in prog.source and "st.global.v4.f32" in prog.source
   assert c.shared_load_bytes > 0 and c.by_class()["barrier"] > 0
 
 
