@@ -18,6 +18,9 @@ Rules from the Linux sources the engines enforce (each cited where it is checked
   * SDMA FENCE without MTYPE UC writes the GPU L2, not memory: the host sees it only after a GL2 write-back.
   * Interrupts: amdkfd ignores one whose event slot still reads UNSIGNALED (kfd_kernel.py signal_interrupt).
   * COMPUTE_PGM_RSRC1.PRIV must be set on a dispatch (gfx11 context save/restore).
+  * A workgroup must fit: its waves' VGPRs (COMPUTE_PGM_RSRC1.VGPRS) on one WGP and its LDS in 64 KiB (rdna3.py
+    check_launch, LaunchError), as the hardware could never launch it; the RDNA3 emulator also refuses LDS accesses
+    of two waves of a workgroup with no s_barrier between (rdna3_mem.LDSOrder).
   * WAIT_REG_MEM64: no Linux code emits it for gfx11's MEC (its firmware support is known from PAL only); the one
     form the driver needs is accepted, any other is refused.
 
@@ -355,7 +358,8 @@ class ComputeQueue(EngineQueue):
     if user_sgprs == 2: self.check_hdp(kernarg, "DISPATCH_DIRECT's kernel arguments (COMPUTE_USER_DATA_0/1)", where)
     with self.kfd.lock:
       code = self.kfd.memory.array(pgm, np.uint8).tobytes()
-    key = (pgm, rsrc1, rsrc2, rsrc3, hashlib.sha1(code).digest())
+    name = self.kfd.kernel_names.get(pgm, f"kernel@{pgm:#x}")
+    key = (pgm, rsrc1, rsrc2, rsrc3, hashlib.sha1(code).digest(), name)
     prog = self._programs.get(key)
     if prog is None:
       # the descriptor the hardware sees is only these registers: rebuild it for the emulator
@@ -363,17 +367,16 @@ class ComputeQueue(EngineQueue):
       value |= (1 << 10 | (1 << 3 if user_sgprs == 2 else 0)) << PROPERTIES     # wave32, kernarg pointer in s[0:1]
       value |= lds                                                              # group_segment_fixed_size
       kd = KernelDescriptor.unpack(value.to_bytes(64, "little"))
-      prog = self._programs[key] = rdna3.Program(code, 0, kd, f"kernel@{pgm:#x}")
+      prog = self._programs[key] = rdna3.Program(code, 0, kd, name)    # errors name the kernel
       if len(self._programs) > 64: self._programs.pop(next(iter(self._programs)))
-    run = KernelCounters(self.kfd.kernel_names.get(pgm, prog.name))
+    run = KernelCounters(name)
     with self.kfd.lock:
       try:
         rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm, counters=run)
-      except MemoryFault as e:     # the note says where in the kernel: pc and instruction
-        notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
-        raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}{notes}", e.address) from None
-      except rdna3.EmulatorError as e:
-        raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of the kernel at {pgm:#x}: {e}") from None
+      except (MemoryFault, rdna3.EmulatorError, ValueError) as e:   # ValueError: a block or LDS no workgroup can have
+        notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))     # where in the kernel: pc and instruction
+        raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of kernel {name!r} at {pgm:#x}: {e}{notes}",
+                         getattr(e, "address", None)) from None
     self.kfd.counters.record(run)     # before the packets after the dispatch (RELEASE_MEM) run
 
 

@@ -18,7 +18,10 @@ says which are present); EXEC = the wave's live lanes.
 Decoding uses the instruction tables in baregrad.drivers.amd.isa (shared with the assembler).
 Semantics live in rdna3_valu.py (float rounding: rdna3_float.py), rdna3_salu.py and rdna3_mem.py. Every step is
 checked by rdna3_deps.py against what the program must resolve itself: outstanding loads until the s_waitcnt that
-completes them (MissingWait) and the gfx1100 hazards (HazardError).
+completes them (MissingWait) and the gfx1100 hazards (HazardError). Because the waves of a workgroup run in lockstep
+here, what only their order on real hardware decides is checked instead of trusted: an LDS access that meets another
+wave's with no s_barrier between raises LDSRace (rdna3_mem.LDSOrder), and a workgroup whose waves cannot all hold
+their VGPRs on one WGP is refused before it runs (LaunchError, `max_vgprs`), as the hardware could never launch it.
 
 Counters (drivers/emu/counters.py): `dispatch(..., counters=KernelCounters())` adds what the kernel executed. Each
 instruction's class, whether it is a vector instruction and the bytes it moves per lane (per wave for SMEM) are
@@ -39,14 +42,14 @@ from .counters import KernelCounters
 from .memory import Memory, MemoryFault, HostMemory  # noqa: F401  (re-exported for users)
 from .rdna3_deps import DepState, HazardError, MissingWait, analyze
 from .rdna3_deps import step as dependency_step
-from .rdna3_mem import compile_ds, compile_smem, compile_vmem
+from .rdna3_mem import LDSOrder, LDSRace, compile_ds, compile_smem, compile_vmem
 from .rdna3_salu import compile_salu
 from .rdna3_state import (ALL, EXEC, LANE, U32, U64, VCC, EmulatorError, FloatMode, IllegalInstruction, Waves,
                           mask_to_bits, unemulated_float_mode)
 from .rdna3_valu import compile_valu
 
 __all__ = ["dispatch", "Memory", "HostMemory", "MemoryFault", "IllegalInstruction", "EmulatorError", "MissingWait",
-           "HazardError", "InstructionBudgetExceeded", "Program", "load_program"]
+           "HazardError", "InstructionBudgetExceeded", "LDSRace", "LaunchError", "Program", "load_program", "max_vgprs"]
 
 NORMAL, BRANCH, END, BARRIER, JUMP = range(5)
 _SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1")
@@ -54,6 +57,42 @@ _SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1")
 
 class InstructionBudgetExceeded(EmulatorError):
   pass
+
+
+class LaunchError(EmulatorError):
+  """A dispatch the hardware cannot launch (its workgroup does not fit)."""
+
+
+# The VGPR file of gfx1100 (LLVM AMDGPUBaseInfo.cpp, namespace IsaInfo; gfx1100 has Feature1_5xVGPRs): wave32 waves
+# get VGPRs in blocks of getVGPRAllocGranule = 24 out of getTotalNumVGPRs = 1536 a SIMD, and address at most
+# getAddressableNumVGPRs = 256. The waves of a workgroup must share one WGP of 4 SIMDs (getEUsPerCU: 4, or 2 when the
+# kernel runs in CU mode, COMPUTE_PGM_RSRC1.WGP_MODE = 0), ceil(waves / SIMDs) waves a SIMD
+# (getWavesPerEUForWorkGroup), so a wave may use getMaxNumVGPRs = min(256, alignDown(1536 / waves a SIMD, 24)).
+VGPRS_PER_SIMD, VGPR_ALLOC_GRANULE, ADDRESSABLE_VGPRS = 1536, 24, 256
+
+
+def max_vgprs(threads: int, wgp_mode: bool = True) -> int:
+  """The most VGPRs a wave32 wave of a workgroup of `threads` threads may use on gfx1100."""
+  per_simd = -(-(-(-threads // 32)) // (4 if wgp_mode else 2))
+  return min(ADDRESSABLE_VGPRS, VGPRS_PER_SIMD // per_simd // VGPR_ALLOC_GRANULE * VGPR_ALLOC_GRANULE)
+
+
+def check_launch(prog: "Program", threads: int) -> None:
+  """Refuse a workgroup of `threads` threads whose waves cannot all get the kernel's VGPRs on one WGP (CU)."""
+  wgp = bool(prog.kd.wgp_mode)
+  limit = max_vgprs(threads, wgp)
+  if prog.n_vgprs <= limit: return
+  simds = 4 if wgp else 2
+  waves = -(-threads // 32)
+  blocks = -(-prog.n_vgprs // VGPR_ALLOC_GRANULE) * VGPR_ALLOC_GRANULE
+  fit = min(1024, VGPRS_PER_SIMD // blocks * simds * 32) if prog.n_vgprs <= ADDRESSABLE_VGPRS else 0
+  raise LaunchError(
+    f"kernel {prog.name!r} uses {prog.n_vgprs} VGPRs a wave (COMPUTE_PGM_RSRC1.VGPRS "
+    f"{prog.kd.granulated_workitem_vgpr_count}) but a workgroup of {threads} threads ({waves} waves, "
+    f"{-(-waves // simds)} on each of the {simds} SIMDs of a {'WGP' if wgp else 'CU (CU mode)'}) can use at most "
+    f"{limit}: a gfx1100 cannot launch it ({VGPRS_PER_SIMD} VGPRs a SIMD, allocated in blocks of "
+    f"{VGPR_ALLOC_GRANULE}, at most {ADDRESSABLE_VGPRS} a wave; LLVM AMDGPUBaseInfo getMaxNumVGPRs). Use fewer VGPRs "
+    f"or " + (f"at most {fit} threads a workgroup" if fit else "split the kernel"))
 
 
 @dataclass
@@ -239,7 +278,8 @@ class Program:
       run = compile_valu(inst, get, literal, self.n_vgprs, self.float_mode)
     elif fmt == "SMEM": run = compile_smem(inst, get)
     elif fmt in ("GLOBAL", "FLAT", "SCRATCH"): run = compile_vmem(inst, get, self.n_vgprs)
-    elif fmt == "DS": run = compile_ds(inst, get, self.n_vgprs)
+    elif fmt == "DS":
+      run = compile_ds(inst, get, self.n_vgprs, lambda: f"kernel {self.name!r} at pc {pc:#x} ({self.text(pc)})")
     else: run = None
     return None if run is None else Compiled(name, size, NORMAL, run)
 
@@ -278,6 +318,7 @@ def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_siz
   if min(grid) < 1 or min(block) < 1: raise ValueError(f"grid {grid} and block {block} must be positive")
   threads = block[0] * block[1] * block[2]
   if threads > 1024: raise ValueError(f"block {block} has {threads} threads; at most 1024 per workgroup")
+  check_launch(prog, threads)
   waves_per_group = -(-threads // 32)
   n_groups = grid[0] * grid[1] * grid[2]
   # whole workgroups per batch; the VGPR file of a batch stays under ~256 MiB
@@ -293,6 +334,8 @@ def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_siz
       for g0 in range(0, n_groups, groups_per_batch):
         g1 = min(n_groups, g0 + groups_per_batch)
         w = _setup(prog, g0, g1, grid, block, waves_per_group, lds_bytes, kernarg_addr, dispatch_ptr, queue_ptr)
+        if waves_per_group > 1 and lds_bytes:      # one wave alone is ordered by its own program order
+          w.lds_order = LDSOrder(len(w.lds), lds_bytes, np.tile(np.arange(waves_per_group), g1 - g0), g0, grid)
         w.memory, w.code_base = mem, code_address
         w.deps = DepState(w.n)
         steps += _run(prog, w, max_steps, counters.instrs, traffic)
@@ -358,6 +401,7 @@ def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -
       if not runnable.any():
         if not w.barrier.any(): return steps
         w.barrier[:] = False                            # every live wave reached s_barrier
+        if w.lds_order is not None: w.lds_order.barrier()
         runnable = ~w.done
       pc = int(w.pc[runnable].min())
       here = runnable & (w.pc == pc)
@@ -380,7 +424,8 @@ def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -
       if w.tracking or c.dep.starts: dependency_step(w, c.dep, sel, pc, prog.text)
       if c.run is not None: c.run(w, sel)
     except (MemoryFault, EmulatorError) as e:
-      e.add_note(f"in kernel {prog.name!r} at pc {pc:#x}: {prog.text(pc)}")
+      if f"kernel {prog.name!r} at pc {pc:#x}" not in str(e):      # LDSRace names them already
+        e.add_note(f"in kernel {prog.name!r} at pc {pc:#x}: {prog.text(pc)}")
       raise
     except Exception as e:
       raise EmulatorError(f"kernel {prog.name!r} at pc {pc:#x} ({prog.text(pc)}): {type(e).__name__}: {e}") from e
@@ -404,7 +449,9 @@ def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -
       if uniform is not None: return steps
       w.done[sel] = True
     elif kind == BARRIER:
-      if uniform is not None: uniform = pc + c.size      # every wave arrives together
+      if uniform is not None:                           # every wave arrives together
+        uniform = pc + c.size
+        if w.lds_order is not None: w.lds_order.barrier()
       else:
         w.pc[sel] = pc + c.size
         w.barrier[sel] = True

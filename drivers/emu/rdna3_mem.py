@@ -7,6 +7,11 @@ Global Instructions" (global: 64-bit VGPR address, or SGPR-pair base + 32-bit VG
 a signed 13-bit immediate) and "Data Share Operations" (LDS address = VGPR + offset; the
 2addr forms use offset0/offset1 in units of the element size, x64 for the stride64 forms).
 Loads are performed on the active lanes only; memory faults name the first bad address.
+
+LDS ordering between the waves of a workgroup (`LDSOrder`): the emulator runs those waves in lockstep, so a missing
+s_barrier would go unnoticed; instead every DS access of a workgroup of two or more waves is checked against which
+wave wrote and read each LDS byte since the last s_barrier, and a read of another wave's write (or a write over
+another wave's read) with no s_barrier between raises LDSRace.
 """
 from __future__ import annotations
 
@@ -263,17 +268,146 @@ def _compile_atomic(inst, get, n_vgprs, targets, put_dwords, get_dwords):
   return run
 
 
+# ---- LDS ordering between the waves of a workgroup ----
+
+class LDSRace(EmulatorError):
+  """A DS access that reads (or overwrites) LDS bytes another wave of its workgroup wrote (or read) since the last
+  s_barrier: on a gfx1100 its result depends on how the waves happen to be scheduled."""
+
+
+LOAD, STORE, ATOMIC = range(3)
+NO_WAVE, MANY_WAVES, ATOMIC_BY = -1, -2, 32     # codes of LDSOrder.writer/reader besides a wave's index in its group
+
+
+class LDSOrder:
+  """Which wave of its workgroup wrote and which read each LDS byte since the workgroup's last s_barrier.
+
+  The rule is the hardware's: "The LDS memory has multiple request queues shared by the SIMDs of a WGP. Therefore,
+  the LDS operations performed by different wavefronts of a work-group can be reordered relative to each other"
+  (LLVM AMDGPUUsage, "Memory Model GFX10-GFX11"), while one wave's own LDS operations complete in order (RDNA3 ISA
+  guide, 5.6 "Data Dependency Resolution": LGKM_CNT, LDS returns in order). What orders the waves is S_BARRIER
+  ("Synchronize waves within a threadgroup", RDNA3 ISA guide, 16.5 "SOPP Instructions"), after each wave's
+  `s_waitcnt lgkmcnt(0)` (the workgroup-scope release of AMDGPUUsage's code sequences; rdna3_deps.py checks it).
+  So, between two barriers, a wave may read LDS bytes only it (or nobody) wrote, and write bytes only it (or nobody)
+  read; atomics (ds_add_u32, ...) of several waves to one address are ordered by the LDS itself, against plain
+  loads and stores of other waves they are not. Two plain stores of different waves to one byte are not checked.
+
+  writer[b]: NO_WAVE, the wave (index in its workgroup) of the last plain store, ATOMIC_BY + wave for atomics of one
+  wave, MANY_WAVES for atomics of several; reader[b]: NO_WAVE, the one wave that read b, or MANY_WAVES. Every wave of
+  a batch passes a barrier at the same time (rdna3.py `_run` releases a barrier once every live wave of the batch
+  waits at one), so a release clears both for the whole batch. An aligned access of whole dwords whose four bytes
+  agree in both tables (the common case) is checked on int32 views of the tables, four equal codes at a time."""
+
+  def __init__(self, n_bytes: int, lds_bytes: int, wave_in_group: np.ndarray, group_base: int, grid: tuple):
+    n = -(-n_bytes // 4) * 4
+    self.writer = np.full(n, NO_WAVE, np.int8)
+    self.reader = np.full(n, NO_WAVE, np.int8)
+    self.writer32, self.reader32 = self.writer.view(np.int32), self.reader.view(np.int32)
+    self.lds_bytes, self.group_base, self.grid = lds_bytes, group_base, grid
+    self.lane_wave = np.repeat(wave_in_group.astype(np.int8)[:, None], 32, axis=1)     # (waves, 32) codes
+    self.lane_rep = _rep(self.lane_wave)
+    self.lane_rep_atomic = _rep(self.lane_wave + ATOMIC_BY)
+    self.touched = self.bytewise = False       # bytewise: a sub-dword access since the barrier (dwords may be mixed)
+
+  def barrier(self) -> None:
+    if self.touched:
+      self.writer.fill(NO_WAVE)
+      self.reader.fill(NO_WAVE)
+      self.touched = self.bytewise = False
+
+  def access(self, sel, idx: np.ndarray, lanes: np.ndarray, full: bool, nbytes: int, kind: int, where) -> None:
+    """Check, then record, an access of `nbytes` bytes from each flat index `idx` (the active lanes of `sel`)."""
+    pick = (lambda a: a[sel].reshape(-1)) if full else (lambda a: a[sel][lanes])
+    self.touched = True
+    if nbytes % 4 == 0 and not (idx & 3).any():
+      d, plain, atomic = idx >> 2, pick(self.lane_rep), pick(self.lane_rep_atomic)
+      if nbytes > 4:
+        d = (d[:, None] + np.arange(nbytes // 4)).reshape(-1)
+        plain, atomic = np.repeat(plain, nbytes // 4), np.repeat(atomic, nbytes // 4)
+      wr, rd = self.writer32[d], self.reader32[d]
+      if not self.bytewise or (_same_bytes(wr) and _same_bytes(rd)):
+        return self._check(self.writer32, self.reader32, d, wr, rd, plain, atomic, 4, kind, where)
+    b, wave = idx, pick(self.lane_wave)
+    self.bytewise = True
+    if nbytes > 1: b, wave = (idx[:, None] + np.arange(nbytes)).reshape(-1), np.repeat(wave, nbytes)
+    self._check(self.writer, self.reader, b, self.writer[b], self.reader[b], wave, wave + ATOMIC_BY, 1, kind, where)
+
+  def _check(self, writer, reader, i, wr, rd, plain, atomic, unit, kind, where) -> None:
+    """The rule on tables of bytes (unit 1) or of dwords holding four equal byte codes (unit 4, codes from _rep)."""
+    no, many = _code(NO_WAVE, unit), _code(MANY_WAVES, unit)
+    if kind == LOAD:
+      if not (wr == no).all():                               # (the common case: nothing written since the barrier)
+        bad = (wr != no) & (wr != plain) & (wr != atomic)
+        if bad.any(): self._race(i, unit, plain, wr, bad, kind, False, where)
+      _record(reader, i, plain, rd, plain, no, many)
+      return
+    read = not (rd == no).all()
+    war = (rd != no) & (rd != plain) if read else None                                # write after another's read
+    raw = (wr >= 0) & (wr < _code(ATOMIC_BY, unit)) & (wr != plain) if kind == ATOMIC else None   # RMW of a store
+    bad = war if raw is None else raw if war is None else war | raw
+    if bad is not None and bad.any():
+      first_war = war is not None and bool(war[int(np.argmax(bad))])
+      self._race(i, unit, plain, rd if first_war else wr, bad, kind, first_war, where)
+    if kind == STORE: writer[i] = plain
+    else: _record(writer, i, atomic, wr, plain, no, many)
+
+  def _race(self, i, unit, plain, other, bad, kind, war, where) -> None:
+    j = int(np.argmax(bad))
+    group, addr = divmod(int(i[j]) * unit, self.lds_bytes)
+    g = self.group_base + group
+    gx, gy, _ = self.grid
+    wg = (g % gx, g // gx % gy, g // (gx * gy))
+    code, me = _signed8(int(other[j])), _signed8(int(plain[j]))
+    who = ("several waves" if code == MANY_WAVES else f"wave {code - ATOMIC_BY} (an atomic)" if code >= ATOMIC_BY
+           else f"wave {code}")
+    if war:
+      what, fix = f"wave {me} writes LDS byte {addr:#x} that {who} of the same workgroup read", "the new value"
+    else:
+      verb, stored = "updates" if kind == ATOMIC else "reads", "stored" if 0 <= code < ATOMIC_BY else "updated"
+      what = f"wave {me} {verb} LDS byte {addr:#x} that {who} of the same workgroup {stored}"
+      fix = "the old value"
+    raise LDSRace(
+      f"LDS race in {where()}: {what} with no s_barrier between (workgroup {wg}); the waves of a workgroup run in no "
+      f"fixed order on a gfx1100, the read may see {fix}. Order them with `s_waitcnt lgkmcnt(0)` then `s_barrier` in "
+      f"every wave between the two accesses (AMDGPUUsage \"Memory Model GFX10-GFX11\": LDS operations of different "
+      f"wavefronts of a work-group can be reordered relative to each other)")
+
+
+def _rep(codes: np.ndarray) -> np.ndarray:
+  """int8 codes -> int32 holding the code in each of its four bytes."""
+  return (codes.astype(np.uint8).astype(np.uint32) * np.uint32(0x01010101)).view(np.int32)
+
+
+def _code(code: int, unit: int) -> int: return code if unit == 1 else int(_rep(np.array([code], np.int8))[0])
+def _signed8(value: int) -> int: return (value & 0xFF) - 256 if value & 0x80 else value & 0xFF
+
+
+def _same_bytes(x: np.ndarray) -> bool:
+  """Whether every int32 of x holds four equal bytes."""
+  u = x.view(np.uint32)
+  return bool((u == (u & np.uint32(0xFF)) * np.uint32(0x01010101)).all())
+
+
+def _record(table: np.ndarray, i: np.ndarray, code: np.ndarray, prev: np.ndarray, plain, no, many) -> None:
+  """table[i] = code, or `many` where another wave's code was there or several waves meet in this access."""
+  table[i] = code
+  mixed = table[i] != code                   # with repeated indices the last lane's code stays: the others see it
+  if not (prev == no).all(): mixed |= (prev != no) & (prev != code) & (prev != plain)
+  if mixed.any(): table[i[mixed]] = many
+
+
 # ---- DS (LDS) ----
 
-def compile_ds(inst, get, n_vgprs):
+def compile_ds(inst, get, n_vgprs, where=lambda: "the kernel"):
+  """fn(w, sel) running the DS instruction; `where()` names the kernel and pc for errors."""
   name = inst.name
   addr_r, d0, d1, vdst = get("addr"), get("data0"), get("data1"), get("vdst")
   offset = get("offset0") | (get("offset1") << 8)
   off0, off1 = get("offset0"), get("offset1")
   if name in ("ds_nop",): return lambda w, sel: None
 
-  def lds_index(w, sel, extra: int, nbytes: int):
-    """(flat byte index into w.lds of the active lanes, lanes, full)."""
+  def lds_index(w, sel, extra: int, nbytes: int, kind: int):
+    """(flat byte index into w.lds of the active lanes, lanes, full); checks the access against w.lds_order."""
     lanes = w.lanes(sel)
     full = w.all_active(sel)
     a = w.V[addr_r][sel].astype(np.int64) + extra
@@ -282,7 +416,9 @@ def compile_ds(inst, get, n_vgprs):
     bad = (a < 0) | (a + nbytes > w.lds_bytes)
     if bad.any():
       raise MemoryFault(int(a[bad][0]), nbytes, detail=f"LDS address out of the {w.lds_bytes}-byte workgroup allocation")
-    return grp * w.lds_bytes + a, lanes, full
+    idx = grp * w.lds_bytes + a
+    if w.lds_order is not None and idx.size: w.lds_order.access(sel, idx, lanes, full, nbytes, kind, where)
+    return idx, lanes, full
 
   load_kinds = {"ds_load_b32": (4, ""), "ds_load_b64": (8, ""), "ds_load_b96": (12, ""), "ds_load_b128": (16, ""),
                 "ds_load_u8": (1, "u"), "ds_load_i8": (1, "i"), "ds_load_u16": (2, "u"), "ds_load_i16": (2, "i")}
@@ -293,7 +429,7 @@ def compile_ds(inst, get, n_vgprs):
     check_vgpr(vdst, max(1, nbytes // 4), n_vgprs)
 
     def run_load(w, sel):
-      idx, lanes, full = lds_index(w, sel, offset, nbytes)
+      idx, lanes, full = lds_index(w, sel, offset, nbytes, LOAD)
       if idx.size == 0: return
       put_dwords(w, sel, vdst, _extend(Memory._take(w.lds, idx, nbytes), nbytes, how), lanes, full)
     return run_load
@@ -302,7 +438,7 @@ def compile_ds(inst, get, n_vgprs):
     hi = name.endswith("_d16_hi")
 
     def run_store(w, sel):
-      idx, lanes, full = lds_index(w, sel, offset, nbytes)
+      idx, lanes, full = lds_index(w, sel, offset, nbytes, STORE)
       if idx.size == 0: return
       dwords = get_dwords(w, sel, d0, max(1, nbytes // 4), lanes, full)
       if hi: dwords = [dwords[0] >> np.uint32(16)]
@@ -313,7 +449,7 @@ def compile_ds(inst, get, n_vgprs):
     hi = name.endswith("_hi")
 
     def run_d16(w, sel):
-      idx, lanes, full = lds_index(w, sel, offset, nbytes)
+      idx, lanes, full = lds_index(w, sel, offset, nbytes, LOAD)
       if idx.size == 0: return
       value = _extend(Memory._take(w.lds, idx, nbytes), nbytes, how)[:, 0] & np.uint32(0xFFFF)
       old = get_dwords(w, sel, vdst, 1, lanes, full)[0]
@@ -327,7 +463,7 @@ def compile_ds(inst, get, n_vgprs):
 
     def run_2addr(w, sel):
       for which, off in ((0, off0 * stride), (1, off1 * stride)):
-        idx, lanes, full = lds_index(w, sel, off, size)
+        idx, lanes, full = lds_index(w, sel, off, size, LOAD if name.startswith("ds_load") else STORE)
         if idx.size == 0: return
         if name.startswith("ds_load"):
           put_dwords(w, sel, vdst + which * nd, _extend(Memory._take(w.lds, idx, size), size, ""), lanes, full)
@@ -363,7 +499,7 @@ def compile_ds(inst, get, n_vgprs):
     cmp = op.startswith("cmpswap")
 
     def run_atomic(w, sel):
-      idx, lanes, full = lds_index(w, sel, offset, nbytes)
+      idx, lanes, full = lds_index(w, sel, offset, nbytes, ATOMIC)
       if idx.size == 0: return
       dt = U64 if bits == 64 else U32
       join = lambda lo, hi: lo.astype(U64) | (hi.astype(U64) << np.uint64(32))

@@ -76,6 +76,7 @@ class Waves:
     self.done = np.zeros(n_waves, bool)
     self.barrier = np.zeros(n_waves, bool)
     self.group = np.zeros(n_waves, np.int64)       # workgroup index (within the batch) of each wave
+    self.lds_order = None       # rdna3_mem.LDSOrder: LDS bytes written/read since the last s_barrier, per wave
     self.lds_bytes = lds_bytes
     self.lds = np.zeros(max(n_groups * lds_bytes, 4), np.uint8)
     self.private_bytes = private_bytes

@@ -145,7 +145,7 @@ def test_lds_loads_return_in_order():
   body = """
     ds_store_b32 v1, v0
     ds_load_b32 v2, v1
-    ds_load_b32 v3, v1 offset:4
+    ds_load_b32 v3, v1
     s_waitcnt lgkmcnt({n})
     v_mov_b32 v4, v2"""
   run_kernel(body.format(n=1))                       # the store and the first load are done
