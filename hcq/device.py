@@ -177,9 +177,9 @@ class Device:
   # ---- memory that queues of several devices address: cross-device signals and buffers ----
   def map_host(self, addr: int, nbytes: int):
     """Let this device's queues address host memory the process already has, at its host address (the pages around
-    it): the driver's `map_host` (CPU: its command processor's address table; AMD: a userptr BO). A driver whose
-    device addresses only what it allocated (NV) raises NotImplementedError: shared memory must come from it
-    (alloc_shared)."""
+    it): the driver's `map_host` (CPU: its command processor's address table; AMD: a userptr BO; NV: an RM OS
+    descriptor mapped by UVM). A driver whose device cannot (NotImplementedError, or OSError when the kernel refuses
+    those pages) leaves the caller another path (hcq/transfer.py)."""
     page = mmap.PAGESIZE
     start = addr // page * page
     return self.driver.map_host(start, (addr + nbytes - start + page - 1) // page * page)

@@ -3,14 +3,17 @@
 A copy from device A to device B takes one of two paths, chosen once per pair by what the drivers can do:
 
   peer   One device's queue -- the engine E: B's, else A's -- addresses the other device's memory: E's driver maps
-         the other's allocations for it (`Device.map_host`; a driver that cannot raises NotImplementedError, the
-         capability this is chosen by: the CPU and AMD drivers map host memory, NV maps only what it allocated). The
-         copy runs on E's copy engine (the AMD SDMA queue; the CPU command processor) when E has one. The two signals
-         it is ordered with live in the other device's (P's) memory, mapped by E:
+         the other's allocations for it (`Device.map_host`, the capability this is chosen by: a driver that cannot
+         raises NotImplementedError, a kernel that refuses the mapping an OSError. The CPU driver adds the pages to its
+         command processor's table, AMD makes a KFD userptr BO, NV an RM OS descriptor that UVM maps at the same GPU
+         address). The copy runs on E's copy engine (the AMD SDMA queue, the NV DMA-copy channel; the CPU command
+         processor) when E has one. The two signals it is ordered with live in the other device's (P's) memory,
+         mapped by E:
              P:  ... its queued work, signal ready = k        (skipped when P has nothing in flight)
              E:  wait E's own earlier work, wait ready >= k, copy dst <- src, signal done = k, signal E's timeline
              P's next submission waits done >= k (E read or wrote P's memory), and so does P.synchronize().
-  host   Neither device addresses the other's memory (NV:0 and NV:1): the host relay -- a thread of this process --
+  host   Neither device can address the other's memory (neither driver maps host memory, or the kernel refused
+         both mappings): the host relay -- a thread of this process --
          waits for A's and B's queued work (their timelines), copies host memory to host memory (every driver maps its
          memory for the host at the device address) and writes a signal in B's memory that B's queue waits on, and one
          in A's memory for A's next submission. The caller only queues the job.

@@ -64,8 +64,8 @@ def test_device_names():
 
 
 # ---------------- step 2: copies between devices ----------------
-PAIRS = [("CPU", "CPU:1", "peer"), ("AMD", "AMD:1", "peer"), ("NV", "NV:1", "host"), ("AMD", "NV", "peer"),
-         ("NV", "AMD:1", "peer"), ("CPU", "AMD", "peer"), ("NV:1", "CPU:1", "peer")]
+PAIRS = [("CPU", "CPU:1", "peer"), ("AMD", "AMD:1", "peer"), ("NV", "NV:1", "peer"), ("AMD", "NV", "peer"),
+         ("NV", "AMD:1", "peer"), ("CPU", "AMD", "peer"), ("NV:1", "CPU:1", "peer"), ("CPU:1", "NV:1", "peer")]
 
 
 @pytest.mark.parametrize("src,dst,path", PAIRS, ids=[f"{s}->{d}" for s, d, _ in PAIRS])
@@ -76,8 +76,10 @@ def test_copy_between_devices(src, dst, path):
   np.testing.assert_allclose((y * 3).numpy(), (np.exp2(a * 2) + 1) * 3, rtol=1e-5)
   link = transfer.link(Device.get(src), Device.get(dst))
   assert link.path == path
-  if path == "peer":   # the copy runs on a queue of a device that maps the other's memory: the AMD SDMA, a CPU
-    assert link.engine.driver.name in ("AMD", "CPU") and (link.kind == "copy") == link.engine.driver.has_copy_queue
+  if path == "peer":   # the copy runs on a queue of a device that maps the other's memory: the AMD SDMA, the NV copy
+    # engine (host pages as an RM OS descriptor mapped by UVM), a CPU; the destination's when it can map the source's
+    assert link.engine.driver.name in ("AMD", "NV", "CPU") and (link.kind == "copy") == link.engine.driver.has_copy_queue
+    assert link.engine.name == dst
     assert link.engine.name in (src, dst) and "addresses" in transfer.copy_path(src, dst)
 
 

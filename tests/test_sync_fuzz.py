@@ -134,9 +134,10 @@ def test_cross_device_signals(devices):
   finally:
     gate.value = 2**32 + 1
   for sig in done: sig.wait(2**32 + 7, timeout=10)
-  # NV addresses only memory it allocated: shared memory comes from NV and the others map it, not the other way
-  with pytest.raises(NotImplementedError, match="NV: the driver cannot map host memory"):
-    devices["CPU"].alloc_shared(4096, [devices["NV"]])
+  # NV maps host memory other devices allocated too (an RM OS descriptor mapped by UVM): a signal in CPU memory
+  mapped = Signal(devices["CPU"], "in CPU memory", shared_with=(devices["NV"],))
+  _queue(devices["NV"], "copy").signal(mapped, 2**32 + 3).submit(devices["NV"])
+  mapped.wait(2**32 + 3, timeout=10)
 
 
 # ---- the fuzzer ----

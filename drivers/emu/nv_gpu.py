@@ -67,6 +67,7 @@ class GpuModel:
   carveouts_kib: tuple      # shared-memory carveouts an SM can be set to
   reserved_shared: int      # per-CTA shared memory the system reserves outside the cubin's .nv.shared
   max_channel_va: int       # UVM: a channel's mapped resources lie below this (parent_gpu->max_channel_va)
+  user_va_limit: int        # UVM: a user VA range the GPU can address lies below this (uvm_gpu_can_address)
 
   @property
   def tpcs(self) -> int: return (self.sms + 1) // 2
@@ -76,14 +77,17 @@ class GpuModel:
 # CUDA C++ Programming Guide, "Compute Capabilities" (8.0: 64 warps, 0..164 KiB; 8.9: 48 warps, 0..100 KiB; 9.0: 64
 # warps, 0..228 KiB), which also says 1 KiB of shared memory per block is reserved for system use (sm_90 cubins count it
 # in .nv.shared: ptxas's .nv.shared.reserved.0); max_channel_va: kernel-open/nvidia-uvm/uvm_ampere.c, uvm_ada.c (2**40),
-# uvm_hopper.c (2**57), 580.142.
+# uvm_hopper.c (2**57), 580.142. user_va_limit: uvm_gpu_can_address (uvm_gpu.c) with uvm_get_unaddressable_range
+# (uvm_common.h): the GPU's VA bits (49, num_va_bits_pascal in uvm_pascal_mmu.c, for Ampere and Ada; 57,
+# num_va_bits_hopper in uvm_hopper_mmu.c) against an x86-64 CPU with 4-level paging (48 VA bits): 49-bit GPUs use the
+# CPU's 48 bits, so the lower half ends at 2**47; Hopper keeps its 57, so 2**56.
 GPU_MODELS = {
   "GA100": GpuModel("GA100", "NVIDIA A100-SXM4-40GB", 0x20B0, "sm_80", (3, 0), rm.AMPERE_COMPUTE_A, rm.AMPERE_DMA_COPY_A,
-                    108, 64, (0, 8, 16, 32, 64, 100, 132, 164), 1024, 1 << 40),
+                    108, 64, (0, 8, 16, 32, 64, 100, 132, 164), 1024, 1 << 40, 1 << 47),
   "AD102": GpuModel("AD102", "NVIDIA GeForce RTX 4090", 0x2684, "sm_89", (3, 0), rm.ADA_COMPUTE_A, rm.AMPERE_DMA_COPY_B,
-                    128, 48, (0, 8, 16, 32, 64, 100), 1024, 1 << 40),
+                    128, 48, (0, 8, 16, 32, 64, 100), 1024, 1 << 40, 1 << 47),
   "GH100": GpuModel("GH100", "NVIDIA H100 80GB HBM3", 0x2330, "sm_90", (4, 0), rm.HOPPER_COMPUTE_A, rm.HOPPER_DMA_COPY_A,
-                    132, 64, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228), 0, 1 << 57),
+                    132, 64, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228), 0, 1 << 57, 1 << 56),
 }
 DEFAULT_GPU = "GH100"
 
@@ -200,6 +204,8 @@ class NVGpu:
     with self.lock: self.icache.clear()
 
   def map_host(self, va: int, host: int, nbytes: int):
+    """The GPU's page tables point `nbytes` at GPU address `va` to the host pages at `host` (system memory: what the
+    CPU or another device writes there, the copy engine and semaphores read, and the other way round)."""
     import cffi
     buf = cffi.FFI().buffer(cffi.FFI().cast("uint8_t *", host), nbytes)
     self.mem.map_array(va, np.frombuffer(buf, np.uint8))
@@ -357,10 +363,12 @@ class ChannelProcessor(threading.Thread):
     src = regs.get(pb.OFFSET_IN_UPPER, 0) << 32 | regs.get(pb.OFFSET_IN_LOWER, 0)
     dst = regs.get(pb.OFFSET_OUT_UPPER, 0) << 32 | regs.get(pb.OFFSET_OUT_LOWER, 0)
     n = regs.get(pb.LINE_LENGTH_IN, 0)
-    data = self._read(src, n, "DMA copy source")
-    try: self.gpu.mem.write(dst, data)
-    except MemoryFault:
-      raise ChannelFault(f"DMA copy destination {dst:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
+    views = []
+    for addr, what in ((src, "source"), (dst, "destination")):      # one memmove, from GPU memory to GPU memory
+      try: views.append(self.gpu.mem.array(addr, np.uint8, n))
+      except MemoryFault:
+        raise ChannelFault(f"DMA copy {what} {addr:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
+    views[1][:] = views[0]
 
   def check_qmd(self, qmd_addr: int, raw: bytes):
     """Reject a QMD the emulator cannot interpret fully: it would otherwise run something other than what it says."""

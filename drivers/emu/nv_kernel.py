@@ -8,7 +8,11 @@ the client, parent handles and classes (which class may live under which), param
 UVM initialization order, VA ranges; a bad call gets the NV status code the real driver returns. Anonymous
 mmaps are real host memory; an mmap of a /dev/nvidiaN fd after NV_ESC_RM_MAP_MEMORY maps the RM object (the
 usermode doorbell page). Memory described by an OS descriptor and mapped with UVM_MAP_EXTERNAL_ALLOCATION becomes
-GPU memory at that VA (drivers/emu/nv_gpu.py); each GPFIFO channel gets a processor thread.
+GPU memory at that VA (drivers/emu/nv_gpu.py); each GPFIFO channel gets a processor thread. The OS descriptor path
+checks what RM checks (RmAllocOsDescriptor's flags, an aligned address, pages os_lock_user_pages can pin -- any
+readable and writable mapping of the process, so another device's memory too --, the parent, osCreateMemFromOsDescriptor's
+limit and page-array flags), and UVM's external ranges and mappings what UVM checks (4K ranges, the attributes, the
+GPU's reach, the object's size); drivers/nv/osdesc.py holds the facts.
 
 The GPU lists the classes its chip lists on RM 580.142 (CHIP_CLASSES, NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2); of those
 it emulates the device, subdevice, VA space, channel group, context share, the Ampere/Hopper usermode and GPFIFO
@@ -23,7 +27,7 @@ import errno, struct
 from dataclasses import dataclass, field
 from baregrad.drivers import kernel as kernel_mod
 from baregrad.drivers.kernel import KernelCallError, KernelInterface
-from baregrad.drivers.nv import rm
+from baregrad.drivers.nv import rm, osdesc
 from baregrad.drivers.nv.rm import ffi
 from .nv_gpu import NVGpu, ChannelProcessor, EmulatedProgram, GPU_MODELS, DEFAULT_GPU
 
@@ -169,6 +173,28 @@ GR_CHANNEL_RESOURCES = 16 << 20   # VA a GR channel's context buffers take in UV
                                   # stand-in: RM reports the sizes in NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE)
 
 
+def user_pages_pinnable(addr: int, nbytes: int, write: bool) -> bool:
+  """Whether pin_user_pages (FOLL_LONGTERM, plus FOLL_WRITE for writable memory) pins every page of [addr, addr +
+  nbytes) of this process, as RM's os_lock_user_pages asks (kernel-open/nvidia/os-mlock.c, 580.142): the range lies in
+  mappings without holes that allow reading (and writing). Read from the process's own VMAs, /proc/self/maps; memory
+  any device or library mapped counts, as for the real kernel."""
+  end, need = addr + nbytes, "rw" if write else "r"
+  with open("/proc/self/maps") as f:
+    for line in f:
+      span, perms = line.split(None, 2)[:2]
+      lo, hi = (int(x, 16) for x in span.split("-"))
+      if hi <= addr: continue
+      if lo > addr or any(c not in perms for c in need): return False     # a hole, or an access the VMA forbids
+      addr = hi
+      if addr >= end: return True
+  return False
+
+
+def range_invalid_4k(base: int, length: int) -> bool:
+  """uvm_api_range_invalid_4k (kernel-open/nvidia-uvm/uvm_api.h, 580.142)."""
+  return bool(base % 0x1000 or length % 0x1000 or base == 0 or length == 0 or base + length >= 1 << 64)
+
+
 def gpu_class_list(chip: str) -> list[int]:
   return sorted({CLASS_IDS[name] for name in (*GENERIC_CLASSES, *CHIP_CLASSES[chip])})
 
@@ -231,6 +257,7 @@ class EmulatedNVKernel:
     self._next_client = 0xC1D00000
     self.anon: dict[int, int] = {}         # host mappings made through this interface: address -> length
     self.uvm_ranges: dict[int, int] = {}   # external ranges: base -> length
+    self.uvm_maps: dict[int, int] = {}     # GPU mappings in them (UVM_MAP_EXTERNAL_ALLOCATION): address -> length
     self.uvm_gpu_registered = False
     self.tokens: dict[int, int] = {}
     self.version_text = f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER_VERSION}  (emulated)\n"
@@ -372,13 +399,14 @@ class EmulatedNVKernel:
       self.clients[p.hObjectNew] = {p.hObjectNew: Obj(rm.NV01_ROOT_CLIENT, 0)}
       return
     client = self._client(p.hRoot)
-    if p.hClass not in self.classes or p.hClass == rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: raise RMFail("NV_ERR_INVALID_CLASS")
+    if p.hClass not in self.classes: raise RMFail("NV_ERR_INVALID_CLASS")
     if p.hClass not in self.parents: raise RMFail("NV_ERR_NOT_SUPPORTED")    # listed by the chip, not emulated
     parent = self._obj(client, p.hObjectParent, "NV_ERR_INVALID_OBJECT_PARENT")
     if parent.cls not in self.parents[p.hClass]: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")
     if p.hObjectNew == 0: raise RMFail("NV_ERR_INVALID_OBJECT_NEW")
     if p.hObjectNew in client: raise RMFail("NV_ERR_INSERT_DUPLICATE_NAME")
     obj = Obj(p.hClass, p.hObjectParent)
+    if p.hClass == rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: self._os_desc_alloc(p)      # raises: nothing to allocate
     struct_name = rm.ALLOC_PARAMS.get(p.hClass)
     a = self._params(p, struct_name) if struct_name else None
     if p.hClass == rm.NV01_DEVICE_0 and a.deviceId != 0: raise RMFail("NV_ERR_INVALID_DEVICE")
@@ -403,6 +431,21 @@ class EmulatedNVKernel:
     if p.hClass in CHANNEL_CLASSES: self._channel(client, parent, obj, a, p.hObjectNew, p.hClass)
     client[p.hObjectNew] = obj
     parent.children.append(p.hObjectNew)
+
+  def _os_desc_alloc(self, p):
+    """NV_ESC_RM_ALLOC of NV01_MEMORY_SYSTEM_OS_DESCRIPTOR (NV_OS_DESC_MEMORY_ALLOCATION_PARAMS, resource_list.h): RM
+    pins nothing on this path, so a user-space client's descriptors are refused (osdescConstruct ->
+    osCreateMemFromOsDescriptor, arch/nvalloc/unix/src/osmemdesc.c, 580.142): a VIRTUAL_ADDRESS (what a user has) is
+    NV_ERR_NOT_SUPPORTED, as are the kernel-only PHYS_ADDR / DMA_BUF_PTR / SGT_PTR; an unknown type is
+    NV_ERR_INVALID_ARGUMENT. The page-array, IO-memory and file-handle types are not emulated (NV_ERR_NOT_SUPPORTED).
+    User pages go through NV_ESC_RM_ALLOC_MEMORY (_alloc_memory), which pins them."""
+    struct_name = "NV_OS_DESC_MEMORY_ALLOCATION_PARAMS"
+    if p.paramsSize != osdesc.ffi.sizeof(struct_name) or not p.pAllocParms: raise RMFail("NV_ERR_INVALID_PARAM_STRUCT")
+    a = osdesc.ffi.cast(struct_name + " *", p.pAllocParms)
+    if not a.descriptor or a.limit == 0: raise RMFail("NV_ERR_INVALID_PARAM_STRUCT")
+    if a.descriptorType not in osdesc.DESCRIPTOR_TYPES or osdesc.DESCRIPTOR_TYPES[a.descriptorType] == "KERNEL_VIRTUAL_ADDRESS":
+      raise RMFail("NV_ERR_INVALID_ARGUMENT")       # the switch's default
+    raise RMFail("NV_ERR_NOT_SUPPORTED")
 
   def _channel(self, client, group: Obj, obj: Obj, a, handle: int, cls: int):
     # kchannelConstruct (src/nvidia/src/kernel/gpu/fifo/kernel_channel.c, 580.142)
@@ -481,20 +524,32 @@ class EmulatedNVKernel:
     if "proc" in o.info: self.gpu.release(o.info["proc"])
 
   def _alloc_memory(self, p, fd):
+    """NV_ESC_RM_ALLOC_MEMORY of NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: RmAllocOsDescriptor, RmCreateOsDescriptor (escape.c),
+    then RM's alloc of the object (osdescConstruct, mem_mgr/os_desc_mem.c; osmemdesc.c), in their order; 580.142."""
     a = p.params
     if self.files[fd].registered_ctl is None: raise RMFail("NV_ERR_INVALID_ARGUMENT")
+    if a.hClass != rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: raise RMFail("NV_ERR_INVALID_CLASS")   # Nv01AllocMemory: not emulated
+    bad = osdesc.rm_check_flags(a.flags)             # RmAllocOsDescriptor: LOCATION PCI, MAPPING NO_MAP, a coherency
+    if bad: raise RMFail(bad)
+    if a.pMemory % PAGE: raise RMFail("NV_ERR_NOT_SUPPORTED")           # RmCreateOsDescriptor: page-aligned descriptor
+    if a.limit + 1 == 1 << 64: raise RMFail("NV_ERR_INVALID_LIMIT")     # "prevent an NvU64 overflow"
+    size = (a.limit // PAGE + 1) * PAGE                                 # pageCount = 1 + (limit + 1 - 1) / page size
+    writable = not osdesc.field(a.flags, "ALLOC_USER_READ_ONLY")       # PROTECTION_USER READ_WRITE: FOLL_WRITE
+    if not user_pages_pinnable(a.pMemory, size, writable):
+      raise RMFail("NV_ERR_INVALID_ADDRESS")   # os_lock_user_pages, then os_lookup_user_io_memory (no VM_IO/VM_PFNMAP here)
     client = self._client(a.hRoot)
-    if a.hClass != rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: raise RMFail("NV_ERR_INVALID_CLASS")
     parent = self._obj(client, a.hObjectParent, "NV_ERR_INVALID_OBJECT_PARENT")
-    if parent.cls != rm.NV01_DEVICE_0: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")
-    if a.hObjectNew == 0: raise RMFail("NV_ERR_INVALID_OBJECT_NEW")
-    if a.hObjectNew in client: raise RMFail("NV_ERR_INSERT_DUPLICATE_NAME")
-    size = a.limit + 1
-    if a.pMemory % PAGE or size % PAGE: raise RMFail("NV_ERR_INVALID_ADDRESS")
-    if not any(b <= a.pMemory and a.pMemory + size <= b + n for b, n in self.anon.items()):
-      raise RMFail("NV_ERR_INVALID_ADDRESS")   # not memory this process mapped
-    client[a.hObjectNew] = Obj(a.hClass, a.hObjectParent, info={"host": a.pMemory, "size": size})
-    parent.children.append(a.hObjectNew)
+    if parent.cls != rm.NV01_DEVICE_0: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")   # resource_list.h: Device only
+    handle = a.hObjectNew
+    if handle == 0:        # RM generates one (clientGenResourceHandle) and RmAllocOsDescriptor does not return it
+      self._next_internal = getattr(self, "_next_internal", 0xCAF00000) + 1
+      handle = self._next_internal
+    if handle in client: raise RMFail("NV_ERR_INSERT_DUPLICATE_NAME")
+    if a.limit == 0: raise RMFail("NV_ERR_INVALID_PARAM_STRUCT")       # osCreateMemFromOsDescriptor: *pLimit == 0
+    bad = osdesc.page_array_check_flags(a.flags)   # osCreateOsDescriptorFromPageArray: write-back, noncontiguous
+    if bad: raise RMFail(bad)
+    client[handle] = Obj(a.hClass, a.hObjectParent, info={"host": a.pMemory, "size": size, "writable": writable})
+    parent.children.append(handle)
 
   def _map_memory(self, p, fd):
     a = p.params
@@ -552,8 +607,10 @@ class EmulatedNVKernel:
     self.vaspace = p.hVaSpace
 
   def _uvm_create_external_range(self, f, p):
+    # uvm_create_external_range (kernel-open/nvidia-uvm/uvm_map_external.c, 580.142): 4K-aligned, nonzero, no overflow
+    # (uvm_api_range_invalid_4k), and no UVM range there (uvm_va_range_create_external)
     self._need_init(f)
-    if p.base % PAGE or p.length % PAGE or p.length == 0: raise RMFail("NV_ERR_INVALID_ADDRESS")
+    if range_invalid_4k(p.base, p.length): raise RMFail("NV_ERR_INVALID_ADDRESS")
     if any(b < p.base + p.length and p.base < b + n for b, n in self._uvm_va_ranges()): raise RMFail("NV_ERR_UVM_ADDRESS_IN_USE")
     self.uvm_ranges[p.base] = p.length
 
@@ -596,19 +653,44 @@ class EmulatedNVKernel:
       if "proc" in ch.info: self.gpu.release(ch.info["proc"])
 
   def _uvm_map_external_allocation(self, f, p):
+    # uvm_map_external_allocation and uvm_map_external_allocation_on_gpu (uvm_map_external.c, 580.142), in their order
     self._need_init(f)
-    client = self._check_rm(p.rmCtrlFd, p.hClient)
-    if not any(b <= p.base and p.base + p.length <= b + n for b, n in self.uvm_ranges.items()): raise RMFail("NV_ERR_INVALID_ADDRESS")
-    if p.gpuAttributesCount < 1 or bytes(p.perGpuAttributes[0].gpuUuid) != GPU_UUID: raise RMFail("NV_ERR_INVALID_DEVICE")
-    if getattr(self, "vaspace", None) is None: raise RMFail("NV_ERR_INVALID_STATE")
-    mem = self._find(client, p.hMemory, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
-    if p.offset + p.length > mem.info["size"]: raise RMFail("NV_ERR_INVALID_LIMIT")
-    self.gpu.map_host(p.base, mem.info["host"] + p.offset, p.length)
-    mem.info["va"] = p.base
+    if range_invalid_4k(p.base, p.length): raise RMFail("NV_ERR_INVALID_ADDRESS")
+    if p.gpuAttributesCount == 0 or p.gpuAttributesCount > osdesc.UVM_MAX_GPUS: raise RMFail("NV_ERR_INVALID_ARGUMENT")
+    if not any(b <= p.base and p.base + p.length <= b + n for b, n in self.uvm_ranges.items()):
+      raise RMFail("NV_ERR_INVALID_ADDRESS")      # no external range holds [base, base + length)
+    for i in range(p.gpuAttributesCount):
+      at = p.perGpuAttributes[i]
+      fmt_default, bits_default = at.gpuFormatType == 0, at.gpuElementBits == 0
+      if (at.gpuMappingType not in osdesc.UVM_MAPPING_TYPES or at.gpuCachingType not in osdesc.UVM_CACHING_TYPES or
+          at.gpuFormatType not in osdesc.UVM_FORMAT_TYPES or at.gpuElementBits not in osdesc.UVM_ELEMENT_BITS or
+          at.gpuCompressionType >= osdesc.UVM_COMPRESSION_TYPE_COUNT or fmt_default != bits_default):
+        raise RMFail("NV_ERR_INVALID_ARGUMENT")   # uvm_api_mapping_type_invalid, _caching_type_invalid, _kind_type_invalid
+      if bytes(at.gpuUuid) != GPU_UUID or not self.uvm_gpu_registered or getattr(self, "vaspace", None) is None:
+        raise RMFail("NV_ERR_INVALID_DEVICE")     # uvm_va_space_get_gpu_by_uuid_with_gpu_va_space
+      if (at.gpuMappingType, at.gpuCachingType, at.gpuFormatType, at.gpuCompressionType) != (0, 0, 0, 0):
+        raise RMFail("NV_ERR_NOT_SUPPORTED")      # valid, but the emulator maps with the defaults only
+      if p.base + p.length > self.model.user_va_limit: raise RMFail("NV_ERR_OUT_OF_RANGE")   # uvm_gpu_can_address
+      client = self._check_rm(p.rmCtrlFd, p.hClient)
+      mem = self._find(client, p.hMemory, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)   # nvUvmInterfaceDupMemory
+      if p.offset % PAGE: raise RMFail("NV_ERR_INVALID_ADDRESS")    # no GPU page size (4K up) divides the offset
+      if p.offset + p.length > mem.info["size"]: raise RMFail("NV_ERR_INVALID_OFFSET")   # uvm_va_range_map_rm_allocation
+      # the mapping replaces what this GPU mapped in [base, base + length) (uvm_unmap_external_in_range); the emulator
+      # does not split a mapping that only partly overlaps
+      inside = [va for va, n in self.uvm_maps.items() if va < p.base + p.length and p.base < va + n]
+      if any(va < p.base or va + self.uvm_maps[va] > p.base + p.length for va in inside): raise RMFail("NV_ERR_NOT_SUPPORTED")
+      for va in inside: self._unmap_gpu(va)
+      self.gpu.map_host(p.base, mem.info["host"] + p.offset, p.length)
+      self.uvm_maps[p.base] = p.length
+      mem.info["va"] = p.base
+
+  def _unmap_gpu(self, va: int):
+    del self.uvm_maps[va]
+    self.gpu.mem.unmap(va)
 
   def _uvm_free(self, f, p):
+    # uvm_free (uvm_va_range.c, 580.142): exactly one range, start and end; its GPU mappings go with it
     self._need_init(f)
     if self.uvm_ranges.get(p.base) != p.length: raise RMFail("NV_ERR_INVALID_ADDRESS")
     del self.uvm_ranges[p.base]
-    try: self.gpu.mem.unmap(p.base)
-    except ValueError: pass
+    for va in [va for va in self.uvm_maps if p.base <= va < p.base + p.length]: self._unmap_gpu(va)

@@ -7,8 +7,10 @@ runlist; the newest compute, DMA-copy, channel and usermode classes the GPU list
 space and every channel with /dev/nvidia-uvm (a channel in a UVM-owned VA space is schedulable only once bound).
 
 Memory: host pages mmapped at a driver-chosen address below 2**40 (GPFIFO entries hold 40-bit addresses),
-described to RM as an OS descriptor (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) and mapped by UVM at the same GPU virtual
-address: one address for host and GPU, `view()` is a plain pointer.
+described to RM as an OS descriptor (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, osdesc.py) and mapped by UVM at the same GPU
+virtual address: one address for host and GPU, `view()` is a plain pointer. `map_host` does the same for host pages
+another device allocated (at their own address, below 2**47 on Ampere/Ada, 2**56 on Hopper): the DMA-copy channel then
+copies between the two devices' memory (hcq/transfer.py) and semaphores reach the other's signals.
 
 Queues: HWQueue commands become pushbuffer methods (pushbuf.py): `exec` -> a QMD (qmd.py) + SEND_PCAS, `copy` ->
 DMA-copy class methods, `signal`/`wait`/`timestamp` -> host semaphore release/acquire. `encode` only builds the words
@@ -34,7 +36,7 @@ import cffi
 import numpy as np
 from .. import kernel as kernel_mod
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
-from . import rm, qmd, pushbuf as pb
+from . import rm, qmd, osdesc, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
 
@@ -84,12 +86,20 @@ class RMError(NVError):
     super().__init__(f"{what} failed: {rm.status_name(status)}")
 
 
+class HostMapError(RMError, OSError):
+  """RM or UVM refused to map host memory for the GPU (map_host): an OSError, so hcq copies another way."""
+  def __init__(self, message: str, status: int):
+    self.status = status
+    NVError.__init__(self, message)
+
+
 @dataclass(eq=False)
 class NVMemory:
   addr: int
   nbytes: int
   mapped: int
   handle: int
+  host_mapped: bool = False     # pages another allocation owns, mapped for the GPU (map_host): not ours to munmap
 
 
 @dataclass(eq=False)
@@ -186,6 +196,7 @@ class NVDriver:
     self.timeout = timeout           # seconds a full GPFIFO may stay full
     self._stalled = None             # (address, value, seen, timeout) of the last wait that timed out
     self._live: dict[int, NVMemory] = {}   # mapped allocations, unmapped by close()
+    self._host_maps: dict[int, NVMemory] = {}   # other allocations' pages this GPU maps (map_host)
     if not self.k.exists("/dev/nvidiactl"):
       raise NVError("NV device: /dev/nvidiactl does not exist: the NVIDIA kernel driver is not loaded (or this machine has "
                     "no NVIDIA GPU). Load the nvidia and nvidia-uvm modules, use EMU=1 for the emulated GPU, or DEV=CPU.")
@@ -380,22 +391,36 @@ class NVDriver:
       except kernel_mod.KernelCallError as e:   # the range is taken (another mapping in this process): the next one
         if e.errno != 17: raise               # EEXIST
         addr = self._take_va(size)
-    p = ffi.new("nv_ioctl_nvos02_parameters_with_fd *")
-    p.params.hRoot, p.params.hObjectParent, p.params.hObjectNew = self.rm.root, self.device, self.rm.new_handle()
-    p.params.hClass = rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
-    p.params.flags = rm.NVOS02_FLAGS_PHYSICALITY_NONCONTIGUOUS | rm.NVOS02_FLAGS_COHERENCY_CACHED | rm.NVOS02_FLAGS_MAPPING_NO_MAP
-    p.params.pMemory, p.params.limit, p.fd = addr, size - 1, -1
-    self.rm.escape(self.fd_dev, rm.NV_ESC_RM_ALLOC_MEMORY, p)
-    if p.params.status != rm.NV_OK:
-      raise RMError(f"NV_ESC_RM_ALLOC_MEMORY of {size:#x} bytes of host memory at {addr:#x}", p.params.status)
-    self._uvm(rm.UVM_CREATE_EXTERNAL_RANGE, base=addr, length=size)
-    m = ffi.new("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *")
-    m.base, m.length, m.gpuAttributesCount, m.rmCtrlFd, m.hClient, m.hMemory = addr, size, 1, self.fd_ctl, self.rm.root, p.params.hObjectNew
-    m.perGpuAttributes[0].gpuUuid[0:16] = self.uuid
-    self._uvm_call(self.fd_uvm, rm.UVM_MAP_EXTERNAL_ALLOCATION, m)
-    mem = NVMemory(addr, nbytes, size, p.params.hObjectNew)
+    handle = self._os_descriptor(addr, size)
+    self._uvm_map(addr, size, handle)
+    mem = NVMemory(addr, nbytes, size, handle)
     self._live[addr] = mem
     return mem
+
+  def _os_descriptor(self, addr: int, size: int) -> int:
+    """Describe `size` bytes of host pages at `addr` to RM: NV_ESC_RM_ALLOC_MEMORY (NVOS02) of
+    NV01_MEMORY_SYSTEM_OS_DESCRIPTOR on /dev/nvidiaN, which pins them (osdesc.py). Returns the memory handle."""
+    p = ffi.new("nv_ioctl_nvos02_parameters_with_fd *")
+    p.params.hRoot, p.params.hObjectParent, p.params.hObjectNew = self.rm.root, self.device, self.rm.new_handle()
+    p.params.hClass, p.params.flags = rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, osdesc.HOST_PAGES
+    p.params.pMemory, p.params.limit, p.fd = addr, size - 1, -1
+    self.rm.escape(self.fd_dev, rm.NV_ESC_RM_ALLOC_MEMORY, p,
+                   lambda: {"hNew": p.params.hObjectNew, "pMemory": addr, "limit": size - 1, "status": p.params.status})
+    if p.params.status != rm.NV_OK:
+      raise RMError(f"NV_ESC_RM_ALLOC_MEMORY of {size:#x} bytes of host memory at {addr:#x}", p.params.status)
+    return p.params.hObjectNew
+
+  def _uvm_map(self, addr: int, size: int, handle: int):
+    """Map RM memory object `handle` into the GPU VA space at `addr`, its host address: an external range
+    (UVM_CREATE_EXTERNAL_RANGE) and UVM_MAP_EXTERNAL_ALLOCATION with default attributes for this GPU."""
+    self._uvm(rm.UVM_CREATE_EXTERNAL_RANGE, base=addr, length=size)
+    m = ffi.new("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *")
+    m.base, m.length, m.gpuAttributesCount, m.rmCtrlFd, m.hClient, m.hMemory = addr, size, 1, self.fd_ctl, self.rm.root, handle
+    m.perGpuAttributes[0].gpuUuid[0:16] = self.uuid
+    try: self._uvm_call(self.fd_uvm, rm.UVM_MAP_EXTERNAL_ALLOCATION, m)
+    except RMError:
+      self._uvm(rm.UVM_FREE, base=addr, length=size)
+      raise
 
   def _take_va(self, size: int) -> int:
     addr = _va_cursor[0]
@@ -404,6 +429,11 @@ class NVDriver:
     return addr
 
   def free(self, mem: NVMemory):
+    if mem.host_mapped:               # another allocation's pages: unmap them from the GPU, RM unpins them
+      self._host_maps.pop(mem.addr, None)
+      self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
+      self.rm.free(self.device, mem.handle)
+      return
     self._live.pop(mem.addr, None)
     self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
     self.rm.free(self.device, mem.handle)
@@ -413,11 +443,31 @@ class NVDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
-  def map_host(self, addr: int, nbytes: int):
-    """Not possible: the GPU addresses only memory this driver allocated (host pages it described to RM and mapped
-    through UVM at a VA it chose), so memory several devices share must be allocated here."""
-    raise NotImplementedError(f"{self.name}: the driver cannot map host memory it did not allocate; allocate the shared "
-                              f"memory on {self.name} (Device.alloc_shared) and map it on the other devices")
+  def map_host(self, addr: int, nbytes: int) -> NVMemory:
+    """Let the GPU address host memory another device allocated (page-aligned), at its host address, as this driver
+    maps its own: the pages as an OS descriptor (RM pins them) mapped by UVM at the same GPU virtual address. The
+    copy channel's DMA engine and the semaphores then reach them. HostMapError (an OSError) where RM or UVM refuses:
+    pages RM cannot pin (not readable and writable process memory), an address the GPU's VA space does not reach, a
+    range UVM already has. `free` unmaps it."""
+    if addr % PAGE or nbytes % PAGE or nbytes <= 0:
+      raise ValueError(f"{self.name}: map_host of {nbytes:#x} bytes at {addr:#x}: address and size must be multiples of "
+                       f"the {PAGE:#x}-byte page (round the range out to whole pages)")
+    why = {"NV_ERR_INVALID_ADDRESS": "RM could not pin the pages (they must be readable and writable memory of this process)",
+           "NV_ERR_OUT_OF_RANGE": "the GPU's virtual address space does not reach that address",
+           "NV_ERR_UVM_ADDRESS_IN_USE": "UVM already maps something there (a range overlapping this one)"}
+    try:
+      handle = self._os_descriptor(addr, nbytes)
+      try: self._uvm_map(addr, nbytes, handle)
+      except RMError:
+        self.rm.free(self.device, handle)
+        raise
+    except RMError as e:
+      reason = why.get(rm.NV_STATUS.get(e.status, ""), "")
+      raise HostMapError(f"{self.name}: mapping host memory [{addr:#x}, {addr + nbytes:#x}) for the GPU: {e}"
+                         f"{'; ' + reason if reason else ''}", e.status) from None
+    mem = NVMemory(addr, nbytes, nbytes, handle, host_mapped=True)
+    self._host_maps[addr] = mem
+    return mem
 
   # ---- programs ----
   def compile(self, src: str) -> bytes:
@@ -740,6 +790,7 @@ class NVDriver:
       self.rm.free(self.rm.root, self.rm.root)
       for mem in list(self._live.values()): self.k.munmap(mem.addr, mem.mapped)   # RM freed the memory objects
       self._live.clear()
+      self._host_maps.clear()                # RM freed the descriptors; the pages are their owners'
       for fd in (self.fd_uvm_mm, self.fd_uvm, self.fd_dev, self.fd_ctl): self.k.close(fd)
     except (NVError, OSError): pass
 
