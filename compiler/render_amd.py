@@ -41,6 +41,16 @@ tables BINARY / UNARY to one instruction or to an emitter for what only this tar
   2^32/d, one Newton step and two corrections; constant divisors multiply-high by a magic number (Granlund &
   Montgomery, "Division by invariant integers using multiplication", 1994); 64 bits a 64-step restoring loop.
 The kernel descriptor enables float32 denormals (float_denorm_mode_32 = 3) so that results match C's.
+
+Fewer instructions (decided before emitting, compiler/amd/plan.py): an accumulate step is computed into its
+accumulator (a float sum of products as one v_fmac_f32, rounded once); an index x + c takes the address of x and c in
+the immediate offset (global: signed 13 bits, with SGPR bases moved by 8 KiB set once for larger c; DS: 16 bits), one
+address VGPR per (x, size) in a loop body; neighbouring 4-byte LDS loads are one ds_load_b128/b64; a global index
+whose byte offset may not fit 32 unsigned bits is one v_mad_i64_i32; in a loop, the terms of an index sum known
+before it are added once before it; the loads of a tile staged through LDS all go out before one wait. Tensor cores
+(compiler/tc.py): v_wmma_f32_16x16x16_{f16,bf16} with A and B in 8 consecutive VGPRs each (16-byte runs of one
+row straight from memory with global_load_b128, other pairs packed by v_lshl_or_b32) and, when its outputs are only
+added into accumulators, those accumulators (8 consecutive VGPRs) as C and D.
 """
 from __future__ import annotations
 import math, struct
@@ -49,8 +59,9 @@ from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
 from .lower import Native
 from .decomp import bits16
-from .amd.inst import Inst, Reg, Sub, Imm, Neg, Abs, Label, OFF, VCC_LO, EXEC_LO, waitcnt, listing
+from .amd.inst import Inst, Reg, Sub, Imm, Neg, Abs, Label, OFF, VCC_LO, EXEC_LO, waitcnt, listing, base_reg
 from .amd.regalloc import legalize, allocate, insert_waits, live_intervals, RegisterPressureError, MAX_SGPRS
+from .amd.plan import plan, split, hoist_staging_loads
 from .amd.encode import assemble
 from baregrad.drivers.amd.codeobj import KernelMeta, write_kernel
 from baregrad.drivers.amd import isa
@@ -58,6 +69,7 @@ from baregrad.drivers.amd import isa
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 LOCAL_SIZE = 256
 KERNARG_PTR, WORKGROUP_ID_X, LOCAL_ID = Reg("s", 2, phys=0), Reg("s", 1, phys=2), Reg("v", 1, phys=0)
+NULL = Reg("s", 1, phys=isa.SPECIAL_SREGS["null"])     # a discarded carry-out (v_mad_*64)
 USER_SGPRS, RESERVED_VGPRS = 2, 1
 GROUP_IDS, LOCAL_IDS = ("gid0", "gid1", "gid2"), ("lid0", "lid1", "lid2")
 WORKITEM_ID_BITS = 10                  # packed work-item ids: x bits 0-9, y 10-19, z 20-29 (AMDGPUUsage, GFX11)
@@ -75,6 +87,9 @@ CLASS_FINITE_NONZERO, CLASS_POSITIVE_FINITE_NONZERO = 0x198, 0x180
 DEPCTR_VA_VDST_0 = 0x0FFF
 MEM_LOAD = {1: "u8", 2: "u16", 4: "b32", 8: "b64"}
 MEM_STORE = {1: "b8", 2: "b16", 4: "b32", 8: "b64"}
+# instructions whose destination may not be renamed to an accumulator that is also a source (gfx11 forbids an
+# overlap of the 64-bit mad destination with its sources; WMMA and compares have destinations of their own)
+NO_RETARGET = ("v_mad_u64", "v_mad_i64", "v_wmma", "v_cmp", "v_readfirstlane", "v_readlane")
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,23 @@ class LDSAddress:
   """Where a lane's workgroup-memory access goes: VGPR `addr` + the DS instruction's offset field."""
   addr: object
   offset: int
+
+
+@dataclass(frozen=True)
+class GlobalAddress:
+  """Where a lane's global access goes: `saddr` (an SGPR pair) + `vaddr` (a 32-bit VGPR offset) + `offset`, or with
+  saddr OFF a 64-bit VGPR address + offset (RDNA3 ISA guide, "Global, Scratch and Flat Instructions")."""
+  vaddr: object
+  saddr: object
+  offset: int = 0
+
+  def mods(self) -> dict: return {"offset": self.offset} if self.offset else {}
+
+
+GLOBAL_OFFSET = 4096        # the signed 13-bit immediate offset of GLOBAL instructions: -4096..4095 (gfx11)
+CHUNK = 2 * GLOBAL_OFFSET   # one SGPR base per 8 KiB window of constant offsets
+MAX_CHUNK_BASES = 12        # SGPR pairs spent on such bases; beyond, a VGPR add per (index, window)
+SGPR_SLACK = 32             # SGPRs kept free of them for loop counters, saved EXEC masks and the like
 
 
 class Const:
@@ -141,12 +173,15 @@ class AMDRenderer:
   device = "AMD"
   threads = True                         # codegen maps the global loops to SPECIAL "gidx"
   workgroups = True                      # or to workgroups with the GPU opts (compiler/gpu.py)
+  tensor_cores = True                    # renders WMMA ops (compiler/tc.py) as v_wmma_f32_16x16x16_{f16,bf16}
   # exp2/log2/sin are decomposed (v_exp_f32/v_log_f32 are ~1 ulp and v_sin_f32 is inaccurate for large arguments:
   # RDNA3 ISA guide, "VOP1"), so are NaN-propagating max and fmod; 16-bit floats and the 8/16-bit integers are
   # emulated in 32 bits; 64-bit integer division is a loop, so fmod avoids it
+  # (float16 <-> float32 are v_cvt_f16_f32 / v_cvt_f32_f16: round to nearest even, denormals kept as the descriptor's
+  # float_denorm_mode_16_64 says; RDNA3 ISA guide, "VOP1")
   native_ops = Native(float_ops=frozenset({Ops.FDIV, Ops.FLOOR}),
                       dtypes=frozenset(dtypes.all()) - {F16, BF16, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16},
-                      int64_divide=False)
+                      int64_divide=False, float16_casts=frozenset({F16}))
   arch = "gfx1100"
 
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> AMDKernel:
@@ -161,19 +196,28 @@ class AMDRenderer:
 
 class _Renderer:
   def __init__(self, name, program, alias, n_params, variables):
+    program = hoist_staging_loads(program)
     self.name, self.program, self.alias, self.n_params, self.variables = name, program, alias, n_params, variables
     self.code: list = []
+    self.born: dict = {}               # virtual register -> the code position when it was made (retarget)
     self.nregs = self.labels = 0
     self.vals: dict[UOp, object] = {}
     self.loops: dict[UOp, tuple] = {}
     self.launch_registers()
     self.lds_offsets, self.lds_size = self.layout_lds()
-    self.lds_addrs: dict = {}
+    self.plan = plan(program)
+    self.scopes: list[dict] = [{}]     # per open loop: cached addresses, operands, values rendered in it
+    self.sums: dict = {}               # reassociated index sums in open loops: root -> (the terms left, invariant sum)
+    self.sum_parts: set = set()        # the inner ADDs of those sums (not rendered)
+    self.chunks: dict = {}             # (PARAM, window) -> SGPR pair holding its address + window * CHUNK
+    self.wmma_d: dict = {}             # WMMA group -> the 8 VGPRs of its D (and C when in place)
 
   # ---------------------------------------------------------------- registers and instructions
   def reg(self, file: str, size: int = 1) -> Reg:
     self.nregs += 1
-    return Reg(file, size, self.nregs)
+    r = Reg(file, size, self.nregs)
+    self.born[r] = len(self.code)
+    return r
 
   def v(self, size: int = 1) -> Reg: return self.reg("v", size)
   def s(self, size: int = 1) -> Reg: return self.reg("s", size)
@@ -314,9 +358,10 @@ class _Renderer:
       self.e("s_load_b64", r, KERNARG_PTR, Imm(8 * (self.n_params + j)))
       self.vals[var] = r[0] if is_narrow(var) else r
     if self.code: self.e("s_waitcnt", waitcnt(lgkmcnt=0))
+    self.chunk_bases()
     self.tail_gate = self.find_tail_gate()
     self.exit = self.label("exit")
-    for u in self.program: self.lower(u)
+    for self.pc, u in enumerate(self.program): self.lower(u)
     self.code.append(self.exit)
     self.e("s_endpgm")
     code = legalize(self.code, self.v)
@@ -329,7 +374,7 @@ class _Renderer:
                       lds_size=self.lds_size, workgroup_ids=self.group_ids, workitem_dims=self.workitem_dims,
                       descriptor=(("float_denorm_mode_32", 3), ("float_denorm_mode_16_64", 3)),
                       max_flat_workgroup_size=self.threads)
-    return AMDKernel(meta, insert_lds_waits(insert_waits(code)))
+    return AMDKernel(meta, insert_lds_waits(insert_waits(wmma_hazards(code))))
 
   def find_tail_gate(self) -> UOp | None:
     """`gidx < n` when every store is gated by it (to_threads' guard for threads past the end)."""
@@ -346,16 +391,22 @@ class _Renderer:
       common = terms if common is None else common & terms
     return next(iter(common)) if common else None
 
-  def lower(self, u: UOp):
+  def lower(self, u: UOp, now: bool = False):
+    if not now and (self.plan.skipped(u) or u in self.sum_parts or self.plan.lds_vectors.get(u, ()) is None):
+      return      # rendered by the op that uses it / part of a reassociated sum / by the first load of its vector group
     rule = RULES.get(u.op)
     if rule is None: raise NotImplementedError(f"AMD renderer: no rule for {u.op.name}")
-    x = rule(self, u)
+    if u in self.sums: x = self.reassociated(u)
+    else: x = self.inplace_step(u) if u in self.plan.inplace else rule(self, u)
     if x is None: return
-    if u.dtype is not None and u.dtype.itemsize == 8 and u.dtype.is_int and u.op is not Ops.RANGE:
+    # values only: an INDEX is an address whatever its dtype says (an int64 INDEX is not an int64 value)
+    if u.dtype is not None and u.dtype.itemsize == 8 and u.dtype.is_int and u.op not in (Ops.RANGE, Ops.INDEX):
       # keep the representation rule: narrow (one dword) exactly when the value fits in int32
       if is_narrow(u) and isinstance(x, Reg) and x.size == 2: x = x[0]
       elif not is_narrow(u) and not (isinstance(x, Reg) and x.size == 2) and not isinstance(x, Const):
         x = self.rpair(x, signed(u.dtype))
+    if len(self.scopes) > 1 and u.op not in (Ops.DEFINE_ACC, Ops.RANGE):
+      self.scopes[-1].setdefault(("rendered",), []).append((u, self.vals.get(u)))
     self.vals[u] = x
 
   # ---------------------------------------------------------------- values
@@ -363,8 +414,30 @@ class _Renderer:
     u = self.alias.get(u, u)
     if u not in self.vals:
       if u.op is Ops.CONST: return self.const(u.arg, u.dtype, u)
+      if self.plan.skipped(u) or u in self.sum_parts:     # planned to be folded into its user, which could not
+        self.lower(u, now=True)
+        return self.vals[u]
       raise RuntimeError(f"AMD renderer: {u.op.name} used before it was rendered")
     return self.vals[u]
+
+  # scopes: what is computed inside a loop body is valid in that body only (the next iteration recomputes it, and a
+  # loop with a variable bound may not run at all); what is computed before a loop stays valid in it
+  def cached(self, key, make):
+    for scope in reversed(self.scopes):
+      if key in scope: return scope[key]
+    value = self.scopes[-1][key] = make()
+    return value
+
+  def pop_scope(self):
+    """Leave a loop body: what was computed in it is gone (the linearizer emits a value again where it is needed
+    after the loop: C block scoping; a value rendered again in the loop has its outer register back), as are its
+    reassociated sums."""
+    scope = self.scopes.pop()
+    for u, before in reversed(scope.get(("rendered",), ())):
+      if before is None: self.vals.pop(u, None)
+      else: self.vals[u] = before
+    for u in scope.get(("sums",), ()): self.sums.pop(u, None)
+    self.sum_parts -= scope.get(("parts",), set())
 
   def const(self, value, dt: DType, u: UOp | None = None) -> Const:
     if dt.is_bool: return Const(1 if value else 0, 1)
@@ -447,7 +520,6 @@ class _Renderer:
 
   def open_range(self, u: UOp):
     if not fits32(u): raise NotImplementedError(f"AMD renderer: loop bound {u.src[0].vmax} does not fit in 32 bits")
-    self.lds_addrs.clear()        # LDS addresses are shared within one loop level only (a body may not run at all)
     if u.src[0].op is Ops.CONST: bound = imm32(u.src[0].arg)
     else:
       b = self.op32(u.src[0])
@@ -459,12 +531,59 @@ class _Renderer:
     if not (isinstance(bound, Imm) and bound.value > 0):
       self.e("s_cmp_ge_i32", counter, bound)
       self.e("s_cbranch_scc1", end)
+    sums, parts = self.invariant_sums(u)
     self.code.append(top)
     self.loops[u] = (counter, bound, top, end)
+    self.scopes.append({("sums",): sums, ("parts",): parts})
+    self.sums.update(sums)
+    self.sum_parts |= parts
     return counter
 
+  def invariant_sums(self, r: UOp) -> tuple[dict, set]:
+    """Loop-invariant code motion for 32-bit index sums (wrapping adds: any order gives the same bits). A sum in
+    the loop body of terms of which two or more are known before the loop (values rendered outside it, constants)
+    adds those once, here before the loop, and each iteration only adds the rest: (((r*8 + a) + b) + c) becomes
+    r*8 + (a + b + c). Returns {root: (the other terms, the invariant sum)} and the inner ADDs no longer rendered."""
+    body, depth = [], 0
+    for u in self.program[self.pc + 1:]:
+      if u.op is Ops.RANGE: depth += 1
+      elif u.op is Ops.ENDRANGE:
+        if depth == 0: break
+        depth -= 1
+      body.append(u)
+    inside, users = set(body), self.plan.users
+    def chain(n):
+      return n.op is Ops.ADD and n.dtype in (dtypes.int32, dtypes.uint32) and n not in self.vals and n not in self.plan.inplace
+    sums, parts = {}, set()
+    for n in reversed(body):
+      if not chain(n) or n in parts or n in self.sums or n in sums or n in self.plan.offsets: continue
+      terms, inner, stack = [], [], list(n.src)
+      while stack:
+        t = stack.pop()
+        if chain(t) and t in inside and len(users.get(t, ())) == 1 and t not in self.plan.offsets:   # only this sum uses it
+          inner.append(t); stack.extend(t.src)
+        else: terms.append(t)
+      # (an accumulator changes in the loop: never a known term)
+      known = [t for t in terms if t in self.vals and not isinstance(self.vals[t], Const) and t.op is not Ops.DEFINE_ACC]
+      consts = [t for t in terms if t.op is Ops.CONST]
+      rest = [t for t in terms if t not in known and t not in consts]
+      if len(known) + bool(consts) < 2 or not rest: continue
+      total = self.op32(known[0]) if known else imm32(0)
+      for t in known[1:]: total = self.o("v_add_nc_u32", total, self.op32(t))
+      c = sum(int(t.arg) for t in consts)
+      if c: total = self.o("v_add_nc_u32", imm32(c), total)
+      if isinstance(total, Imm) or (isinstance(total, (Reg, Sub)) and total.file == "s"): total = self.vgpr(total)
+      sums[n] = (rest, total)
+      parts.update(inner)
+    return sums, parts
+
+  def reassociated(self, u: UOp):
+    rest, total = self.sums[u]
+    for t in rest: total = self.o("v_add_nc_u32", self.op32(t), total)
+    return total
+
   def close_range(self, u: UOp):
-    self.lds_addrs.clear()
+    self.pop_scope()
     r = u.src[0]
     counter, bound, top, end = self.loops.pop(r)
     self.e("s_add_i32", counter, counter, Imm(1))
@@ -474,31 +593,169 @@ class _Renderer:
     del self.vals[r]
 
   def define_acc(self, u: UOp):
-    acc = self.v(2 if u.dtype.itemsize == 8 else 1)
+    if u in self.plan.acc_slot:     # one dword of its WMMA group's 8 consecutive accumulator VGPRs
+      key, e = self.plan.acc_slot[u]
+      if key not in self.wmma_d: self.wmma_d[key] = self.v(8)
+      acc = self.wmma_d[key][e]
+    else: acc = self.v(2 if u.dtype.itemsize == 8 else 1)
     return self.copy_into(acc, self.const(identity_for(u.arg[0], u.dtype), u.dtype), u.dtype)
 
   def acc_update(self, u: UOp):
-    """acc = the accumulate step computed before (the lowering gives every reduction its step as ops)."""
+    """acc = the accumulate step computed before (the lowering gives every reduction its step as ops), unless the
+    step was computed into the accumulator (inplace_step)."""
     if u.arg is not None: raise NotImplementedError(f"AMD renderer: ACC_UPDATE {u.arg} was not lowered to a step")
-    self.copy_into(self.vals[u.src[0]], self.val(u.src[1]), u.dtype)
+    acc, new = self.vals[u.src[0]], self.val(u.src[1])
+    if new != acc: self.copy_into(acc, new, u.dtype)
+
+  def inplace_step(self, u: UOp):
+    """An accumulate step whose only use is its ACC_UPDATE, computed into the accumulator: acc += a * b as one
+    v_fmac_f32 / v_fma_f64 (rounded once), a WMMA group's sum by the WMMA itself (C = D = the accumulators), any other
+    step by its own instruction with the accumulator as destination (retarget), else a copy."""
+    acc_u = self.plan.inplace[u]
+    acc = self.vals[acc_u]
+    if self.plan.acc_done(acc_u): return acc
+    other = u.src[1] if u.src[0] is acc_u else u.src[0]
+    if other in self.plan.fused:
+      a, b = other.src
+      if u.dtype == F64: self.e("v_fma_f64", acc, self.pair(a), self.pair(b), acc)
+      else:
+        x, y = self.op32(a), self.op32(b)
+        if not _is_vgpr(y) and _is_vgpr(x): x, y = y, x    # VOP2 v_fmac_f32 reads src1 from a VGPR (else VOP3)
+        self.e("v_fmac_f32", acc, x, y)
+      return acc
+    start = len(self.code)
+    x = RULES[u.op](self, u)
+    if x != acc and not self.retarget(x, acc, start): self.copy_into(acc, x, u.dtype)
+    return acc
+
+  def retarget(self, x, acc, since: int) -> bool:
+    """Make the one instruction that wrote x (made since code position `since`, nothing else mentions it) write acc
+    instead."""
+    start = self.born.get(x) if isinstance(x, Reg) else None
+    if start is None or start < since or x.size != acc.size: return False
+    hits = [k for k in range(start, len(self.code)) if isinstance(self.code[k], Inst)
+            and any(base_reg(a) is x for a in self.code[k].operands)]
+    if len(hits) != 1: return False
+    inst = self.code[hits[0]]
+    if inst.operands[0] is not x or not inst.name.startswith("v_") or inst.name.startswith(NO_RETARGET): return False
+    self.code[hits[0]] = Inst(inst.name, (acc,) + inst.operands[1:], inst.mods)
+    return True
+
+  # ---------------------------------------------------------------- tensor cores (compiler/tc.py)
+  def wmma(self, u: UOp):
+    """Element u.arg[1] of D of u's group: v_wmma_f32_16x16x16_{f16,bf16} D, A, B, C (RDNA3 ISA guide, 7.9 "Wave
+    Matrix Multiply Accumulate"), emitted once per group (config, sources) at its first output."""
+    key = (u.arg[0], u.src)
+    return self.cached(("wmma", key), lambda: self.emit_wmma(key))[u.arg[1]]
+
+  def emit_wmma(self, key) -> Reg:
+    from .tc import BY_NAME
+    tc = BY_NAME[key[0]]
+    srcs = key[1]
+    a = self.cached(("operand", srcs[:tc.n_a]), lambda: self.operand(srcs[:tc.n_a]))
+    b = self.cached(("operand", srcs[tc.n_a:tc.n_a + tc.n_b]), lambda: self.operand(srcs[tc.n_a:tc.n_a + tc.n_b]))
+    if key in self.plan.wmma_accs: d = c = self.wmma_d[key]       # in place: D = A @ B + the accumulators
+    else:
+      d, cv = self.v(tc.n_c), [self.val(x) for x in srcs[tc.n_a + tc.n_b:]]
+      if all(isinstance(x, Const) and x.bits == 0 for x in cv): c = Imm(0)
+      else:
+        c = self.v(tc.n_c)
+        for k, x in enumerate(cv): self.e("v_mov_b32", c[k], self.op32(x))
+    self.e("v_wmma_f32_16x16x16_" + ("bf16" if tc.dtype_in == BF16 else "f16"), d, a, b, c)
+    return d
+
+  def operand(self, srcs: tuple) -> Reg:
+    """A or B: 16 16-bit values in 8 consecutive VGPRs, element e in VGPR e // 2 (low half for even e): planned runs
+    of neighbouring loads straight from memory (global_load_b32 / b128, plan.py), other pairs (hi << 16) | lo."""
+    r = self.v(len(srcs) // 2)
+    e = 0
+    while e < len(srcs):
+      run = self.plan.operand_loads.get(srcs[e])
+      if run is not None and run[0] is srcs[e] and e % len(run) == 0 and tuple(srcs[e:e + len(run)]) == run:
+        idx, n = srcs[e].src[0], len(run) // 2
+        a = self.global_address(idx.src[0], idx.src[1])
+        dst = r[e // 2] if n == 1 else r[e // 2:e // 2 + n]
+        self.code.append(Inst(f"global_load_b{32 * n}", (dst, a.vaddr, a.saddr), a.mods()))
+        e += len(run)
+        continue
+      lo, hi = self.op32(srcs[e]), self.op32(srcs[e + 1])
+      if isinstance(lo, Imm) and isinstance(hi, Imm):
+        self.e("v_mov_b32", r[e // 2], imm32((hi.value & 0xFFFF) << 16 | lo.value & 0xFFFF))
+      else: self.e("v_lshl_or_b32", r[e // 2], hi, Imm(16), lo)    # lo is zero-extended (16-bit float bits)
+      e += 2
+    return r
 
   # ---------------------------------------------------------------- memory
   def address(self, idx: UOp):
-    """(base SGPR pair, 32-bit VGPR byte offset) when the offset provably fits in 32 unsigned bits, else
-    (None, 64-bit VGPR address): base + (index << log2(itemsize)) with v_add_co_u32 / v_add_co_ci_u32.
-    On workgroup memory: an LDSAddress."""
-    if idx.src[0].op is Ops.DEFINE_LOCAL: return self.lds_address(idx)
-    base, index = self.val(idx.src[0]), idx.src[1]
-    size = idx.src[0].dtype.itemsize
+    """An INDEX: a GlobalAddress, or on workgroup memory an LDSAddress."""
+    if idx.src[0].op is Ops.DEFINE_LOCAL: return self.lds_address(idx.src[0], idx.src[1])
+    return self.global_address(idx.src[0], idx.src[1])
+
+  @staticmethod
+  def offset32(x: UOp, size: int, extra: int = 0) -> bool:
+    """x * size (+ extra bytes) is a 32-bit unsigned byte offset for every value of x."""
+    lo, hi = x.vrange
+    return isinstance(lo, int) and isinstance(hi, int) and lo >= 0 and (hi + 1) * size + extra <= (1 << 32)
+
+  @staticmethod
+  def window(cb: int) -> int:
+    """The 8 KiB window k (the base moved by k * CHUNK bytes) that brings byte offset cb into the immediate's range."""
+    return (cb + GLOBAL_OFFSET) // CHUNK
+
+  def global_split(self, buf: UOp, i: UOp) -> tuple | None:
+    """(x, c) with index i = x + c (x None: 0) where x * size is a 32-bit unsigned offset (also once moved by the
+    window of c), as planned or else (i, 0); None when neither is (a 64-bit address)."""
+    size = buf.dtype.itemsize
+    x, c = split(i, self.plan.offsets)
+    if x.op is Ops.CONST: x, c = None, c + int(x.arg)
+    def ok(x, c): return x is None or self.offset32(x, size, max(0, self.window(c * size) * CHUNK))
+    if ok(x, c): return x, c
+    if c and i.op is not Ops.CONST and ok(i, 0): return i, 0
+    return None
+
+  def chunk_bases(self):
+    """SGPR pairs base + k * CHUNK for the windows k != 0 the kernel's global accesses need, most used first (set once,
+    before any loop: no per-iteration cost)."""
+    want: dict = {}
+    for u in self.program:
+      if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and (xc := self.global_split(u.src[0], u.src[1])):
+        if (k := self.window(xc[1] * u.src[0].dtype.itemsize)): want[(u.src[0], k)] = want.get((u.src[0], k), 0) + 1
+    # (SGPRs left for them: the pointers and variables hold two each, and loops, gates and sums need some more)
+    room = (MAX_SGPRS - self.reserved_sgprs - 2 * (self.n_params + len(self.variables)) - SGPR_SLACK) // 2
+    for (buf, k), _ in sorted(want.items(), key=lambda kv: -kv[1])[:max(0, min(MAX_CHUNK_BASES, room))]:
+      base, r = self.vals[buf], self.s(2)
+      self.e("s_add_u32", r[0], base[0], imm32(k * CHUNK))
+      self.e("s_addc_u32", r[1], base[1], imm32((k * CHUNK) >> 32))
+      self.chunks[(buf, k)] = r
+
+  def global_address(self, buf: UOp, i: UOp) -> GlobalAddress:
+    """base + i * size. When x * size (i = x + c) is a 32-bit unsigned offset: the SGPR base, x << log2(size) in a
+    VGPR (one per x and size in a scope) and c * size in the immediate offset, the base moved by whole 8 KiB windows
+    (chunk_bases) where it is beyond the immediate's range. Else a 64-bit VGPR address: one v_mad_i64_i32 of a 32-bit
+    index, or the 64-bit shift and add of a wide one."""
+    size = buf.dtype.itemsize
     shift = int(math.log2(size))
-    lo, hi = index.vrange
-    if isinstance(lo, int) and lo >= 0 and (hi + 1) * size <= (1 << 32):
-      x = self.op32(index)
-      off = self.o("v_lshlrev_b32", Imm(shift), x) if shift else self.vgpr(x)
-      return (base, off)
-    off = self.rpair(index)
+    base = self.val(buf)
+    if (xc := self.global_split(buf, i)) is not None:
+      x, c = xc
+      if x is None: voff = self.cached(("zero",), lambda: self.vgpr(Imm(0)))
+      else:
+        xv = self.op32(x)
+        voff = self.cached(("global", x, shift), lambda: self.o("v_lshlrev_b32", Imm(shift), xv) if shift else self.vgpr(xv))
+      k = self.window(c * size)
+      saddr = self.chunks.get((buf, k), base) if k else base
+      if k and saddr is base:
+        voff = self.cached(("window", x, shift, k), lambda: self.o("v_add_nc_u32", imm32(k * CHUNK), voff))
+      return GlobalAddress(voff, saddr, c * size - k * CHUNK)
+    iv = self.val(i)
+    if not (isinstance(iv, Reg) and iv.size == 2) and not (isinstance(iv, Const) and iv.size == 2):
+      mad = "v_mad_i64_i32" if signed(i.dtype) or i.dtype.itemsize == 8 else "v_mad_u64_u32"
+      d = self.v(2)
+      self.e(mad, d, NULL, self.vgpr(self.op32(iv)), Imm(size), base)
+      return GlobalAddress(d, OFF)
+    off = self.rpair(i)
     if shift: off = self.o("v_lshlrev_b64", Imm(shift), off, size=2)
-    return (None, self.add64(base[0], base[1], off[0], off[1]))
+    return GlobalAddress(self.add64(base[0], base[1], off[0], off[1]), OFF)
 
   def gate_begin(self, idx: UOp):
     if len(idx.src) < 3: return None
@@ -507,38 +764,46 @@ class _Renderer:
       if g.bits: return None
       saved = self.s(); self.e("s_mov_b32", saved, EXEC_LO); self.e("s_mov_b32", EXEC_LO, Imm(0))
       return saved
-    self.e("v_cmp_ne_u32", VCC_LO, Imm(0), self.op32(g))
+    def mask():      # the lanes whose gate is true, once per gate in a scope (gates of neighbouring accesses repeat)
+      m = self.s()
+      self.e("v_cmp_ne_u32", m, Imm(0), self.op32(g))
+      return m
+    m = self.cached(("gate", idx.src[2]), mask)
     saved = self.s()
-    self.e("s_and_saveexec_b32", saved, VCC_LO)
+    self.e("s_and_saveexec_b32", saved, m)
     return saved
 
   def gate_end(self, saved):
     if saved is not None: self.e("s_mov_b32", EXEC_LO, saved)
 
-  def mem_args(self, addr):
-    base, off = addr
-    return (off, base) if base is not None else (off, OFF)
-
-  def lds_address(self, idx: UOp) -> LDSAddress:
-    """The LDS byte address of a valid lane: index * itemsize in a VGPR, the buffer's offset (and a constant
-    term of the index) in the DS instruction's 16-bit offset field (RDNA3 ISA guide, "Data Share Operations":
-    address = VGPR + offset). Lanes whose gate is false never use it, so the low dword of the index suffices."""
-    buf, index = idx.src[0], idx.src[1]
+  def lds_address(self, buf: UOp, i: UOp) -> LDSAddress:
+    """The LDS byte address of a valid lane: x * itemsize in a VGPR (one per x and size in a scope), the buffer's
+    offset and the constant term c of the index x + c in the DS instruction's 16-bit offset field (RDNA3 ISA guide,
+    "Data Share Operations": address = VGPR + offset). Lanes whose gate is false never use it, so the low dword of
+    the index suffices."""
     size, offset = buf.dtype.itemsize, self.lds_offsets[buf]
-    if index.op is Ops.ADD and index.src[1].op is Ops.CONST and isinstance(lo := index.src[0].vrange[0], int) and lo >= 0 \
-        and 0 <= (c := int(index.src[1].arg)) and offset + (c + 1) * size <= LDS_BYTES:
-      index, offset = index.src[0], offset + c * size     # a constant term of the index goes into the offset field
-    if index.op is Ops.CONST and 0 <= offset + int(index.arg) * size < LDS_BYTES:
-      return LDSAddress(self.vgpr(Imm(0)), offset + int(index.arg) * size)
+    def nonneg(x): return isinstance(lo := x.vrange[0], int) and lo >= 0
+    x, c = split(i, self.plan.offsets)
+    if c and not (nonneg(x) and offset + (c + 1) * size <= LDS_BYTES): x, c = i, 0
+    if not c and x.op is Ops.ADD and x.src[1].op is Ops.CONST and nonneg(x.src[0]) and 0 <= (k := int(x.src[1].arg)) \
+        and offset + (k + 1) * size <= LDS_BYTES:
+      x, c = x.src[0], k          # (an index computed anyway: its constant term still goes into the offset field)
+    if x.op is Ops.CONST and 0 <= offset + (int(x.arg) + c) * size < LDS_BYTES:
+      return LDSAddress(self.cached(("zero",), lambda: self.vgpr(Imm(0))), offset + (int(x.arg) + c) * size)
     shift = int(math.log2(size))
-    x = self.op32(index)
-    key = (x, shift)      # one VGPR per (index value, element size): INDEXes that differ only by buffer or gate share it
-    if key not in self.lds_addrs: self.lds_addrs[key] = self.o("v_lshlrev_b32", Imm(shift), x) if shift else self.vgpr(x)
-    return LDSAddress(self.lds_addrs[key], offset)
+    xv = self.op32(x)
+    addr = self.cached(("lds", x, shift), lambda: self.o("v_lshlrev_b32", Imm(shift), xv) if shift else self.vgpr(xv))
+    return LDSAddress(addr, offset + c * size)
 
   def lds_load(self, u: UOp) -> Reg:
     idx, dt = u.src[0], u.dtype
     size = idx.src[0].dtype.itemsize
+    if (group := self.plan.lds_vectors.get(u)):    # neighbours: one ds_load_b64 / ds_load_b128 (plan.py)
+      a = self.lds_address(group[0].src[0].src[0], group[0].src[0].src[1])
+      d = self.v(len(group))
+      self.code.append(Inst(f"ds_load_b{32 * len(group)}", (d, a.addr), {"offset": a.offset} if a.offset else {}))
+      for k, ld in enumerate(group): self.vals[ld] = d[k]
+      return d[group.index(u)]
     kind = DS_LOAD[size]
     if dt.is_int and size < 4 and signed(dt): kind = f"i{8 * size}"    # the register form of int8/int16 is sign-extended
     d = self.v(2 if size == 8 else 1)
@@ -582,8 +847,8 @@ class _Renderer:
     if len(idx.src) == 3:   # lanes whose gate is false keep 0
       for k in range(d.size): self.e("v_mov_b32", d[k] if d.size > 1 else d, Imm(0))
     saved = self.gate_begin(idx)
-    a, b = self.mem_args(self.val(idx))
-    self.e(f"global_load_{kind}", d, a, b)
+    a = self.val(idx)
+    self.code.append(Inst(f"global_load_{kind}", (d, a.vaddr, a.saddr), a.mods()))
     self.gate_end(saved)
     return d
 
@@ -594,8 +859,8 @@ class _Renderer:
     data = self.rpair(v, signed(v.dtype)) if size == 8 else self.vgpr(self.val(v))
     if isinstance(data, Reg) and data.file == "s": data = self.copy_into(None, data, v.dtype)
     saved = self.gate_begin(idx)
-    a, b = self.mem_args(self.val(idx))
-    self.e(f"global_store_{MEM_STORE[size]}", a, data, b)
+    a = self.val(idx)
+    self.code.append(Inst(f"global_store_{MEM_STORE[size]}", (a.vaddr, data, a.saddr), a.mods()))
     self.gate_end(saved)
 
   # ---------------------------------------------------------------- ALU: the tables BINARY / UNARY
@@ -878,6 +1143,9 @@ class _Renderer:
     if src == dst: return x
     if isinstance(x, Const): x = self.copy_into(None, x, src)   # (symbolic folds constant casts: rare)
     wide_src = isinstance(x, Reg) and x.size == 2
+    if src == F16 and dst == F32: return self.o("v_cvt_f32_f16", self.op32(x))        # reads the low 16 bits
+    if src == F32 and dst == F16:   # the 16 bits zero-extended: the register form of a float16
+      return self.o("v_and_b32", Imm(0xFFFF), self.o("v_cvt_f16_f32", self.op32(x)))
     if src.is_float and dst.is_float:
       return self.o("v_cvt_f32_f64", self.pair(x)) if src == F64 else self.o("v_cvt_f64_f32", self.op32(x), size=2)
     if src.is_float:   # -> int: truncate toward zero (to int32, int64 or uint64: the lowering routes the others)
@@ -963,6 +1231,9 @@ class _Renderer:
     return self.narrow(x, dst)
 
 
+def _is_vgpr(x) -> bool: return isinstance(x, (Reg, Sub)) and x.file == "v"
+
+
 def _narrow_const(v: int, dt: DType) -> int:
   bits = 8 * dt.itemsize
   v &= (1 << bits) - 1
@@ -975,6 +1246,24 @@ def _regs_of(inst: Inst) -> set:
   for a in inst.operands:
     if isinstance(a, (Neg, Abs)): a = a.x
     if isinstance(a, (Reg, Sub)): out.update((a.file, a.phys + k) for k in range(a.size))
+  return out
+
+
+def wmma_hazards(code: list) -> list:
+  """An independent VALU before a v_wmma whose A or B registers overlap the D of the VALU right before it, a v_wmma
+  (LLVM GCNHazardRecognizer::fixWMMAHazards inserts v_nop; here `v_mov_b32 v0, v0`, which changes nothing: v0 keeps the
+  work-item ids for the whole kernel). Registers allocated. After a label the previous VALU is unknown: any v_wmma."""
+  d_of = lambda x: {x.operands[0].phys + k for k in range(x.operands[0].size)}
+  ab_of = lambda x: {a.phys + k for a in x.operands[1:3] for k in range(a.size)}
+  every_d = set().union(*(d_of(x) for x in code if isinstance(x, Inst) and x.name.startswith("v_wmma")))
+  out: list = []
+  last: set = set()        # the D registers of the previous VALU when it was a v_wmma
+  for x in code:
+    if isinstance(x, Label): last = every_d
+    elif x.name.startswith("v_"):
+      if x.name.startswith("v_wmma") and last & ab_of(x): out.append(Inst("v_mov_b32", (LOCAL_ID, LOCAL_ID)))
+      last = d_of(x) if x.name.startswith("v_wmma") else set()
+    out.append(x)
   return out
 
 
@@ -1025,7 +1314,7 @@ RULES = {
   Ops.DEFINE_LOCAL: _NOTHING, Ops.BARRIER: _Renderer.barrier,
   Ops.CONST: lambda r, u: r.const(u.arg, u.dtype, u), Ops.SPECIAL: _Renderer.special,
   Ops.RANGE: _Renderer.open_range, Ops.ENDRANGE: _Renderer.close_range,
-  Ops.DEFINE_ACC: _Renderer.define_acc, Ops.ACC_UPDATE: _Renderer.acc_update,
+  Ops.DEFINE_ACC: _Renderer.define_acc, Ops.ACC_UPDATE: _Renderer.acc_update, Ops.WMMA: _Renderer.wmma,
   Ops.INDEX: _Renderer.address, Ops.LOAD: _Renderer.load, Ops.STORE: _Renderer.store,
   Ops.CAST: lambda r, u: r.cast(u.src[0], u.dtype, u), Ops.BITCAST: lambda r, u: r.bitcast(u.src[0], u.dtype),
   Ops.WHERE: _Renderer.where,

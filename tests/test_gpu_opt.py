@@ -20,7 +20,7 @@ from baregrad.compiler.codegen import get_program, renderer_for, lower
 from baregrad.compiler import gpu
 
 DEVICES = ("NV", "AMD", "METAL")
-TENSOR_CORE_DEVICES = ("NV",)          # the renderers that render WMMA ops (compiler/tc.py)
+TENSOR_CORE_DEVICES = ("NV", "AMD")   # the renderers that render WMMA ops (compiler/tc.py)
 
 
 @pytest.fixture(scope="module", params=DEVICES)

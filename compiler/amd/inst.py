@@ -3,7 +3,7 @@ insertion (regalloc.py) rewrite, and encode.py turns into machine code with the 
 
 An `Inst` is a mnemonic from those tables, its operands in assembly order and its modifiers. Operands are typed:
 `Reg` (a virtual register until allocation gives it `phys`; fixed ones such as VCC_LO are physical from the start),
-`Sub` (one dword of a Reg), `Imm` (an integer or float constant: the encoder makes it an inline constant or a
+`Sub` (one dword of a Reg, or a run of them), `Imm` (an integer or float constant: the encoder makes it an inline constant or a
 literal, by the operand's type), `Neg`/`Abs` (VOP3 source modifiers), `Label` (a branch target; in a code list,
 the position it names) and `Special` (src_scc, ..., and OFF, the missing scalar base of a global access).
 
@@ -24,7 +24,12 @@ class Reg:
   def __init__(self, file: str, size: int = 1, id: int = 0, phys: int | None = None):
     self.file, self.size, self.id, self.phys, self.fixed = file, size, id, phys, phys is not None
 
-  def __getitem__(self, i: int) -> Sub:
+  def __getitem__(self, i: int | slice) -> Sub:
+    """Dword i, or the dwords of a slice (`r[4:8]`: four consecutive dwords, e.g. a b128 load into part of a range)."""
+    if isinstance(i, slice):
+      lo, hi, step = i.indices(self.size)
+      if step != 1 or hi <= lo: raise IndexError(f"dwords {lo}:{hi} of a {self.size}-dword register")
+      return Sub(self, lo, hi - lo)
     if not 0 <= i < self.size: raise IndexError(f"dword {i} of a {self.size}-dword register")
     return Sub(self, i)
 
@@ -37,10 +42,10 @@ class Reg:
 
 @dataclass(frozen=True)
 class Sub:
-  """Dword `index` of a register."""
+  """Dword `index` of a register, or `size` dwords from there."""
   reg: Reg
   index: int
-  size = 1
+  size: int = 1
 
   @property
   def file(self) -> str: return self.reg.file
@@ -48,7 +53,14 @@ class Sub:
   @property
   def phys(self) -> int | None: return None if self.reg.phys is None else self.reg.phys + self.index
 
-  def __str__(self): return f"{self.reg}[{self.index}]" if self.reg.phys is None else f"{self.file}{self.phys}"
+  def __getitem__(self, i: int) -> "Sub":
+    if not 0 <= i < self.size: raise IndexError(f"dword {i} of a {self.size}-dword register range")
+    return Sub(self.reg, self.index + i)
+
+  def __str__(self):
+    if self.reg.phys is None:
+      return f"{self.reg}[{self.index}]" if self.size == 1 else f"{self.reg}[{self.index}:{self.index + self.size}]"
+    return vreg_name(self.phys, self.size) if self.file == "v" else sreg_name(self.phys, self.size)
 
 
 @dataclass(frozen=True)
