@@ -1,6 +1,6 @@
 """Kernel optimizations on ranges: UPCAST (a global axis gets an inner constant-size lane loop whose
 accumulators live in registers), UNROLL (a reduce axis gets an inner constant-size loop the compiler unrolls),
-THREAD (a global axis is split across CPU cores), SWAP (loop order), PADTO (a global axis is rounded up to a
+THREAD (a global axis is cut into chunks the CPU cores share), SWAP (loop order), PADTO (a global axis is rounded up to a
 multiple, the extra iterations gated off, so UPCAST/THREAD can split it). GPUs add LOCAL, GROUP and GROUPTOP
 (compiler/gpu.py maps the ranges onto workgroups).
 `hand_coded_opts` picks them by default; compiler.search (BEAM=n) picks them by timing real runs."""
@@ -11,7 +11,6 @@ from baregrad.drivers import settings
 from .uop import UOp, Ops
 from .dtype import dtypes
 from .pattern import substitute
-from .symbolic import linear
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,9 @@ class Opt:
 
 class OptError(ValueError):
   pass
+
+
+MAX_CHUNKS = 4096   # THREAD: chunks of one kernel (each a call of the kernel function by a core)
 
 
 def global_ranges(ast: UOp) -> list[UOp]:
@@ -85,13 +87,17 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     new = lane if size == amt else outer * amt + lane
     return substitute(ast, {r: new})
   if opt.op == "THREAD":
+    # the axis is cut into `amount` chunks (the kernel's `core` argument picks one; drivers/cpu/worker.c hands them
+    # out to the cores); a second THREAD cuts another axis too: chunk = first * amount + second
     n = opt.amount
-    if n < 2 or size % n: raise OptError(f"{opt}: axis of size {size} does not split across {n} threads")
-    if any(u.op is Ops.SPECIAL for u in ast.toposort()): raise OptError("kernel is already threaded")
-    core = UOp(Ops.SPECIAL, dtypes.index, (), ("core", n))
+    if n < 2 or size % n: raise OptError(f"{opt}: axis of size {size} does not split into {n} chunks")
+    old = next((u for u in ast.toposort() if u.op is Ops.SPECIAL and u.arg[0] == "core"), None)
+    if n * (old.arg[1] if old is not None else 1) > MAX_CHUNKS: raise OptError(f"{opt}: more than {MAX_CHUNKS} chunks")
+    core = UOp(Ops.SPECIAL, dtypes.index, (), ("core", n * (old.arg[1] if old is not None else 1)))
     # the chunk loop keeps this axis's place in the loop order
     inner = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // n),), r.arg)
-    return substitute(ast, {r: core * (size // n) + inner})
+    if old is None: return substitute(ast, {r: core * (size // n) + inner})
+    return substitute(ast, {old: core // n, r: (core % n) * (size // n) + inner})
   if opt.op == "PADTO":
     amt = opt.amount
     if amt < 2 or size % amt == 0: raise OptError(f"{opt}: axis of size {size} is already a multiple of {amt}")
@@ -144,14 +150,119 @@ def cpu_threads() -> int:
   return settings.THREADS
 
 
+def _index_strides(ast: UOp) -> list[tuple[UOp, dict[UOp, int]]]:
+  """Each INDEX of the kernel with the stride of each term of its (simplified) index."""
+  from .pattern import graph_rewrite
+  from .symbolic import symbolic
+  from .render_c import index_linear
+  return [(u, index_linear(graph_rewrite(u.src[1], symbolic))[0]) for u in ast.toposort() if u.op is Ops.INDEX]
+
+
 def _unit_stride_axes(ast: UOp, gl: list[UOp]) -> set[UOp]:
   """Global ranges that some load or the store walks with stride 1."""
   out = set()
-  for u in ast.toposort():
-    if u.op is Ops.INDEX:
-      terms, _ = linear(u.src[1])
-      out |= {r for r in gl if terms.get(r) == 1}
+  for _, terms in _index_strides(ast): out |= {r for r in gl if terms.get(r) == 1}
   return out
+
+
+def vector_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
+  """Whether the C renderer can run UPCAST(axis, lanes) as vector ops (compiler/render_c.py, vector_loops): every
+  load and store that depends on the lanes walks them with stride 1, and every value that depends on them is float
+  arithmetic, a comparison, bool logic or a select of one float dtype. Lanes it cannot vectorize are as many scalar
+  copies of the body, which the C compiler vectorizes itself, slowly (seconds for a few hundred)."""
+  from .render_c import vector_renderable, VEC_DTYPES
+  try: ast = apply_opt(ast, Opt("UPCAST", axis, lanes))
+  except OptError: return False
+  r = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda u: u.arg[0])
+  strides = dict(_index_strides(ast))
+  dep, dts = {r}, set()
+  for u in ast.toposort():
+    if u is r or not any(s in dep for s in u.src): continue
+    if u.op is Ops.INDEX:
+      terms = strides[u]
+      inside = any(t is not r and r in t.toposort() for t in terms)
+      if r not in terms and not inside: continue      # the lanes cancel out of the index: a broadcast load
+      if len(u.src) != 2 or terms.get(r) != 1 or inside: return False
+    dep.add(u)
+    if u.op in (Ops.INDEX, Ops.STORE, Ops.SINK): continue
+    elif u.dtype in (dtypes.index, dtypes.int32, dtypes.int64) and u.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD):
+      continue   # index arithmetic (its strides are checked at the INDEX)
+    elif u.op is Ops.LOAD or u.op is Ops.REDUCE:
+      if u.dtype not in VEC_DTYPES or (u.op is Ops.REDUCE and u.arg not in (Ops.ADD, Ops.MUL, Ops.MAX)): return False
+      dts.add(u.dtype)
+    elif not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]): return False
+    else: dts.update(d for d in (u.dtype, *(s.dtype for s in u.src)) if d in VEC_DTYPES)
+  return len(dts) <= 1
+
+
+def _divisors(n: int) -> list[int]:
+  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+  return sorted(set(small + [n // d for d in small]))
+
+
+# chunks per core a threaded kernel is cut into: the command processor's threads claim them one at a time
+# (drivers/cpu/worker.c, EXEC_MT), so a core that another process holds for a while leaves its chunks to the others
+# (numpy's BLAS splits a matmul once per thread: the busy core's half finishes last). A register-tiled matmul's chunk
+# is a panel of rows and a group of column strips that stay in the core's L2 (_panel_opts).
+CHUNKS_PER_THREAD = 8
+MIN_CHUNK_WORK = 1 << 15
+
+
+def _thread_opts(sizes: list[int], prefer: list[int], threads: int, work: int) -> list[Opt]:
+  """THREAD opts cutting the kernel into about CHUNKS_PER_THREAD * threads chunks (fewer for small work): along the
+  first axis of `prefer` that splits into at least `threads`, else along two axes (a core index for each)."""
+  want = max(threads, min(CHUNKS_PER_THREAD * threads, work // MIN_CHUNK_WORK))
+  def pick(size: int, want: int, least: int) -> int:
+    divs = [d for d in _divisors(size) if least <= d <= min(4 * want, MAX_CHUNKS)]
+    return min(divs, key=lambda d: (d % threads != 0, abs(math.log(d / want)))) if divs else 0
+  for axis in prefer:
+    if (n := pick(sizes[axis], want, threads)): return [Opt("THREAD", axis, n)]
+  # no single axis has `threads` chunks: the first two axes together
+  for a, b in ((a, b) for a in prefer for b in prefer if a != b):
+    na = max(d for d in _divisors(sizes[a]) if d <= want)
+    if na > 1 and (nb := pick(sizes[b], want // na, -(-threads // na))): return [Opt("THREAD", a, na), Opt("THREAD", b, nb)]
+  return []
+
+
+def _panel_opts(rows: int, cols: int, sizes: list[int], tile: tuple[int, int], threads: int, work: int) -> list[Opt]:
+  """THREAD opts cutting a register-tiled matmul (`rows` and `cols`: the axes of its row blocks and column strips,
+  `tile`: rows x columns of one register tile) into about CHUNKS_PER_THREAD * threads chunks along both axes: a
+  chunk is a panel of A's rows and a group of B's strips. Each chunk reads its panel and its strips from L3 once, so
+  the traffic is (row chunks) * |B| + (column chunks) * |A|, least when the two counts are in the ratio of n to m
+  (1024 kernel on 2 cores: 16 row panels 380, 4 x 4 chunks 402 GFLOP/s)."""
+  want = max(threads, min(CHUNKS_PER_THREAD * threads, work // MIN_CHUNK_WORK))
+  n, m = sizes[rows] * tile[0], sizes[cols] * tile[1]
+  def near(size: int, target: float) -> int: return min(_divisors(size), key=lambda d: abs(math.log(d / target)))
+  a = near(sizes[rows], math.sqrt(want * n / m))
+  b = near(sizes[cols], want / a)
+  if a * b < threads: return _thread_opts(sizes, [rows, cols], threads, work)
+  return [Opt("THREAD", axis, amount) for axis, amount in ((rows, a), (cols, b)) if amount > 1]
+
+
+def _elementwise_opts(ast: UOp, gl: list[UOp], sizes: list[int]) -> list[Opt]:
+  """A kernel without reductions: its innermost axis as vector lanes (one register wide) where the store walks it
+  with stride 1 and the renderer can vectorize it (a large output then streams past the caches:
+  render_c.NT_STORE_BYTES); a copy (one load) reads its source in order: the axis that continues the load's lanes
+  contiguously goes innermost (packing a matmul's operand into strips: 430 -> 210 us for 1024 x 1024 floats).
+  Updates `sizes`."""
+  stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+  loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
+  if len(stores) != 1: return []
+  strides = dict(_index_strides(ast))
+  lanes = (64 if has_avx512() else 32) // stores[0].src[1].dtype.itemsize
+  opts: list[Opt] = []
+  if (sizes[-1] % lanes == 0 and strides[stores[0].src[0]].get(gl[-1]) == 1
+      and vector_lanes_ok(ast, len(gl) - 1, lanes)):
+    opts.append(Opt("UPCAST", len(gl) - 1, lanes))
+    sizes[-1] //= lanes
+    if len(loads) == 1 and len(gl) >= 3 and sizes[-1] == 1:    # the lanes took the whole innermost axis
+      load = strides[loads[0].src[0]]
+      inner = len(gl) - 2                      # the innermost axis left after the lanes
+      follow = [a for a in range(inner) if load.get(gl[a]) == lanes]
+      if follow and abs(load.get(gl[inner], 0)) != lanes:
+        opts.append(Opt("SWAP", follow[0], inner))
+        sizes[follow[0]], sizes[inner] = sizes[inner], sizes[follow[0]]
+  return opts
 
 
 def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
@@ -164,35 +275,49 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   work = math.prod(_size(r) for r in gl) * math.prod(_size(r) for r in _ranges(ast) if r.arg[1] == "reduce")
   opts: list[Opt] = []
   sizes = [_size(r) for r in gl]
+  prefer = list(range(len(sizes)))          # elementwise: outer axes first (each core streams its own part)
+  panel = None
   if reduces and not nested:
     unit = _unit_stride_axes(ast, gl)
     cand = [i for i in range(len(gl)) if gl[i] in unit] or [len(gl) - 1]
     j = cand[-1]
     picks = {}
     amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
-    if amt_j: picks[j] = amt_j
+    vector = amt_j is not None and vector_lanes_ok(ast, j, amt_j)
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
-    if (i is not None and i < j and has_avx512() and amt_j == 16 and sizes[j] % 32 == 0 and sizes[i] % 8 == 0
+    if not vector:
+      # lanes the C compiler must vectorize from scalar copies of the body (a strided operand, exp/log, integers):
+      # a 4 x 4 tile (a few hundred copies of a fused body take clang and gcc seconds)
+      if sizes[j] % 4 == 0: picks[j] = 4
+      if i is not None: picks[i] = 4
+    elif (i is not None and i < j and has_avx512() and amt_j == 16 and sizes[j] % 32 == 0 and sizes[i] % 8 == 0
         and sizes[j] > 32 and sizes[i] > 8):
       # AVX-512: 8 rows x 2 vectors of 16 = 16 accumulators, 10 loads per 16 FMAs; the unit-stride axis goes
-      # outer so its operand's strip stays in cache while the rows stream past
+      # outer so its operand's strip stays in cache while a panel of rows (a THREAD chunk, below) streams past.
+      # The 1024 kernel on one core: 192 GFLOP/s (4096 x 256 x 1024: 150 unpanelled, 215 in panels of 256 rows)
       opts += [Opt("UPCAST", j, 16), Opt("UPCAST", j, 2), Opt("UPCAST", i, 8), Opt("SWAP", i, j)]
       sizes[j] //= 32; sizes[i] //= 8
       sizes[i], sizes[j] = sizes[j], sizes[i]
-      picks = {}
+      panel = (j, i)            # after the swap: the row blocks are axis j, the column strips axis i
     elif i is not None:
       # a 16x16 register tile needs 32 vector registers (AVX-512); 16x8 fits 16 (AVX2)
       wide = 16 if has_avx512() and sizes[i] % 16 == 0 and amt_j == 16 else 0
       picks[i] = wide or (8 if sizes[i] % 8 == 0 and amt_j and amt_j <= 16 else 4)
+      if amt_j: picks[j] = amt_j
+    elif amt_j: picks[j] = amt_j
     for axis in sorted(picks, reverse=True):    # higher axes first: lower indices stay valid
       opts.append(Opt("UPCAST", axis, picks[axis]))
       sizes[axis] //= picks[axis]
-    sizes = [s for s in sizes if s != 1] if any(s == 1 for s in sizes) else sizes
-  if threads > 1 and work >= (1 << 18) and sizes:
-    # reductions: split the innermost axis (each core streams its own part of the reused operand)
-    axes = list(reversed(range(len(sizes)))) if reduces else list(range(len(sizes)))
-    for i in axes:
-      s = sizes[i]
-      if s % threads == 0 and s >= threads:
-        opts.append(Opt("THREAD", i, threads)); break
+    prefer = list(reversed(range(len(sizes))))   # the row blocks first: a chunk is a panel of rows
+  elif not reduces:
+    opts += _elementwise_opts(ast, gl, sizes)
+  keep = [k for k, s in enumerate(sizes) if s != 1]    # a fully upcast axis is gone from the global axes
+  # chunks: for the cores to share, and (one core too) panels of a reduction that stay in cache
+  if (threads > 1 or (reduces and not nested)) and work >= (1 << 18) and keep:
+    if panel is not None and all(p in keep for p in panel):
+      rows, cols = (keep.index(p) for p in panel)
+      opts += _panel_opts(rows, cols, [sizes[k] for k in keep], (8, 32), threads, work)
+    else:
+      sizes = [sizes[k] for k in keep]
+      opts += _thread_opts(sizes, [keep.index(p) for p in prefer if p in keep], threads, work)
   return opts

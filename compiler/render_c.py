@@ -52,11 +52,95 @@ def _bitcast(a: str, src: DType, dst: DType) -> str:
 
 
 VEC_DTYPES = (dtypes.float32, dtypes.float64)
-VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV}
+VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV, Ops.MAX, Ops.WHERE}
+# bool values in a vector block are masks: signed integer vectors as wide as the float lanes, all ones where true
+# (what a vector comparison gives in GNU C, gcc and clang alike); a select is bitwise and/or through them
+MASK_OPS = {Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
 
 
 def vector_type(dt: DType, n: int) -> str:
   return f"bg_{'f32' if dt == dtypes.float32 else 'f64'}x{n}"
+
+
+def mask_type(dt: DType, n: int) -> str:
+  return f"bg_i{8 * dt.itemsize}x{n}"
+
+
+def vector_renderable(op: Ops, dtype: DType, src_dtypes) -> bool:
+  """Whether a value computed by `op` (of `dtype` from operands of `src_dtypes`) can be one vector op per lane block:
+  float arithmetic, comparisons and bool logic (masks), selects, bool -> float casts. compiler/opt.py asks this too,
+  before it gives a kernel wide register tiles."""
+  if op in MASK_OPS: return dtype.is_bool and all(d.is_bool or d in VEC_DTYPES for d in src_dtypes)
+  if op is Ops.CAST: return dtype in VEC_DTYPES and all(d.is_bool for d in src_dtypes)
+  if op is Ops.WHERE: return dtype in VEC_DTYPES and src_dtypes[0].is_bool
+  return op in VEC_OPS and dtype in VEC_DTYPES
+
+
+# Non-temporal stores: a kernel without reductions that writes at least this much streams its vector stores past the
+# caches (x86 MOVNTPS/MOVNTPD: Intel SDM vol. 2B, "MOVNTPS"; they need an address aligned to the vector, checked
+# at run time, and an SFENCE before the kernel returns). Such an output is too big to be read back from cache by
+# the next kernel anyway, and the store skips the read for ownership of each line (1/4 of a streaming add's
+# traffic). 16 MiB: more than the L2 of a few cores.
+NT_STORE_BYTES = 16 << 20
+_MASK_CTYPE = {4: "int", 8: "long long"}
+# gcc's builtins behind _mm512_stream_ps/_pd, _mm256_stream_ps/_pd, _mm_stream_ps/_pd (its avx512fintrin.h,
+# avxintrin.h, xmmintrin.h, emmintrin.h) and the ISA each needs; clang has one generic builtin
+_GCC_STREAM = {(4, 64): ("__AVX512F__", "__builtin_ia32_movntps512", "float"),
+               (8, 64): ("__AVX512F__", "__builtin_ia32_movntpd512", "double"),
+               (4, 32): ("__AVX__", "__builtin_ia32_movntps256", "float"), (8, 32): ("__AVX__", "__builtin_ia32_movntpd256", "double"),
+               (4, 16): ("__SSE__", "__builtin_ia32_movntps", "float"), (8, 16): ("__SSE2__", "__builtin_ia32_movntpd", "double")}
+_STREAM_DEFS = """typedef {ct} {name}_t __attribute__((vector_size({bytes}), aligned({bytes})));
+#if defined(__x86_64__) && defined(__clang__)
+#define {name}(p, v) __builtin_nontemporal_store((v), ({name}_t *)(p))
+#elif defined(__x86_64__) && defined({isa})
+#define {name}(p, v) {builtin}(({elt} *)(p), (v))
+#else
+#define {name}(p, v) (*({vt} *)(p) = (v))
+#endif"""
+
+
+def _streaming_bytes(program: list[UOp]) -> int:
+  """Bytes a kernel without reductions stores (every loop encloses its stores), or 0: the case for streaming."""
+  total = 0
+  for u in program:
+    if u.op is Ops.DEFINE_ACC or (u.op is Ops.RANGE and u.src[0].op is not Ops.CONST): return 0
+  iters = math.prod(u.src[0].arg for u in program if u.op is Ops.RANGE)
+  iters *= math.prod(u.arg[1] for u in program if u.op is Ops.SPECIAL)
+  for u in program:
+    if u.op is Ops.STORE: total += iters * u.src[1].dtype.itemsize
+  return total
+
+
+def _stream_macro(dt: DType, n: int) -> str | None:
+  return f"bg_stream_{vector_type(dt, n)[3:]}" if (dt.itemsize, n * dt.itemsize) in _GCC_STREAM else None
+
+
+def _lane_aligned(idx: UOp, lane: UOp) -> bool:
+  """Whether lane 0 of this vector store is a multiple of the lanes from the buffer's start (every other term of
+  its index steps by whole vectors)."""
+  n = lane.src[0].arg
+  terms, const = index_linear(idx.src[1])
+  return const % n == 0 and terms.get(lane) == 1 and all(c % n == 0 for t, c in terms.items() if t is not lane)
+
+
+def index_linear(u: UOp) -> tuple[dict[UOp, int], int]:
+  """The linear form of an index (symbolic.linear) with (x // c) * c + x % c folded back into x, whatever x: a view
+  that splits an axis and merges it again (a packed matmul's output read as (n, m)) leaves that pair in its indices,
+  and it hides their unit stride from the vector lanes. Exact for floor and for truncating division alike."""
+  from .symbolic import linear
+  terms, const = linear(u)
+  while True:
+    pair = next(((t, q) for t in terms if t.op is Ops.MOD and t.src[1].op is Ops.CONST for q in terms
+                 if q.op is Ops.IDIV and q.src[0] is t.src[0] and q.src[1] is t.src[1]
+                 and terms[q] == terms[t] * t.src[1].arg), None)
+    if pair is None: return terms, const
+    mod, div = pair
+    scale = terms.pop(mod)
+    terms.pop(div)
+    inner, c = index_linear(mod.src[0])
+    for t, k in inner.items(): terms[t] = terms.get(t, 0) + k * scale
+    terms = {t: k for t, k in terms.items() if k != 0}
+    const += c * scale
 
 
 def _body_end(program: list[UOp], i: int) -> int:
@@ -64,26 +148,27 @@ def _body_end(program: list[UOp], i: int) -> int:
   return next(j for j in range(i + 1, len(program)) if program[j].op is Ops.ENDRANGE and program[j].src[0] is r)
 
 
-def vector_loops(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, UOp], dict[UOp, int]]:
+def vector_loops(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, UOp], dict[UOp, int], dict[int, DType]]:
   """Innermost upcast lane loops whose body runs as one vector op per value: loads and stores walk the lane
-  with stride 1 (or not at all: a scalar broadcast), the values are float adds/muls/divides, and
-  accumulators keep this lane innermost. Returns ({position of the RANGE in program: its range},
-  {accumulator updated in such a loop: its vector lanes})."""
-  loops, reads, updates = _vector_candidates(program, alias)
+  with stride 1 (or not at all: a scalar broadcast), the values are float arithmetic, comparisons, bool logic and
+  selects of one float dtype (`vector_renderable`), and accumulators keep this lane innermost. Returns ({position of
+  the RANGE in program: its range}, {accumulator updated in such a loop: its vector lanes}, {position: the float
+  dtype of its lanes})."""
+  loops, reads, updates, dts = _vector_candidates(program, alias)
   while True:
     vacc = {acc: r.src[0].arg for i, r in loops.items() for acc in updates[i]}
     # a loop reading a lane-dependent accumulator as a vector needs that accumulator in vector layout
     keep = {i: r for i, r in loops.items() if reads[i] <= set(vacc)}
-    if keep == loops: return loops, vacc
+    if keep == loops: return loops, vacc, {i: dts[i] for i in loops}
     loops = keep
 
 
 def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
   """The loops that qualify on their own, with the accumulators each reads (lane-dependent) and updates."""
-  from .symbolic import linear
   out: dict[int, UOp] = {}
   reads: dict[int, set] = {}
   updates: dict[int, list] = {}
+  lane_dtype: dict[int, DType] = {}
   for i, r in enumerate(program):
     if r.op is not Ops.RANGE or r.arg[1] != "upcast" or r.src[0].op is not Ops.CONST: continue
     n = r.src[0].arg
@@ -101,7 +186,7 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
 
     def contiguous(idx: UOp) -> bool:
       if len(idx.src) != 2: return False
-      terms, _ = linear(idx.src[1])
+      terms, _ = index_linear(idx.src[1])
       return terms.get(r) == 1 and not any(t is not r and r in t.toposort() for t in terms)
 
     users: dict[UOp, list[UOp]] = {}
@@ -116,10 +201,12 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
         ok = all(v.op in (Ops.ADD, Ops.MUL) and v.dtype == u.dtype or v.op is Ops.INDEX and v.src[1] is u
                  for v in users.get(u, []))
       elif u.op is Ops.LOAD: ok = u.dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.dtype; dts.add(u.dtype)
-      elif u.op in VEC_OPS: ok = u.dtype in VEC_DTYPES; dts.add(u.dtype)
-      elif u.op is Ops.ACC_UPDATE:   # acc = acc + x or acc * x (the step itself is an op of the body)
+      elif u.op in VEC_OPS | MASK_OPS | {Ops.CAST}:
+        ok = vector_renderable(u.op, u.dtype, [s.dtype for s in u.src])
+        dts.update(d for d in [u.dtype, *(s.dtype for s in u.src)] if d in VEC_DTYPES)
+      elif u.op is Ops.ACC_UPDATE:   # acc = acc op x (the step itself is ops of the body)
         acc = u.src[0]
-        ok = acc.arg[0] in (Ops.ADD, Ops.MUL) and bool(acc.src) and acc.src[-1] is r and u.dtype in VEC_DTYPES
+        ok = acc.arg[0] in (Ops.ADD, Ops.MUL, Ops.MAX) and bool(acc.src) and acc.src[-1] is r and u.dtype in VEC_DTYPES
         dts.add(u.dtype)
       elif u.op is Ops.STORE:
         ok = dep(u.src[0]) and u.src[1].dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.src[1].dtype
@@ -132,7 +219,8 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
       out[i] = r
       reads[i] = {alias[s] for u in body for s in u.src if s in alias and dep(s)}
       updates[i] = [u.src[0] for u in body if u.op is Ops.ACC_UPDATE]
-  return out, reads, updates
+      lane_dtype[i] = dts.pop()
+  return out, reads, updates, lane_dtype
 
 
 # Function attributes (gcc; clang has no optimize attribute: the CPU driver drops its SLP pass for huge kernels):
@@ -180,15 +268,56 @@ class CRenderer:
       names[v] = v.arg[0]
     counter = [0]
     # accumulators updated in a vector loop are arrays of vectors over their other lanes
-    vloops, vacc = vector_loops(program, alias)
+    vloops, vacc, vdtypes = vector_loops(program, alias)
     vtypes: dict[str, str] = {}
     vec = [None]                 # the lane range rendered as vectors right now
+    vdt: list = [None]           # ... and the float dtype of its lanes
     vvals: set[UOp] = set()      # values that are vectors in the current vector block
+    nt_total = _streaming_bytes(program)
+    nt_params: dict[str, tuple] = {}   # streamed buffer -> (its run-time alignment flag, the vector's bytes)
 
     def vtype(dt: DType, n: int) -> str:
+      if dt.is_bool: return mtype(n)
       nm = vector_type(dt, n)
       vtypes[nm] = f"typedef {ctype(dt)} {nm} __attribute__((vector_size({n * dt.itemsize}), aligned({dt.itemsize}), may_alias));"
       return nm
+
+    def mtype(n: int) -> str:
+      dt = vdt[0]
+      nm = mask_type(dt, n)
+      vtypes[nm] = f"typedef {_MASK_CTYPE[dt.itemsize]} {nm} __attribute__((vector_size({n * dt.itemsize}), aligned({dt.itemsize}), may_alias));"
+      return nm
+
+    def lanes() -> int: return vec[0].src[0].arg
+
+    def as_vector(s: UOp) -> str:    # a float operand as a vector (a scalar broadcast: x - 0 keeps -0.0 and NaN)
+      return name_of(s) if is_vec(s) else f"({name_of(s)} - ({vtype(vdt[0], lanes())}){{}})"
+
+    def as_mask(s: UOp) -> str:      # a bool operand as a mask (a scalar one broadcast: 0 or all ones)
+      if is_vec(s): return name_of(s)
+      c = alias.get(s, s)
+      if c.op is Ops.CONST: return "-1" if c.arg else "0"
+      return f"(-({_MASK_CTYPE[vdt[0].itemsize]}){name_of(s)})"
+
+    def select(mask: str, a: str, b: str) -> str:
+      vt, mt = vtype(vdt[0], lanes()), mtype(lanes())
+      return f"(({vt})((({mt}){a} & {mask}) | (({mt}){b} & ~{mask})))"
+
+    def vector_alu(u: UOp) -> str:
+      """A value of a vector block with at least one vector operand, as GNU C vector operations."""
+      op, src = u.op, u.src
+      if op is Ops.WHERE: return select(as_mask(src[0]), as_vector(src[1]), as_vector(src[2]))
+      if op is Ops.CAST: return select(as_mask(src[0]), as_vector(UOp.const(u.dtype, 1)), as_vector(UOp.const(u.dtype, 0)))
+      if op is Ops.MAX:
+        a, b = as_vector(src[0]), as_vector(src[1])
+        m = f"m{counter[0]}"; counter[0] += 1
+        lines.append("  " * indent + f"const {mtype(lanes())} {m} = ({a}>{b});")
+        return select(m, a, b)
+      if src[0].dtype.is_bool:       # bool logic on masks (a < b of bools: !a & b)
+        a, b = as_mask(src[0]), as_mask(src[1])
+        return {Ops.CMPLT: f"(~{a}&{b})", Ops.CMPNE: f"({a}^{b})", Ops.XOR: f"({a}^{b})", Ops.OR: f"({a}|{b})",
+                Ops.AND: f"({a}&{b})"}[op]
+      return alu(op, src[-1].dtype, *[name_of(s) for s in src])    # float arithmetic and comparisons (vector op scalar)
 
     def is_vec(u: UOp) -> bool:
       u = alias.get(u, u)
@@ -209,11 +338,15 @@ class CRenderer:
       if u.op is Ops.DEFINE_ACC and u.src: return f"{names[u]}[{lane_index(u.src)}]"
       return names[u]
 
+    def vector_value(u: UOp) -> bool:
+      return (vec[0] is not None and u.dtype is not None and (u.dtype in VEC_DTYPES or u.dtype.is_bool)
+              and any(is_vec(s) for s in u.src))
+
     def new_var(u: UOp, expr: str, prefix="v"):
       nm = f"{prefix}{counter[0]}"; counter[0] += 1
-      vector = vec[0] is not None and u.dtype in VEC_DTYPES and any(is_vec(s) for s in u.src)
+      vector = vector_value(u)
       if vector: vvals.add(u)
-      t = vtype(u.dtype, vec[0].src[0].arg) if vector else ctype(u.dtype)
+      t = vtype(u.dtype, lanes()) if vector else ctype(u.dtype)
       lines.append("  " * indent + f"const {t} {nm} = {expr};")
       names[u] = nm
 
@@ -231,7 +364,7 @@ class CRenderer:
         lines.append("  " * indent + f"#pragma GCC unroll {u.src[0].arg}")
       if op is Ops.RANGE and pos in vloops:
         # the lane loop becomes one block of vector ops; index math inside is for lane 0
-        vec[0] = u; names[u] = "0"
+        vec[0] = u; vdt[0] = vdtypes[pos]; names[u] = "0"
         lines.append("  " * indent + "{"); indent += 1
       elif op is Ops.ENDRANGE and vec[0] is u.src[0]:
         vec[0] = None; vvals.clear()
@@ -272,9 +405,17 @@ class CRenderer:
         vvals.add(u); nm = f"v{counter[0]}"; counter[0] += 1; names[u] = nm
         lines.append("  " * indent + f"const {vtype(u.dtype, vec[0].src[0].arg)} {nm} = {vref(u.src[0], u.dtype, 'const ')};")
       elif op is Ops.STORE and vec[0] is not None and idx_vec(u.src[0]):
-        val, dt = u.src[1], u.src[1].dtype
-        v = name_of(val) if is_vec(val) else f"({name_of(val)} - ({vtype(dt, vec[0].src[0].arg)}){{}})"
-        lines.append("  " * indent + f"{vref(u.src[0], dt)} = {v};")
+        idx, val, dt = u.src[0], u.src[1], u.src[1].dtype
+        v = name_of(val) if is_vec(val) else f"({name_of(val)} - ({vtype(dt, lanes())}){{}})"
+        st = f"{vref(idx, dt)} = {v};"
+        if nt_total >= NT_STORE_BYTES and (stream := _stream_macro(dt, lanes())) and _lane_aligned(idx, vec[0]):
+          buf = name_of(idx.src[0])
+          flag = nt_params.setdefault(buf, (f"aligned{len(nt_params)}", lanes() * dt.itemsize))[0]
+          isa, builtin, elt = _GCC_STREAM[(dt.itemsize, lanes() * dt.itemsize)]
+          vtypes[stream] = _STREAM_DEFS.format(name=stream, vt=vtype(dt, lanes()), ct=ctype(dt), bytes=lanes() * dt.itemsize,
+                                               isa=isa, builtin=builtin, elt=elt)
+          st = f"if ({flag}) {stream}(&{buf}[{name_of(idx.src[1])}], {v}); else {st}"
+        lines.append("  " * indent + st)
       elif op is Ops.LOAD:
         idx = u.src[0]
         v = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}]"
@@ -286,11 +427,15 @@ class CRenderer:
         st = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}] = {name_of(u.src[1])};"
         if len(idx.src) == 3: st = f"if ({name_of(idx.src[2])}) {st}"
         lines.append("  " * indent + st)
+      elif vector_value(u): new_var(u, vector_alu(u))
       elif op is Ops.CAST: new_var(u, f"(({ctype(u.dtype)}){name_of(u.src[0])})")
       elif op is Ops.BITCAST: new_var(u, _bitcast(name_of(u.src[0]), u.src[0].dtype, u.dtype))
       elif op in OPS: new_var(u, alu(op, u.src[-1].dtype, *[name_of(s) for s in u.src]))
       else:
         raise NotImplementedError(f"C renderer: no rule for {op.name}")
+    if nt_params:   # streamed stores: each buffer's alignment checked once; fenced before the kernel returns
+      head += [f"  const int {flag} = ((unsigned long long){buf} & {width - 1}) == 0;" for buf, (flag, width) in nt_params.items()]
+      lines += ["#if defined(__x86_64__)", "  __builtin_ia32_sfence();", "#endif"]
     before, body = kernel_attributes(program, alias, len(lines))
     head[1:1] = [body] if body else []
     return "".join(t + "\n" for t in vtypes.values()) + before + "\n".join(head + lines + ["}"]) + "\n"

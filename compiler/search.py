@@ -12,7 +12,7 @@ import dataclasses, hashlib, json, math
 from baregrad.drivers import diskcache
 from baregrad.drivers.progress import Progress
 from .uop import UOp, Ops
-from .opt import Opt, OptError, apply_opt, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size
+from .opt import Opt, OptError, apply_opt, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size, CHUNKS_PER_THREAD
 
 MAX_LANES = 256
 MAX_CACHED_OPTS = 64   # a cached list longer than this is not one BEAM wrote (depth is a handful)
@@ -34,7 +34,10 @@ def actions(ast: UOp, threads: int) -> list[Opt]:
     s = _size(r)
     for amt in (2, 4, 8, 16, 32):
       if s % amt == 0 and lanes * amt <= MAX_LANES: out.append(Opt("UPCAST", i, amt))
-    if not threaded and threads > 1 and s % threads == 0: out.append(Opt("THREAD", i, threads))
+    # chunks for the cores to share (compiler/opt.py, CHUNKS_PER_THREAD): a few per core, or many small ones; a
+    # threaded kernel may cut a second axis too (chunks of rows x groups of columns)
+    for n in ((2, 4) if threaded else (2 * threads, CHUNKS_PER_THREAD * threads)):
+      if threads > 1 and s % n == 0: out.append(Opt("THREAD", i, n))
     for k in range(i + 1, len(gl)): out.append(Opt("SWAP", i, k))
     for amt in (4, 8, 16):
       if s % amt and s * 2 >= amt: out.append(Opt("PADTO", i, amt))

@@ -271,3 +271,124 @@ def test_beam_never_loses_to_the_heuristic(monkeypatch, tmp_path):
   got = search.beam_search(spec, 2, get_program, default=heuristic)
   assert got == list(heuristic) and len(timed) > 2     # it searched, and kept the best measured
   assert search.beam_search(spec, 2, get_program, default=heuristic) == list(heuristic)   # the cached winner
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vector_lanes_with_masks_selects_and_max(dtype):
+  """Comparisons, bool logic, selects, max and bool -> float casts inside vector lanes run as masks (integer vectors
+  as wide as the lanes): bit for bit the scalar kernel's values, NaN and -0.0 included, and numpy's up to the order
+  of the sum."""
+  r = rng(12)
+  x, y = r.standard_normal((8, 64)).astype(dtype), r.standard_normal((8, 64)).astype(dtype)
+  x[0, :4] = [np.nan, -0.0, 0.0, np.inf]
+  y[0, :4] = [1.0, 0.0, np.nan, -np.inf]
+  X, Y = Tensor(x), Tensor(y)
+  t = (((X > 0) | (Y < -1)).where(X * 2, Y).maximum(Y - 1) + (Y < X).cast(X.dtype) * 3 + (X != Y).where(1.5, X)
+       + (~(X < 0.5)).where(X, -0.0))
+  want = (np.maximum(np.where((x > 0) | (y < -1), x * 2, y), y - 1) + (y < x) * 3 + np.where(x != y, 1.5, x)
+          + np.where(~(x < 0.5), x, -0.0))
+  spec, bufs = last_kernel(t)
+  lanes = 64 // np.dtype(dtype).itemsize
+  src = get_program(dataclasses.replace(spec, opts=(Opt("UPCAST", 1, lanes),))).source
+  assert f"bg_i{8 * np.dtype(dtype).itemsize}x{lanes}" in src and f"bg_f{8 * np.dtype(dtype).itemsize}x{lanes}" in src, src
+  got = run_with(spec, bufs, [Opt("UPCAST", 1, lanes)])
+  bits = np.int32 if dtype == np.float32 else np.int64
+  np.testing.assert_array_equal(got.view(bits), run_with(spec, bufs, []).view(bits))
+  np.testing.assert_allclose(got.reshape(8, 64), want, rtol=1e-6)
+
+
+def test_relu_gradient_is_a_vector_tile_and_strided_lanes_stay_few():
+  """The backward of a relu MLP: the weight gradient with the relu mask fused in gets the wide vector tile (masks in
+  vector lanes), and a kernel whose lanes read an operand with a stride (dh = dOut @ W2.T) gets at most 16 scalar
+  lanes (the C compiler vectorizes those itself, seconds for hundreds of them). Gradients match numpy."""
+  from baregrad.compiler import codegen
+  r = rng(13)
+  x, w1, w2 = r.standard_normal((64, 784)), r.standard_normal((784, 128)) * 0.05, r.standard_normal((128, 10)) * 0.05
+  X = Tensor(x.astype(np.float32))
+  W1, W2 = (Tensor(w.astype(np.float32), requires_grad=True) for w in (w1, w2))
+  (X @ W1).relu().matmul(W2).log_softmax().mean().backward()
+  codegen.clear_programs()
+  items = Tensor.schedule(W1.grad, W2.grad)
+  by_name = {i.program.name: i.program for i in items}
+  dw1 = by_name["r_784_128_64"]
+  assert "bg_f32x16" in dw1.source and "bg_i32x16" in dw1.source and ("SWAP" in str(dw1.meta["opts"])), dw1.source
+  for prog in by_name.values():
+    opts = prog.meta.get("opts", ())
+    lanes = int(np.prod([o.amount for o in opts if o.op == "UPCAST"])) if opts else 1
+    assert lanes <= 16 or "bg_f32x" in prog.source, (prog.name, opts)
+  run_schedule(items, sync=True)
+  h = x @ w1
+  p = np.maximum(h, 0) @ w2
+  soft = np.exp(p - p.max(1, keepdims=True))
+  soft /= soft.sum(1, keepdims=True)
+  g = (1 - 10 * soft) / (64 * 10)    # d mean(log_softmax) / d logits
+  np.testing.assert_allclose(W2.grad.numpy(), np.maximum(h, 0).T @ g, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(W1.grad.numpy(), x.T @ ((g @ w2.T) * (h > 0)), rtol=1e-4, atol=1e-5)
+
+
+def test_index_linear_folds_a_split_axis_back():
+  """(x // c) * c + x % c is x: a view that splits an axis and merges it again leaves that pair in its index, and the
+  vector lanes must see the unit stride through it. Checked against the integer arithmetic itself."""
+  from baregrad.compiler.uop import UOp
+  from baregrad.compiler.render_c import index_linear
+  i = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 8),), (0, "global"))
+  j = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 128),), (1, "global"))
+  x = i * 128 + j
+  idx = (x // 16) * 16 + x % 16 + 5
+  assert index_linear(idx) == ({i: 128, j: 1}, 5)
+  other = (x // 16) * 32 + x % 16             # a real re-layout (strips twice as far apart): left alone
+  terms, _ = index_linear(other)
+  assert j not in terms
+  for a in range(8):                          # the folded form is the value
+    for b in range(0, 128, 7): assert (a * 128 + b) // 16 * 16 + (a * 128 + b) % 16 + 5 == a * 128 + b + 5
+
+
+def test_large_elementwise_stores_stream_and_tolerate_unaligned_outputs():
+  """A 16 MiB elementwise result is written with non-temporal vector stores (one per vector of lanes, fenced at the
+  end): the values are numpy's, into a fresh buffer and into one that starts 4 bytes into its allocation (not aligned
+  to the vector: the kernel falls back to plain stores). A small one stores plainly."""
+  from baregrad.compiler.render_c import NT_STORE_BYTES
+  n = NT_STORE_BYTES // 4
+  r = rng(14)
+  x, y = r.random(n, dtype=np.float32), r.random(n, dtype=np.float32)
+  spec, bufs = last_kernel(Tensor(x) * 2 + Tensor(y))
+  opts = hand_coded_opts(spec.ast, 2)
+  assert opts[0].op == "UPCAST" and any(o.op == "THREAD" for o in opts), opts
+  prog = get_program(dataclasses.replace(spec, opts=tuple(opts)))
+  assert "bg_stream_" in prog.source and "sfence" in prog.source, prog.source
+  np.testing.assert_array_equal(run_with(spec, bufs, opts), x * 2 + y)
+  base = Buffer(bufs[0].device, n + 16, dtypes.float32)
+  view = Buffer(bufs[0].device, n, dtypes.float32, base=base, offset=4)
+  run_schedule([ExecItem(prog, [view, *bufs[1:]], {}, prog.meta)], sync=True)
+  np.testing.assert_array_equal(read(view), x * 2 + y)
+  small, sbufs = last_kernel(Tensor(x[:4096]) * 2 + Tensor(y[:4096]))
+  assert "bg_stream_" not in get_program(dataclasses.replace(small, opts=tuple(hand_coded_opts(small.ast, 2)))).source
+
+
+def test_chunks_and_two_axis_threads_match_unoptimized():
+  """THREAD cuts an axis into more chunks than cores (the cores claim them one at a time), a second THREAD cuts
+  another axis too (chunk = first * n + second): both give the unoptimized result. The heuristic cuts a large square
+  matmul along both axes (panels of rows x groups of column strips), several chunks per core."""
+  spec, bufs = last_kernel(CASES["matmul_packed"](rng(15)))
+  want = run_with(spec, bufs, [])
+  for opts in ([Opt("THREAD", 0, 16)], [Opt("THREAD", 0, 4), Opt("THREAD", 1, 2)], [Opt("THREAD", 1, 2), Opt("THREAD", 0, 8)],
+               [Opt("UPCAST", 1, 16), Opt("THREAD", 0, 2), Opt("THREAD", 0, 4)]):
+    np.testing.assert_allclose(run_with(spec, bufs, opts), want, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+  with pytest.raises(OptError, match="chunks"): apply_opts(spec.ast, [Opt("THREAD", 0, 8), Opt("THREAD", 1, 1024)])
+  big, _ = last_kernel(Tensor(np.ones((1024, 1024), np.float32)) @ Tensor(np.ones((1024, 1024), np.float32)))
+  threads = [o for o in hand_coded_opts(big.ast, 2) if o.op == "THREAD"]
+  assert len({o.axis for o in threads}) == 2 and np.prod([o.amount for o in threads]) >= 8, threads
+
+
+def test_packing_copy_reads_its_source_in_order():
+  """The copy that packs a matmul's right operand into strips runs vector lanes and walks the source row by row
+  (the strips' axis innermost), and the strips hold what numpy says."""
+  r = rng(16)
+  a, b = r.random((256, 192), dtype=np.float32), r.random((192, 256), dtype=np.float32)
+  items = (Tensor(a) @ Tensor(b)).schedule()
+  pack = items[0].program
+  assert [o.op for o in pack.meta["opts"]][:2] == ["UPCAST", "SWAP"], pack.meta["opts"]
+  run_schedule(items, sync=True)
+  w = matmul_pack_width("CPU", dtypes.float32, 256, 192, 256)
+  np.testing.assert_array_equal(read(items[0].bufs[0]).reshape(256 // w, 192, w), b.reshape(192, 256 // w, w).transpose(1, 0, 2))
+  np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)

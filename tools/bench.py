@@ -14,31 +14,50 @@ def _median_time(fn, repeat: int, warmup: int = 1) -> float:
   return float(np.median(ts))
 
 
+def _alternate(ours, theirs, rounds: int = 5, per_round: int = 3, settle: float = 0.3) -> tuple[float, float]:
+  """Median seconds of `ours` and of `theirs` (numpy) over `rounds` rounds of `per_round` back-to-back calls each (after
+  one untimed call), the two taking turns, so both see the same load on a shared machine. numpy's BLAS threads keep
+  spinning on the cores for about 0.1 s after a call (OpenBLAS's thread timeout) and would take them from whatever
+  runs next: ours starts `settle` seconds after numpy's last call (our helper threads sleep 50 us after a job)."""
+  a, b = [], []
+  for _ in range(rounds):
+    for fn, times in ((ours, a), (theirs, b)):
+      fn()
+      for _ in range(per_round):
+        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    time.sleep(settle)
+  return float(np.median(a)), float(np.median(b))
+
+
 def bench_add(results: dict):
+  """16Mi float32 x + y: ours (a new output each run, as a program makes them) against numpy writing into an
+  output it already has (np.add(x, y, out=z)); GB/s of the three arrays."""
   from baregrad.tensor import Tensor
   from baregrad.hcq.device import Device
   n = 16 * 1024 * 1024
   xn, yn = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
   zn = np.empty_like(xn)
-  results["numpy.add_16m_f32.gbps"] = 3 * 4 * n / _median_time(lambda: np.add(xn, yn, out=zn), 9) / 1e9
   x, y = Tensor(xn), Tensor(yn)
   dev = Device.get(x.device)
   def run(): (x + y).realize(); dev.synchronize()
-  results[f"{dev.name.lower()}.add_16m_f32.gbps"] = 3 * 4 * n / _median_time(run, 9, warmup=2) / 1e9
+  ours, theirs = _alternate(run, lambda: np.add(xn, yn, out=zn))
+  results[f"{dev.name.lower()}.add_16m_f32.gbps"] = 3 * 4 * n / ours / 1e9
+  results["numpy.add_16m_f32.gbps"] = 3 * 4 * n / theirs / 1e9
 
 
 def bench_matmul(results: dict):
+  """float32 (n, k) @ (k, m) against numpy's BLAS in the same process, alternating: 1024 x 1024 x 1024 and a
+  non-square 4096 x 256 x 1024 (n x k x m: a tall left operand, a short reduction)."""
   from baregrad.tensor import Tensor
   from baregrad.hcq.device import Device
-  n = 1024
-  an, bn = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
-  a, b = Tensor(an), Tensor(bn)
-  dev = Device.get(a.device)
-  def run(): (a @ b).realize(); dev.synchronize()
-  # ours first: numpy's BLAS threads keep spinning on the cores for a while after each call, and would
-  # take them from whatever runs next (our helper threads sleep 50 us after their last job)
-  results[f"{dev.name.lower()}.matmul_1024_f32.gflops"] = 2 * n ** 3 / _median_time(run, 5, warmup=2) / 1e9
-  results["numpy.matmul_1024_f32.gflops"] = 2 * n ** 3 / _median_time(lambda: an @ bn, 5) / 1e9
+  for (n, k, m), name in (((1024, 1024, 1024), "1024"), ((4096, 256, 1024), "4096x256x1024")):
+    an, bn = np.random.rand(n, k).astype(np.float32), np.random.rand(k, m).astype(np.float32)
+    a, b = Tensor(an), Tensor(bn)
+    dev = Device.get(a.device)
+    def run(): (a @ b).realize(); dev.synchronize()
+    ours, theirs = _alternate(run, lambda: an @ bn)
+    results[f"{dev.name.lower()}.matmul_{name}_f32.gflops"] = 2 * n * k * m / ours / 1e9
+    results[f"numpy.matmul_{name}_f32.gflops"] = 2 * n * k * m / theirs / 1e9
 
 
 def bench_eager(results: dict):

@@ -11,13 +11,19 @@ Environment:
   BAREGRAD_CACHE   cache directory, CACHE=0 no cache lookups: see `drivers/diskcache.py`
 """
 from __future__ import annotations
-import functools, os, shutil, subprocess, tempfile, threading, warnings
+import functools, os, platform, shutil, subprocess, tempfile, threading, warnings
 from pathlib import Path
 from baregrad.drivers import diskcache, settings
 
 COMPILERS = ("clang", "clang-22", "clang-19", "gcc", "cc")
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fPIC", "-ffreestanding", "-fno-math-errno", "-fno-stack-protector",
                  "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-fno-plt")
+
+# x86-64 -march=native: both gcc and clang tune for Intel cores with 256-bit vectors preferred (the width their
+# vectorizers use, and clang splits our 64-byte vector types into pairs of ymm), even where AVX-512 is there; the
+# kernels' 64-byte tiles want zmm registers (32 of them: a 16-accumulator matmul tile otherwise spills).
+# gcc 12 `-Q --help=target`, clang 19 `-###`: "-mprefer-vector-width= 256" for -march=rocketlake/sapphirerapids.
+VECTOR_WIDTH_FLAGS = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
 
 # in-process counters, so callers and tests can see whether the cache worked
 stats = {"compiles": 0, "cache_hits": 0}

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import os, weakref
 import cffi
 from . import cc, elf
+from .. import settings
 import numpy as np
 from ..encoded import Encoded, stream
 from . import processor
@@ -14,7 +15,7 @@ _ffi = cffi.FFI()
 # -fwrapv: integer overflow wraps, as on every GPU and in numpy. -ffp-contract=off: a*b+c is two roundings, as numpy
 # and the GPU renderers (.rn) compute it; gcc's default (fast) fuses across statements. Kernels that sum products
 # turn fusion back on for themselves (compiler/render_c.py, kernel_attributes).
-KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv", "-ffp-contract=off")
+KERNEL_FLAGS = cc.DEFAULT_FLAGS + ("-fwrapv", "-ffp-contract=off") + cc.VECTOR_WIDTH_FLAGS
 # A kernel of more lines than this (a fused expression of hundreds of exp/sin/log/sqrt terms) is compiled by clang
 # without its SLP vectorizer: the loop vectorizer already made the body one vector iteration, and SLP plus the
 # register allocator grow faster than linearly there. clang 19 -O3, 500-term chain (18,900 lines): 5.0 s -> 3.4 s.
@@ -25,6 +26,12 @@ HUGE_KERNEL_LINES = 2048
 # the header word of each packet (its size from processor.PACKETS: the header + its operands)
 _EXEC, _EXEC_MT, _COPY, _SIGNAL, _WAIT, _TIMESTAMP, _BARRIER = (header(op, 1 + len(PACKETS[op])) for op in (
   Op.EXEC, Op.EXEC_MT, Op.COPY, Op.SIGNAL, Op.WAIT, Op.TIMESTAMP, Op.BARRIER))
+
+
+def _helpers() -> int:
+  """Threads besides the command processor's that run the chunks of a kernel: THREADS cores in all (a kernel's THREAD
+  opt cuts it into chunks whatever the cores, compiler/opt.py; THREADS=1 runs them one after another)."""
+  return max(0, min(settings.THREADS, os.cpu_count() or 1) - 1)
 
 
 @dataclass(eq=False)
@@ -44,8 +51,8 @@ class CPUDriver:
   def probe(cls) -> dict: return {"available": True}
 
   def __init__(self):
-    self.processor = CommandProcessor(checked=True)   # packets touch only our allocations and loaded kernels
-    self.processor._w.start_helpers(max(0, (os.cpu_count() or 1) - 1))
+    # packets touch only our allocations and loaded kernels; its thread compiles the worker while we go on
+    self.processor = CommandProcessor(checked=True, helpers=_helpers())
 
   def close(self):
     """Stop the command processor thread (its ring and control block go with it)."""
@@ -57,8 +64,7 @@ class CPUDriver:
     worker image and helper threads) takes over; the parent's is left alone. True: the device stays usable."""
     processor.after_fork_in_child()
     self.processor.abandon()
-    self.processor = CommandProcessor(checked=True)
-    self.processor._w.start_helpers(max(0, (os.cpu_count() or 1) - 1))
+    self.processor = CommandProcessor(checked=True, helpers=_helpers())
     address_space.publish()
     return True
 

@@ -88,11 +88,15 @@ class ProcessorFault(RuntimeError):
 
 
 class _Worker:
-  """worker.c compiled and loaded once per process, its functions typed for cffi."""
+  """worker.c compiled and loaded once per process, its functions typed for cffi. A command processor's thread
+  compiles it when the processor starts (`get` from that thread), so the C compiler runs while the host builds and
+  compiles its first kernels; the host waits for it only at its first doorbell or wait. Memory registered before
+  then is handed to it once it is loaded."""
   _lock = threading.Lock()
   _instance: "_Worker | None" = None
 
   def __init__(self):
+    self._helpers_lock = threading.Lock()
     self.image = elf.load_elf(cc.compile_c(Path(__file__).with_name("worker.c").read_text()))
     self.libc = ffi.new("struct bg_libc *")
     for name in ("syscall", "clock_gettime", "memcpy"):
@@ -102,11 +106,12 @@ class _Worker:
       setattr(self, name.removeprefix("bg_"), ffi.cast(name + "_t", self.image.symbol(name)))
 
   def start_helpers(self, n: int):
-    """Helper threads that share the chunks of multi-threaded kernels (once per process)."""
-    if getattr(self, "helpers", None) is not None: return
-    self.helpers = [threading.Thread(target=self.helper_run, args=(self.libc,), daemon=True, name=f"baregrad-cpu-helper{i}")
-                    for i in range(n)]
-    for t in self.helpers: t.start()
+    """Helper threads that share the chunks of multi-threaded kernels (once per process; from any thread)."""
+    with self._helpers_lock:
+      if getattr(self, "helpers", None) is not None: return
+      self.helpers = [threading.Thread(target=self.helper_run, args=(self.libc,), daemon=True,
+                                       name=f"baregrad-cpu-helper{i}") for i in range(n)]
+      for t in self.helpers: t.start()
     atexit.register(self.stop_helpers)
 
   def stop_helpers(self):
@@ -117,8 +122,12 @@ class _Worker:
 
   @classmethod
   def get(cls) -> "_Worker":
+    """The loaded worker: compiled here, or waited for while another thread compiles it."""
+    if (w := cls._instance) is not None: return w
     with cls._lock:
-      if cls._instance is None: cls._instance = _Worker()
+      if cls._instance is None:
+        cls._instance = _Worker()
+        address_space.publish()    # what was registered while it compiled
       return cls._instance
 
 
@@ -157,10 +166,11 @@ class AddressSpace:
     with self._lock: self._publish()
 
   def _publish(self):
+    # never waits for the worker (its loader publishes under this lock): one not loaded yet gets the tables then
+    if (w := _Worker._instance) is None: return
     starts = sorted(self.ranges)
     ranges = np.array([(a, self.ranges[a]) for a in starts] or [(0, 0)], dtype=np.uint64)
     entries = np.array(sorted(self.entries) or [0], dtype=np.uint64)
-    w = _Worker.get()
     w.host_mmu_set(ffi.cast("struct bg_range *", ranges.ctypes.data), len(starts),
                    _u64p(entries.ctypes.data), len(self.entries))
     self._tables = (ranges, entries)     # the previous tables are no longer read once mmu_set returned
@@ -208,11 +218,21 @@ def wait_value(addr: int, value: int, timeout_s: float, spin_ns: int = HOST_SPIN
   return w.host_wait_value(addr, value, int(timeout_s * 1e9), spin_ns, 0, w.libc) == WAIT_DONE
 
 
-def _shutdown(worker: _Worker, ctl, thread: threading.Thread, memory, timeout: float = 5.0) -> None:
+def _run(ctl, ring, ring_words: int, helpers: int) -> None:
+  """The command processor thread: load the worker (compiling it on first use), start the helper threads, consume.
+  If the worker cannot be built, the host's own first use of it raises that error (with the compiler's message)."""
+  try: w = _Worker.get()
+  except Exception: return
+  if helpers: w.start_helpers(helpers)
+  w.worker_run(ctl, ring, ring_words, w.libc)
+
+
+def _shutdown(ctl, thread: threading.Thread, memory, timeout: float = 5.0) -> None:
   """Stop the worker thread and join it; memory is released only once the thread is gone."""
   deadline = time.monotonic() + timeout
+  ctl.stop = 1       # seen by a worker that starts only now (its thread was still compiling it)
   while thread.is_alive() and time.monotonic() < deadline:
-    worker.host_stop(ctl, worker.libc)
+    if (worker := _Worker._instance) is not None: worker.host_stop(ctl, worker.libc)
     thread.join(0.01)
   if thread.is_alive():  # a kernel that never returns: the ring must outlive the thread
     _leaked.append(memory)
@@ -225,12 +245,12 @@ _leaked: list = []
 class CommandProcessor:
   """A ring of `ring_words` uint64 words (a power of two) and the worker thread that consumes it."""
 
-  def __init__(self, ring_words: int = 1 << 16, checked: bool = False):
-    """checked: packets may only use memory and kernel entry points registered in `address_space`."""
+  def __init__(self, ring_words: int = 1 << 16, checked: bool = False, helpers: int = 0):
+    """checked: packets may only use memory and kernel entry points registered in `address_space`. helpers: threads
+    (once per process) that share the chunks of multi-threaded kernels with this processor's."""
     if ring_words < 16 or ring_words & (ring_words - 1):
       raise ValueError(f"ring_words must be a power of two >= 16, got {ring_words}")
     self.ring_words = ring_words
-    self._w = _Worker.get()
     # one page for the control block, then the ring, page-aligned
     # private: a forked child gets its own copy (a shared ring would feed the child's packets to our worker)
     self._memory = mmap.mmap(-1, elf.PAGE + ring_words * 8, flags=mmap.MAP_PRIVATE)
@@ -243,10 +263,13 @@ class CommandProcessor:
     self._ring = np.frombuffer(self._memory, dtype=np.uint64, count=ring_words, offset=elf.PAGE)
     self._wptr = 0  # host copy: words written, published or not
     self._lock = threading.Lock()
-    self._thread = threading.Thread(target=self._w.worker_run, name="baregrad-cpu-processor", daemon=True,
-                                    args=(self._ctl, _u64p(self.ring_address), ring_words, self._w.libc))
+    self._thread = threading.Thread(target=_run, name="baregrad-cpu-processor", daemon=True,
+                                    args=(self._ctl, _u64p(self.ring_address), ring_words, helpers))
     self._thread.start()
-    self._finalizer = weakref.finalize(self, _shutdown, self._w, self._ctl, self._thread, (self._memory, self._ptr))
+    self._finalizer = weakref.finalize(self, _shutdown, self._ctl, self._thread, (self._memory, self._ptr))
+
+  @property
+  def _w(self) -> _Worker: return _Worker.get()
 
   # ---- state ----
   @property
