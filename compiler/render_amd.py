@@ -60,7 +60,7 @@ from .dtype import DType, dtypes
 from .lower import Native
 from .decomp import bits16
 from .amd.inst import Inst, Reg, Sub, Imm, Neg, Abs, Label, OFF, VCC_LO, EXEC_LO, waitcnt, listing, base_reg
-from .amd.regalloc import legalize, allocate, insert_waits, live_intervals, RegisterPressureError, MAX_SGPRS
+from .amd.regalloc import legalize, allocate, insert_waits, live_intervals, RegisterPressureError, MAX_SGPRS, _phys
 from .amd.plan import plan, split, hoist_staging_loads
 from .amd.encode import assemble
 from baregrad.drivers.amd.codeobj import KernelMeta, write_kernel
@@ -1241,14 +1241,6 @@ def _narrow_const(v: int, dt: DType) -> int:
   return v & 0xFFFFFFFF
 
 
-def _regs_of(inst: Inst) -> set:
-  out = set()
-  for a in inst.operands:
-    if isinstance(a, (Neg, Abs)): a = a.x
-    if isinstance(a, (Reg, Sub)): out.update((a.file, a.phys + k) for k in range(a.size))
-  return out
-
-
 def wmma_hazards(code: list) -> list:
   """An independent VALU before a v_wmma whose A or B registers overlap the D of the VALU right before it, a v_wmma
   (LLVM GCNHazardRecognizer::fixWMMAHazards inserts v_nop; here `v_mov_b32 v0, v0`, which changes nothing: v0 keeps the
@@ -1286,7 +1278,7 @@ def insert_lds_waits(code: list) -> list:
         if any(w for w, _ in pending): need = 0
         else: pending = []
       else:
-        regs = _regs_of(x)
+        regs = _phys(x)
         hit = max((k for k, (w, _) in enumerate(pending) if w & regs), default=None)
         if hit is not None: need = len(pending) - 1 - hit if all(o for _, o in pending) else 0
       if need is not None:
@@ -1299,9 +1291,9 @@ def insert_lds_waits(code: list) -> list:
         if n == 0: pending = []
         elif n < len(pending) and all(o for _, o in pending): pending = pending[len(pending) - n:]
       elif x.name.startswith("ds_"):
-        pending.append((_regs_of(Inst(x.name, x.operands[:1])) if x.name.startswith("ds_load") else set(), True))
+        pending.append((_phys(Inst(x.name, x.operands[:1])) if x.name.startswith("ds_load") else set(), True))
       elif x.name.startswith(("s_load_", "s_buffer_load_")):
-        pending.append((_regs_of(Inst(x.name, x.operands[:1])), False))
+        pending.append((_phys(Inst(x.name, x.operands[:1])), False))
       pending = pending[-63:]       # a 64th operation waits until the oldest is done
     out.append(x)
   return out

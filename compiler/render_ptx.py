@@ -14,7 +14,7 @@ explicit rounding modifier are not contracted"); rcp, sqrt and div are IEEE corr
 Syntax and instruction forms follow NVIDIA's "PTX ISA 8.0" reference and were checked with ptxas 13.0.
 """
 from __future__ import annotations
-import math, struct
+import struct
 from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
 from .lower import Native
@@ -324,11 +324,10 @@ class PTXRenderer:
     for u in dict.fromkeys(program):
       if u.op is Ops.WMMA: groups.setdefault((u.arg[0], u.src), {})[u.arg[1]] = u
     accs: dict = {"done": set()}
-    by_step = {new: acc for new, acc in inplace.items()}
     for key, outs in groups.items():
       steps = [next(iter(users.get(o, ())), None) if len(users.get(o, ())) == 1 else None for _, o in sorted(outs.items())]
-      if all(s is not None and s in by_step and s.op is Ops.ADD for s in steps):
-        accs[key] = [by_step[s] for s in steps]
+      if all(s is not None and s in inplace and s.op is Ops.ADD for s in steps):
+        accs[key] = [inplace[s] for s in steps]
         accs["done"].update(accs[key])
     pairs: dict = {}
     for (name, src), _ in groups.items():

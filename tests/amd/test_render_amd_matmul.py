@@ -9,7 +9,7 @@ independent references:
   v_fmac_f32 into the accumulators, ds_load_b128, immediate offsets, loop-invariant sums out of the loop, the staged
   tile's loads issued before one wait.
 """
-import dataclasses, re, subprocess, sys, tempfile
+import dataclasses, re, sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,8 @@ from baregrad.compiler.render_amd import AMDRenderer, wmma_hazards
 from baregrad.compiler.amd.encode import assemble
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_render_amd_workgroups import special, param, load, store, sink, render, run, fma32, _need, F32  # noqa: E402
+from test_render_amd_workgroups import (special, param, load, store, sink, render, run, fma32, F32,  # noqa: E402
+                                        assert_llvm_mc_same_bytes)
 
 
 def spec_of(fn, *arrays) -> KernelSpec:
@@ -229,21 +230,8 @@ def test_llvm_mc_same_bytes():
   """llvm-mc-19 assembles each kernel's listing (v_wmma, global_load_b128, ds_load_b128, v_fmac_f32, negative and
   positive immediate offsets, s_add_u32/s_addc_u32 bases, v_mad_i64_i32 with a null carry) to the bytes baregrad's
   encoder made."""
-  mc = _need("llvm-mc-19")
-  from elftools.elf.elffile import ELFFile
-  ks = kernels()
-  text = "\n".join(re.sub(r"(\.[A-Za-z]+\d+)\b", rf"\1_k{i}", str(k)) for i, k in enumerate(ks))
-  for inst in ("v_wmma_f32_16x16x16_f16", "global_load_b128", "ds_load_b128", "v_fmac_f32", "v_lshl_or_b32",
-               "s_addc_u32", "offset:-", "v_mad_i64_i32", "v_cvt_f16_f32"):
-    assert inst in text, inst
-  with tempfile.TemporaryDirectory() as d:
-    Path(d, "k.s").write_text(text)
-    p = subprocess.run([mc, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", f"{d}/k.s", "-o", f"{d}/k.o"],
-                       capture_output=True, text=True)
-    assert p.returncode == 0 and not p.stderr.strip(), p.stderr[:3000]
-    with open(f"{d}/k.o", "rb") as f: data = ELFFile(f).get_section_by_name(".text").data()
-  ours = [assemble(k.code) for k in ks]
-  assert data == b"".join(ours), [k.meta.name for k, c in zip(ks, ours) if c not in data]
+  assert_llvm_mc_same_bytes(kernels(), ("v_wmma_f32_16x16x16_f16", "global_load_b128", "ds_load_b128", "v_fmac_f32",
+                                       "v_lshl_or_b32", "s_addc_u32", "offset:-", "v_mad_i64_i32", "v_cvt_f16_f32"))
 
 
 def test_invariant_terms_of_an_accumulator_sum():
