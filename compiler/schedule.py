@@ -75,6 +75,9 @@ class Plan:
   steps: list            # (program or None, [refs], meta)
   new_buffers: list      # (device, size, dtype) for each ('new', k)
   outputs: list          # ref per sink source
+  # filled on first use (create_schedule): steps and outputs as indexes into the realized inputs followed by the new
+  # buffers, and each output's shape (the number of inputs is the sink's number of slots: fixed by its structure)
+  flat: tuple | None = None
 
 
 # (slot index, size, dtype, device, node dtype) -> the slot's BUFFER UOp: making one hashes a BufferSlot each time
@@ -201,15 +204,16 @@ def build_plan(sink: UOp) -> Plan:
   return Plan(steps, new_buffers, outputs)
 
 
-def create_schedule(outs: list[UOp]):
+def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from, each output's
   shape: the normalized output's, which the cached plan keeps, so a new graph's nodes need not work it out). A
   schedule not in the cache is built on the compiler's deep-stack thread (compiler/deepstack.py): deep graphs
   recurse deeply."""
   global _device_epoch
   Device, Buffer, ExecItem = _runtime or _import_runtime()
-  # the toposort of one output is its sink's less the sink (a sink of several: see UOp.toposort)
-  order = outs[0].toposort() if len(outs) == 1 else UOp.sink(*outs).toposort()[:-1]
+  # the toposort of one output is its sink's less the sink (a sink of several: see UOp.toposort); `order`: the
+  # caller's toposort of outs[0] (one output)
+  if order is None: order = outs[0].toposort() if len(outs) == 1 else UOp.sink(*outs).toposort()[:-1]
   try: outs, buffers, var_vals = normalize_outputs(outs, order)
   except RecursionError: outs, buffers, var_vals = on_deep_stack(normalize_outputs, outs, order)
   sink = UOp.sink(*outs)
@@ -222,10 +226,15 @@ def create_schedule(outs: list[UOp]):
     while len(_plans) >= PLAN_CACHE: _plans.pop(next(iter(_plans)))   # least recently used first
   else: stats["schedule_cache_hits"] += 1
   _plans[sink] = plan
-  new = [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
-  def get(r): return buffers[r[1]] if r[0] == "in" else new[r[1]]
-  items = [ExecItem(prog, [get(r) for r in refs], var_vals, meta) for prog, refs, meta in plan.steps]
-  return items, [get(r) for r in plan.outputs], buffers, [o.shape for o in outs]
+  if plan.flat is None:
+    n = len(buffers)
+    def at(r): return r[1] if r[0] == "in" else n + r[1]
+    plan.flat = ([(prog, [at(r) for r in refs], meta) for prog, refs, meta in plan.steps],
+                 [at(r) for r in plan.outputs], [o.shape for o in outs])
+  steps, out_at, shapes = plan.flat
+  pool = buffers + [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
+  items = [ExecItem(prog, [pool[i] for i in at], var_vals, meta) for prog, at, meta in steps]
+  return items, [pool[i] for i in out_at], buffers, shapes
 
 
 _runtime: tuple | None = None    # (Device, Buffer, ExecItem) of hcq, imported on first use

@@ -119,6 +119,12 @@ except ImportError:                                   # pragma: no cover
 def _drop_dead(ref) -> None: _remove_dead_weakref(UOp._cache, ref.key)
 
 
+class _Ref(weakref.ref):
+  """A weak reference that knows its cache key, as weakref.KeyedRef, without KeyedRef's Python-level __new__ and
+  __init__ (two Python calls per new node)."""
+  __slots__ = ("key",)
+
+
 class UOp:
   """An immutable node `(op, dtype, src, arg)`. Equal nodes are the same object (hash-consed)."""
   __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
@@ -141,7 +147,9 @@ class UOp:
       if ref is not None and (hit := ref()) is not None: return hit
       self = object.__new__(cls)
       self.op, self.dtype, self.src, self.arg, self._key = op, dtype, tuple(src), arg, key
-      UOp._cache[key] = weakref.KeyedRef(self, _drop_dead, key)
+      ref = _Ref(self, _drop_dead)
+      ref.key = key
+      UOp._cache[key] = ref
     return self
 
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
@@ -235,6 +243,11 @@ _cache_get = UOp._cache.get
 
 def _derive(root: UOp, name: str, compute) -> Any:
   """Cache `compute(node)` as attribute `name` on root and every node below it that lacks it, sources first."""
+  for s in root.src:     # the common case, a new node on known sources: no walk
+    if name not in s.__dict__: break
+  else:
+    value = root.__dict__[name] = compute(root)
+    return value
   stack = [(root, False)]
   while stack:
     node, ready = stack.pop()

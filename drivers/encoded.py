@@ -74,8 +74,11 @@ class Encoded:
 def stream(words: list, width: int) -> Encoded:
   """Encoded words of one stream in which a symbolic value fills a whole `width`-bit word (the CPU's 64-bit
   packets): each such word becomes 0 and a patch of all its bits. Takes over `words`."""
-  patches = [(k, Bits(w, 0, width)) for k, w in enumerate(words) if type(w) is not int and not isinstance(w, int)]
-  for k, _ in patches: words[k] = 0
+  patches = []
+  for k, w in enumerate(words):
+    if type(w) is not int and not isinstance(w, int):
+      patches.append((k, Bits(w, 0, width)))
+      words[k] = 0
   return Encoded(words, patches, [0] if words else [])
 
 

@@ -12,6 +12,8 @@ because the lender holds it and does nothing until the borrower is done.
 from __future__ import annotations
 import contextlib, threading
 
+_get_ident = threading.get_ident
+
 
 class RuntimeLock:
   def __init__(self):
@@ -19,18 +21,20 @@ class RuntimeLock:
     self._owner: int | None = None     # ident of the thread holding it
     self._depth = 0
     self._borrow = threading.local()
+    self._lent = 0                     # borrowed() blocks open now: while 0, no thread needs `_borrow` looked at
+    self._lent_lock = threading.Lock()
 
   def held_by_current_thread(self) -> bool:
     return self._owner == threading.get_ident() or getattr(self._borrow, "lock", None) is self
 
   def acquire(self):
-    if getattr(self._borrow, "lock", None) is self: return
+    if self._lent and getattr(self._borrow, "lock", None) is self: return
     self._lock.acquire()
-    self._owner = threading.get_ident()
+    self._owner = _get_ident()
     self._depth += 1
 
   def release(self):
-    if getattr(self._borrow, "lock", None) is self: return
+    if self._lent and getattr(self._borrow, "lock", None) is self: return
     self._depth -= 1
     if self._depth == 0: self._owner = None
     self._lock.release()
@@ -45,5 +49,8 @@ class RuntimeLock:
   def borrowed(self):
     """On a helper thread: enter the lock freely inside the block (the creator holds it and waits)."""
     self._borrow.lock = self
+    with self._lent_lock: self._lent += 1
     try: yield
-    finally: self._borrow.lock = None
+    finally:
+      with self._lent_lock: self._lent -= 1
+      self._borrow.lock = None

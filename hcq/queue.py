@@ -48,12 +48,13 @@ class HWQueue:
     return self
 
   def submit(self, dev, var_vals: dict | None = None) -> "HWQueue":
-    var_vals = var_vals or {}
     try:
       if self.bound is None:
-        dev.driver.submit(self.kind, dev.driver.encode(self.kind, self.cmds).resolved(var_vals))
+        encoded = dev.driver.encode(self.kind, self.cmds)
+        dev.driver.submit(self.kind, encoded.resolved(var_vals or {}) if encoded.patches else encoded)
       else:
         handle, patches, last = self.bound
+        var_vals = var_vals or {}
         patch = []
         for k, (i, part) in enumerate(patches):
           v = part.resolve(var_vals)

@@ -398,9 +398,11 @@ def involves_several_devices(u: UOp) -> bool:
 
 
 def _several(u: UOp) -> bool:
-  if u.op is Ops.MULTI or (u.op is Ops.DEVICE and isinstance(u.arg, tuple)) or (u.op is Ops.COPY and isinstance(u.arg, tuple)):
-    return True
-  return any(s.__dict__["several"] for s in u.src)
+  op = u.op
+  if op is Ops.MULTI or ((op is Ops.DEVICE or op is Ops.COPY) and isinstance(u.arg, tuple)): return True
+  for s in u.src:
+    if s.__dict__["several"]: return True
+  return False
 
 
 def lower(outs: list[UOp], reads_shifted=None) -> list:

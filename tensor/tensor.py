@@ -8,7 +8,7 @@ from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promo
 from baregrad.compiler.schedule import create_schedule, realized, remember, forget
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
-from baregrad.hcq.runtime import run_schedule
+from baregrad.hcq.runtime import _run_schedule
 from baregrad.drivers import settings
 from .composite import ComposedOps, ShapeError, DimError, sum_dtype
 from .elementwise import ElementwiseOps
@@ -308,6 +308,10 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       if other.device != self.device:
         raise ValueError(f"operands are on different devices: {self.device} and {other.device}; move one with .to()")
       dt = promote(self.dtype, other.dtype)
+    elif type(other) is float and dtype_fn is None and self.uop.dtype.is_float:   # the common case first: x * 0.5
+      u = self.uop
+      b = _wrap(_broadcast_const(other, u.dtype, u.device, u.shape))
+      return (b, self) if reverse else (self, b)
     elif isinstance(other, Scalar):
       dt = weak_promote(self.dtype, other)
       if dt.is_int and not isinstance(other, (bool, np.bool_)) and not dt.min <= int(other) <= dt.max:
@@ -340,7 +344,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
 
   def _alu(self, op: Ops, *src: Tensor, dtype: DType | None = None) -> Tensor:
     if dtype is None: dtype = dtypes.bool if op in _COMPARISONS else self.uop.dtype
-    return Tensor(UOp(op, dtype, (self.uop, *[s.uop for s in src])))
+    return _wrap(UOp(op, dtype, (self.uop, *[s.uop for s in src])))
 
   def _binop(self, op: Ops, other, reverse=False, dtype_fn=None) -> Tensor:
     a, b = self._operands(other, reverse, dtype_fn)
@@ -673,7 +677,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     """The ExecItems (kernels and copies) that realizing these tensors would run, without running them."""
     pending = [t for t in (self, *others) if not _is_realized(t.uop)]
     if not pending: return []
-    with Device.lock: return create_schedule(_lowered(pending)[0])[0]
+    with Device.lock: return create_schedule(*_lowered(pending)[::2])[0]
 
   def realize(self, *others: Tensor) -> Tensor:
     """Compute these tensors (and pending assigns). Thread-safe: realizes from several threads run one at a time
@@ -688,9 +692,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       _pending_assigns.clear()
     pending = [t for t in tensors if not _is_realized(t.uop)]
     if pending:
-      uops, lowered = _lowered(pending)
-      items, bufs, inputs, shapes = create_schedule(uops)
-      run_schedule(items)
+      uops, lowered, order = _lowered(pending)
+      items, bufs, inputs, shapes = create_schedule(uops, order)
+      if items: _run_schedule(items, False)     # (run_schedule less taking Device.lock: held here)
       views = []
       for u, buf, shape in zip(uops, bufs, shapes):
         view = UOp(Ops.BUFFER, buf.dtype, (), buf)
@@ -807,29 +811,35 @@ _grad_tensors: "weakref.WeakValueDictionary[int, Tensor]" = weakref.WeakValueDic
 
 def _const(value, dtype: DType, device: str) -> UOp:
   if isinstance(value, Tensor): raise TypeError("expected a scalar, got a Tensor")
-  if dtype == dtypes.float64: require_float64(device, "a float64 constant")
-  return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, None, (), device),), truncate(value, dtype))
+  if dtype is dtypes.float64: require_float64(device, "a float64 constant")
+  dev = _device_nodes.get(device)
+  if dev is None: dev = _device_nodes[device] = UOp(Ops.DEVICE, None, (), device)
+  return UOp(Ops.CONST, dtype, (dev,), truncate(value, dtype))
 
 
-# A Python scalar operand broadcast to a shape, by (type, value, dtype, device, shape): an eager loop that uses the
-# same scalar finds its nodes here instead of making them again. float values are keyed by their bits (0.0 and -0.0
-# apart, nan finds itself); numpy scalars are not kept. Weak values: a node lives only while a graph uses it (a
-# realized node holds its buffer, which must go when the last tensor using it goes).
-_scalar_operands: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
+_device_nodes: dict = {}   # device name (or tuple of names) -> its DEVICE node, kept: a constant needs one each time
+
+
+# A Python scalar's RESHAPE(CONST) of rank r, by (type, value bits, dtype, device, r): an eager loop that uses the same
+# scalar finds it here instead of making two nodes again (the EXPAND to the operand's shape is made each time, it is
+# what a user's Tensor.full of that shape could share and realize; these are one element). float values are keyed by
+# their bits (0.0 and -0.0 apart, nan finds itself); numpy scalars are not kept. At most _SCALARS_KEPT, oldest out.
+_scalar_operands: dict = {}
+_SCALARS_KEPT = 64
 
 
 def _broadcast_const(value, dtype: DType, device, shape: tuple) -> UOp:
   """Tensor(_const(value, dtype, device)).expand(shape), the same UOps made directly (a scalar operand)."""
   kind = type(value)
-  key = (kind, value.hex() if kind is float else value, dtype, device, shape) if kind in (int, float, bool) else None
+  key = (kind, value.hex() if kind is float else value, dtype, device, len(shape)) if kind in (int, float, bool) else None
   u = _scalar_operands.get(key) if key is not None else None
-  if u is not None: return u
-  u = _const(value, dtype, device)
-  if shape:
-    ones = (1,) * len(shape)
-    u = UOp(Ops.RESHAPE, dtype, (u,), ones)
-    if shape != ones: u = UOp(Ops.EXPAND, dtype, (u,), shape)
-  if key is not None: _scalar_operands[key] = u
+  if u is None:
+    u = _const(value, dtype, device)
+    if shape: u = UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape))
+    if key is not None:
+      if len(_scalar_operands) >= _SCALARS_KEPT: del _scalar_operands[next(iter(_scalar_operands))]
+      _scalar_operands[key] = u
+  if shape and shape != u.arg: u = UOp(Ops.EXPAND, dtype, (u,), shape)
   return u
 
 
@@ -868,25 +878,43 @@ def _grad_key(u: UOp) -> UOp:
   return b if b.op is Ops.BUFFER else u
 
 
+def _wrap(u: UOp) -> Tensor:
+  """Tensor(u) for a UOp, without __init__'s checks of other kinds of data (every op's result is made so)."""
+  t = _new_tensor(Tensor)
+  t.uop, t._requires_grad, t.grad = u, False, None
+  return t
+
+
+_new_tensor = object.__new__
+
+
 def _is_realized(u: UOp) -> bool:
   if u.op is Ops.MULTI: return all(_is_realized(s) for s in u.src)
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
 
-def _lowered(tensors) -> tuple[list[UOp], list]:
-  """The single-device UOps to schedule for `tensors` and each tensor's lowered value: graphs that involve several
-  devices are lowered by tensor/multi.py (a tensor on several devices becomes one UOp per device, its Sharded value
-  says how); a tensor on one device is None there."""
+def _lowered(tensors) -> tuple[list[UOp], list, list | None]:
+  """The single-device UOps to schedule for `tensors`, each tensor's lowered value and, for one tensor on one
+  device, its toposort (create_schedule's walk, taken here once): graphs that involve several devices are lowered by
+  tensor/multi.py (a tensor on several devices becomes one UOp per device, its Sharded value says how); a tensor on
+  one device is None there."""
+  if len(tensors) == 1:   # the eager case: the walk that finds the graph's devices is the one scheduling needs
+    u = tensors[0].uop
+    order = u.toposort()
+    for n in order:
+      op = n.op
+      if op is Ops.MULTI or ((op is Ops.DEVICE or op is Ops.COPY) and isinstance(n.arg, tuple)): break
+    else: return [u], [None], order
   todo = [t.uop for t in tensors if _multi.involves_several_devices(t.uop)]
-  if not todo: return [t.uop for t in tensors], [None] * len(tensors)
+  if not todo: return [t.uop for t in tensors], [None] * len(tensors), None
   low = dict(zip(todo, _multi.lower(todo, _reads_shifted)))
   uops, lowered = [], []
   for t in tensors:
     m = low.get(t.uop, t.uop)
     if isinstance(m, _multi.Sharded): uops.extend(m.shards); lowered.append(m)
     else: uops.append(m); lowered.append(None)
-  return uops, lowered
+  return uops, lowered, None
 
 
 def _device_arg(device) -> str | tuple[str, ...]:

@@ -325,7 +325,8 @@ class CommandProcessor:
         self._wptr = wptr + total
       else:
         self._write_slow(words, sizes)
-      self._w.host_doorbell(ctl, self._wptr, self._w.libc)
+      w = _Worker._instance or _Worker.get()
+      w.host_doorbell(ctl, self._wptr, w.libc)
 
   def _write_slow(self, words: list, sizes: list[int]) -> None:
     """Packet by packet: NOP padding at the end of the ring, waits for room (publishing what is written first)."""

@@ -78,7 +78,9 @@ static const uint8_t min_words[BG_NUM_OPCODES] = {1, 3, 4, 3, 3, 2, 1, 3, 4};
 #define SPIN_YIELD_EVERY 32         /* spinning: sched_yield every this many pauses, so a thread
                                        sharing our CPU (the host, or the worker) still runs */
 #define WAIT_SPIN_NS 20000          /* WAIT packet: spin this long before sleeping */
-#define IDLE_SPIN_NS 50000          /* empty ring: spin this long before sleeping */
+#define IDLE_SPIN_NS 50000          /* empty ring: spin at least this long before sleeping */
+#define IDLE_SPIN_MAX_NS 400000     /* ... and at most this long: a host submitting every gap < this keeps the worker
+                                       spinning up to 4 gaps (idle()), so its doorbell needs no futex wake */
 #define FUTEX_SLICE_NS 1000000      /* sleep at most this long per futex call, then look at stop/abort */
 #define IDLE_SLEEP_NS 100000000     /* empty ring: the doorbell wakes us, this bounds a lost wake */
 
@@ -329,11 +331,17 @@ static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t m
 #undef ARG
 }
 
-/* Nothing to do: spin a little, then sleep on wptr until the host's doorbell. */
-static void idle(struct bg_ctl *ctl, uint64_t rptr, const struct bg_libc *libc) {
+/* Nothing to do: spin a while, then sleep on wptr until the host's doorbell. How long: 4 times the last idle gap
+ * (idle start to the next doorbell) when that was short, so an eager host loop whose Python work between
+ * submissions takes longer than IDLE_SPIN_NS still finds the worker awake (a futex wake costs the host ~10 us);
+ * after a long gap, IDLE_SPIN_NS. Spinning yields the CPU every SPIN_YIELD_EVERY pauses. */
+static void idle(struct bg_ctl *ctl, uint64_t rptr, int64_t *last_gap, const struct bg_libc *libc) {
+  int64_t spin = 4 * *last_gap;
+  if (spin < IDLE_SPIN_NS) spin = IDLE_SPIN_NS;
+  if (spin > IDLE_SPIN_MAX_NS) spin = IDLE_SPIN_MAX_NS;
   int64_t start = now_ns(libc), t = start;
-  for (uint32_t i = 1; t - start < IDLE_SPIN_NS; i++) {
-    if (LOAD(&ctl->wptr) != rptr || LOAD(&ctl->stop)) return;
+  for (uint32_t i = 1; t - start < spin; i++) {
+    if (LOAD(&ctl->wptr) != rptr || LOAD(&ctl->stop)) { *last_gap = now_ns(libc) - start; return; }
     t = spin_step(i, t, libc);
   }
   /* Dekker-style with bg_host_doorbell: store sleeping, then load wptr (both seq_cst), so either
@@ -342,6 +350,8 @@ static void idle(struct bg_ctl *ctl, uint64_t rptr, const struct bg_libc *libc) 
   if (__atomic_load_n(&ctl->wptr, __ATOMIC_SEQ_CST) == rptr && !LOAD(&ctl->stop))
     futex_wait(&ctl->wptr, (uint32_t)rptr, IDLE_SLEEP_NS, libc);
   __atomic_store_n(&ctl->sleeping, 0, __ATOMIC_RELAXED);
+  int64_t gap = now_ns(libc) - start;
+  *last_gap = gap <= IDLE_SPIN_MAX_NS / 2 ? gap : 0;   /* long: the host paused, the next spin is the shortest */
 }
 
 void bg_worker_run(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc) {
@@ -349,9 +359,10 @@ void bg_worker_run(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, cons
   unsigned quarter_shift = 0;  /* wake rptr waiters whenever another quarter of the ring is free */
   while ((4ull << quarter_shift) < ring_words) quarter_shift++;
   uint64_t rptr = LOAD(&ctl->rptr);
+  int64_t last_gap = 0;   /* idle() */
   while (!LOAD(&ctl->stop) && !LOAD(&ctl->fault)) {
     uint64_t wptr = LOAD(&ctl->wptr);
-    if (rptr == wptr) { idle(ctl, rptr, libc); continue; }
+    if (rptr == wptr) { idle(ctl, rptr, &last_gap, libc); continue; }
     while (rptr != wptr && !LOAD(&ctl->stop)) {
       uint64_t header = ring[rptr & mask];
       __atomic_store_n(&ctl->last_header_rptr, rptr, __ATOMIC_RELAXED);
