@@ -31,7 +31,12 @@ realized = Realized()
 
 def remember(node: UOp, view: UOp, inputs: list) -> None:
   """Record that `node`'s value is now in `view`, computed from the buffers `inputs`. A node on several devices:
-  `view` is a MULTI of one view per device (tensor/multi.py looks it up before lowering)."""
+  `view` is a MULTI of one view per device (tensor/multi.py looks it up before lowering). A constant (movement ops
+  of a CONST) is not recorded: computing it again costs nothing, and its nodes are kept for reuse without a buffer
+  (tensor.py's scalar operands)."""
+  base = node
+  while base.op in MOVEMENT: base = base.src[0]
+  if base.op is Ops.CONST: return
   node.__dict__[_VIEW] = view
   ref = weakref.ref(node)
   for base in (view.src if view.op is Ops.MULTI else (view,)):

@@ -127,7 +127,7 @@ class _Ref(weakref.ref):
 
 class UOp:
   """An immutable node `(op, dtype, src, arg)`. Equal nodes are the same object (hash-consed)."""
-  __slots__ = ("op", "dtype", "src", "arg", "_key", "__weakref__", "__dict__")
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
   # key -> weak reference to the node: a plain dict of KeyedRefs, as WeakValueDictionary keeps them, without its
   # Python-level get(); a dead entry is dropped by CPython's own atomic helper (only if it is still the dead one)
   _cache: dict = {}
@@ -146,7 +146,7 @@ class UOp:
       ref = _cache_get(key)
       if ref is not None and (hit := ref()) is not None: return hit
       self = object.__new__(cls)
-      self.op, self.dtype, self.src, self.arg, self._key = op, dtype, tuple(src), arg, key
+      self.op, self.dtype, self.src, self.arg = op, dtype, tuple(src), arg
       ref = _Ref(self, _drop_dead)
       ref.key = key
       UOp._cache[key] = ref
@@ -160,15 +160,17 @@ class UOp:
   # ---- graph walks ----
   def toposort(self) -> list[UOp]:
     """Every node reachable from self, sources before users (iterative: graphs get deep)."""
-    order, seen, stack = [], set(), [(self, False)]
+    order, seen, stack = [], {self}, [(self, iter(self.src))]
     while stack:
-      node, done = stack.pop()
-      if done: order.append(node); continue
-      if node in seen: continue
-      seen.add(node)
-      stack.append((node, True))
-      for s in reversed(node.src):
-        if s not in seen: stack.append((s, False))
+      node, srcs = stack[-1]
+      for s in srcs:      # the next source not seen yet: visit it (its sources first), then come back for the rest
+        if s not in seen:
+          seen.add(s)
+          stack.append((s, iter(s.src)))
+          break
+      else:
+        stack.pop()
+        order.append(node)
     return order
 
   # ---- derived attributes, cached on the node. Each is computed from its sources' values, filled sources first by

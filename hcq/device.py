@@ -142,9 +142,10 @@ class Device:
     queue's last submission (queues of two kinds run side by side) and after other devices' work on this device's
     memory (`pending_waits`). Submit it with `submit` (it signals the timeline)."""
     q = HWQueue(kind)
-    if self.last_kind not in (None, kind): q.wait(self.timeline, self.timeline_value)
-    for sig, value in self.pending_waits: q.wait(sig, value)
-    self.pending_waits.clear()
+    if self.last_kind is not None and self.last_kind != kind: q.wait(self.timeline, self.timeline_value)
+    if self.pending_waits:
+      for sig, value in self.pending_waits: q.wait(sig, value)
+      self.pending_waits.clear()
     return q
 
   def submit(self, q: HWQueue) -> int:

@@ -28,7 +28,9 @@ class HWQueue:
     self.bound = None          # (the driver's bound handle, [(word index, Bits of a Slot)], last values)
 
   def exec(self, program, args_addr, global_size=(1, 1, 1), local_size=(1, 1, 1)):
-    self.cmds.append(("exec", program, args_addr, tuple(global_size), tuple(local_size))); return self
+    if type(global_size) is not tuple: global_size = tuple(global_size)
+    if type(local_size) is not tuple: local_size = tuple(local_size)
+    self.cmds.append(("exec", program, args_addr, global_size, local_size)); return self
   def copy(self, dst, src, nbytes):
     self.cmds.append(("copy", dst, src, nbytes)); return self
   def signal(self, signal, value):

@@ -26,24 +26,30 @@ def _run_schedule(items: list[ExecItem], sync: bool):
   if hooks.active and hooks.installed.on_run_schedule(items, sync): return   # CAPTURE/PROFILE (hcq/trace.py)
   if DEBUG >= 1: return _run_timed(items)
   by_dev: dict[str, tuple] = {}
-  def flush():
-    for dev, q in by_dev.values(): dev.submit(q)
-    by_dev.clear()
+  devs = []
   for item in items:
-    for b in item.bufs: b.ensure_allocated()
-    if item.program is None and item.bufs[0].device != item.bufs[1].device:
-      flush()
+    bufs = item.bufs
+    for b in bufs: b.ensure_allocated()
+    if item.program is None and bufs[0].device != bufs[1].device:
+      _submit(by_dev, devs)
       from . import transfer        # (imported on the first copy between devices)
-      transfer.copy(*item.bufs)     # ordered by signals (hcq/transfer.py); the host does not wait here
+      transfer.copy(*bufs)          # ordered by signals (hcq/transfer.py); the host does not wait here
       continue
-    dev = Device.get(item.bufs[0].device)
+    dev = Device.get(bufs[0].device)
     q = by_dev.get(dev.name)
     if q is None: q = by_dev[dev.name] = (dev, dev.queue("compute"))
-    _enqueue(q[0], q[1], item)
-  devs = [dev for dev, _ in by_dev.values()]
-  flush()
+    _enqueue(dev, q[1], item)
+  _submit(by_dev, devs)
   if sync:
     for dev in devs: dev.synchronize()
+
+
+def _submit(by_dev: dict, devs: list) -> None:
+  """Submit each device's queue, noting the device in `devs`."""
+  for dev, q in by_dev.values():
+    dev.submit(q)
+    devs.append(dev)
+  by_dev.clear()
 
 
 def _run_timed(items: list[ExecItem]):

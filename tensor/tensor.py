@@ -1,6 +1,7 @@
 """The lazy Tensor: every op adds UOps to a graph; realize() schedules, compiles and runs it."""
 from __future__ import annotations
 import math, threading, weakref
+from weakref import ref as _weakref
 from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
@@ -305,6 +306,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def _operands(self, other, reverse=False, dtype_fn=None) -> tuple[Tensor, Tensor]:
     """Promote and broadcast self and other (a Tensor or a Python scalar)."""
     if isinstance(other, Tensor):
+      su, ou = self.uop, other.uop
+      if su.dtype is ou.dtype and dtype_fn is None and su.shape == ou.shape and su.device == ou.device:
+        return (other, self) if reverse else (self, other)     # the common case: nothing to promote or broadcast
       if other.device != self.device:
         raise ValueError(f"operands are on different devices: {self.device} and {other.device}; move one with .to()")
       dt = promote(self.dtype, other.dtype)
@@ -694,18 +698,23 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if pending:
       uops, lowered, order = _lowered(pending)
       items, bufs, inputs, shapes = create_schedule(uops, order)
+      del order
       if items: _run_schedule(items, False)     # (run_schedule less taking Device.lock: held here)
       views = []
-      for u, buf, shape in zip(uops, bufs, shapes):
+      for buf, shape in zip(bufs, shapes):
         view = UOp(Ops.BUFFER, buf.dtype, (), buf)
-        view = UOp(Ops.RESHAPE, buf.dtype, (view,), shape) if shape != (buf.size,) else view
-        remember(u, view, inputs)
-        views.append(view)
+        views.append(UOp(Ops.RESHAPE, buf.dtype, (view,), shape) if shape != (buf.size,) else view)
+      # each graph node realized here is recorded with its view (remember) if it outlives the realize: a later graph
+      # that holds it reads the buffer. The common eager temporary, `(x * y + 1).realize()`, is gone by then.
+      records = [(_weakref(u), view) for u, view in zip(uops, views)]
       it = iter(views)
       for t, low in zip(pending, lowered):   # a tensor on several devices: a MULTI of its shards' buffers
         view = next(it) if low is None else _multi.multi_uop([next(it) for _ in low.shards], low.axis, low.bounds)
-        if realized.get(t.uop) is not view: remember(t.uop, view, inputs)    # a graph that was lowered
+        if low is not None: records.append((_weakref(t.uop), view))    # a graph that was lowered
         t.uop = view
+      del uops, lowered, t, low
+      for ref, view in records:
+        if (node := ref()) is not None and realized.get(node) is not view: remember(node, view, inputs)
     return self
 
   def _buffer(self) -> Buffer:
@@ -820,10 +829,10 @@ def _const(value, dtype: DType, device: str) -> UOp:
 _device_nodes: dict = {}   # device name (or tuple of names) -> its DEVICE node, kept: a constant needs one each time
 
 
-# A Python scalar's RESHAPE(CONST) of rank r, by (type, value bits, dtype, device, r): an eager loop that uses the same
-# scalar finds it here instead of making two nodes again (the EXPAND to the operand's shape is made each time, it is
-# what a user's Tensor.full of that shape could share and realize; these are one element). float values are keyed by
-# their bits (0.0 and -0.0 apart, nan finds itself); numpy scalars are not kept. At most _SCALARS_KEPT, oldest out.
+# A Python scalar operand broadcast to a shape, by (type, value bits, dtype, device, shape): an eager loop that uses
+# the same scalar finds its nodes here instead of making them again. float values are keyed by their bits (0.0 and
+# -0.0 apart, nan finds itself); numpy scalars are not kept. At most _SCALARS_KEPT, the oldest out. Kept strongly:
+# a constant's nodes hold no buffer (compiler/schedule.py's remember() does not record a realized constant).
 _scalar_operands: dict = {}
 _SCALARS_KEPT = 64
 
@@ -831,16 +840,22 @@ _SCALARS_KEPT = 64
 def _broadcast_const(value, dtype: DType, device, shape: tuple) -> UOp:
   """Tensor(_const(value, dtype, device)).expand(shape), the same UOps made directly (a scalar operand)."""
   kind = type(value)
-  key = (kind, value.hex() if kind is float else value, dtype, device, len(shape)) if kind in (int, float, bool) else None
+  key = (kind, value.hex() if kind is float else value, dtype, device, shape) if kind in (int, float, bool) else None
   u = _scalar_operands.get(key) if key is not None else None
-  if u is None:
-    u = _const(value, dtype, device)
-    if shape: u = UOp(Ops.RESHAPE, dtype, (u,), (1,) * len(shape))
-    if key is not None:
+  if u is not None: return u
+  u = _const(value, dtype, device)
+  if shape:
+    ones = (1,) * len(shape)
+    u = UOp(Ops.RESHAPE, dtype, (u,), ones)
+    if shape != ones: u = UOp(Ops.EXPAND, dtype, (u,), shape)
+  if key is not None:
+    with _scalar_lock:   # (ops are made from several threads at once)
       if len(_scalar_operands) >= _SCALARS_KEPT: del _scalar_operands[next(iter(_scalar_operands))]
       _scalar_operands[key] = u
-  if shape and shape != u.arg: u = UOp(Ops.EXPAND, dtype, (u,), shape)
   return u
+
+
+_scalar_lock = threading.Lock()
 
 
 def _accept_dim(fn):

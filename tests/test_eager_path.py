@@ -5,6 +5,7 @@ import numpy as np
 from baregrad.tensor import Tensor
 from baregrad.hcq.device import Device
 from baregrad.compiler import schedule
+from baregrad.compiler.uop import Ops
 
 
 def test_same_structure_on_new_data_reuses_the_schedule():
@@ -60,3 +61,50 @@ def test_last_command_names_the_last_kernel():
   y.realize()
   dev = Device.get(x.device)
   assert dev.last_command == f"compute queue: exec {name}, signal timeline {dev.timeline_value}"
+
+
+def test_scalar_operands_from_threads():
+  """Threads making ops with many different scalars at once (more than the scalar operands kept, so entries are
+  dropped while others are looked up and added): every result is the one asked for."""
+  import sys, threading
+  from baregrad.tensor import tensor as tensor_mod
+  xn = np.arange(6, dtype=np.float32).reshape(2, 3)
+  x = Tensor(xn)
+  errors = []
+  def work(seed):
+    try:
+      for k in range(3 * tensor_mod._SCALARS_KEPT):
+        v = float(seed * 1000 + k) + 0.5 if k % 2 else seed * 1000 + k
+        y = x + v
+        const = y.uop.src[1]
+        while const.src and const.op is not Ops.CONST: const = const.src[0]
+        if const.op is not Ops.CONST or const.arg != v or y.shape != (2, 3): errors.append((seed, k, const))
+        if k % 48 == 0 and not np.array_equal(y.numpy(), xn + np.float32(v)): errors.append((seed, k, y.numpy()))
+    except Exception as e: errors.append(repr(e))
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  try:
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join(120)
+  finally:
+    sys.setswitchinterval(interval)
+  assert not errors, errors[:3]
+
+
+def test_a_realized_temporary_is_not_recorded_but_a_kept_node_is():
+  """A graph node realized and then dropped leaves nothing behind on its inputs' buffers; one still held by a pending
+  graph is recorded, and that graph reads its buffer (the kernel is not run again)."""
+  from baregrad.compiler.schedule import realized
+  xn = np.arange(8, dtype=np.float32)
+  x = Tensor(xn)
+  buf = x._buffer()
+  before = len(buf.dependents or [])
+  for _ in range(10): (x * 3.0 + 1.0).realize()
+  assert len(buf.dependents or []) == before
+  m = x * 5.0
+  node = m.uop
+  pending = m + 1.0
+  m.realize()
+  assert node in realized
+  np.testing.assert_array_equal(pending.numpy(), xn * np.float32(5.0) + np.float32(1.0))

@@ -10,7 +10,7 @@ ELF loader; a daemon thread runs it through cffi, which releases the GIL for the
     cp.wait_value(signal_address, 1, timeout=1.0)
 """
 from __future__ import annotations
-import atexit, enum, mmap, os, threading, time, warnings, weakref
+import atexit, enum, functools, mmap, os, struct, threading, time, warnings, weakref
 from pathlib import Path
 import cffi
 import numpy as np
@@ -22,7 +22,7 @@ struct bg_ctl {
   uint64_t wptr, rptr;
   uint32_t sleeping, stop;
   uint64_t fault, fault_info, last_header_rptr;
-  uint32_t rptr_waiters, reserved;
+  uint32_t rptr_waiters, host_cpu;
   uint64_t fault_ib_offset, fault_addr, checked, pad[6];
 };
 struct bg_range { uint64_t start, end; };
@@ -63,7 +63,9 @@ PACKETS = {
 FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer", 4: "unmapped address",
           5: "not a loaded kernel entry point"}
 WAIT_DONE, WAIT_TIMEOUT, WAIT_ABORTED = 0, 1, 2
-HOST_SPIN_NS = 20_000  # host waits spin this long before sleeping in futex
+HOST_SPIN_NS = 200_000  # host waits spin this long before sleeping in futex: a host that sleeps is woken by
+# the worker onto the worker's CPU (the kernel places a woken thread beside its waker), and the two then share
+# one CPU (worker.c, leave_cpu); a short kernel is done well within it
 ETIMEDOUT = 110        # Linux <asm-generic/errno.h>
 
 
@@ -132,6 +134,10 @@ class _Worker:
 
 
 def _u64p(addr: int): return ffi.cast("uint64_t *", addr)
+
+
+@functools.lru_cache(maxsize=64)
+def _words_struct(n: int) -> struct.Struct: return struct.Struct(f"<{n}Q")
 
 
 class AddressSpace:
@@ -321,7 +327,7 @@ class CommandProcessor:
       wptr = self._wptr
       at = wptr & (ring_words - 1)
       if at + total <= ring_words and wptr + total - ctl.rptr <= ring_words:
-        self._ring[at:at + total] = words  # common case: no wrap, room for all
+        _words_struct(total).pack_into(self._memory, elf.PAGE + 8 * at, *words)  # common case: no wrap, room for all
         self._wptr = wptr + total
       else:
         self._write_slow(words, sizes)
