@@ -12,3 +12,17 @@ class busy_cores:
   def __exit__(self, *exc):
     for p in self.procs: p.kill()
     for p in self.procs: p.wait()
+
+
+def run_threads(fn, args_list, timeout: float = 120) -> None:
+  """fn(*args) on one thread per entry of args_list at once, the interpreter switching threads as often as it can
+  (races show up within a few calls); returns once all are done."""
+  import threading
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  try:
+    threads = [threading.Thread(target=fn, args=args) for args in args_list]
+    for t in threads: t.start()
+    for t in threads: t.join(timeout)
+  finally:
+    sys.setswitchinterval(interval)

@@ -6,6 +6,7 @@ from baregrad.tensor import Tensor
 from baregrad.hcq.device import Device
 from baregrad.compiler import schedule
 from baregrad.compiler.uop import Ops
+from helpers_stress import run_threads
 
 
 def test_same_structure_on_new_data_reuses_the_schedule():
@@ -66,7 +67,6 @@ def test_last_command_names_the_last_kernel():
 def test_scalar_operands_from_threads():
   """Threads making ops with many different scalars at once (more than the scalar operands kept, so entries are
   dropped while others are looked up and added): every result is the one asked for."""
-  import sys, threading
   from baregrad.tensor import tensor as tensor_mod
   xn = np.arange(6, dtype=np.float32).reshape(2, 3)
   x = Tensor(xn)
@@ -81,14 +81,7 @@ def test_scalar_operands_from_threads():
         if const.op is not Ops.CONST or const.arg != v or y.shape != (2, 3): errors.append((seed, k, const))
         if k % 48 == 0 and not np.array_equal(y.numpy(), xn + np.float32(v)): errors.append((seed, k, y.numpy()))
     except Exception as e: errors.append(repr(e))
-  interval = sys.getswitchinterval()
-  sys.setswitchinterval(1e-6)
-  try:
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads: t.start()
-    for t in threads: t.join(120)
-  finally:
-    sys.setswitchinterval(interval)
+  run_threads(work, [(s,) for s in range(4)])
   assert not errors, errors[:3]
 
 

@@ -4,7 +4,7 @@ reference for every value)."""
 import json, os, subprocess, sys, textwrap, threading
 import numpy as np
 import pytest
-from helpers_stress import busy_cores
+from helpers_stress import busy_cores, run_threads
 from baregrad.tensor import Tensor
 from baregrad.tensor.jit import jit
 from baregrad.hcq.buffer import ForkedDeviceError
@@ -170,14 +170,7 @@ def test_realize_from_threads():
         got = ((Tensor(x) * 2).sum(axis=1) + i).numpy()
         if not np.allclose(got, (x * 2).sum(1) + i, rtol=1e-5, atol=1e-5): wrong.append(seed)
       except Exception as e: errors.append(f"{type(e).__name__}: {e}")
-  interval = sys.getswitchinterval()
-  sys.setswitchinterval(1e-6)     # switch threads as often as the interpreter can: races show up in a few calls
-  try:
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
-    for t in threads: t.start()
-    for t in threads: t.join(120)
-  finally:
-    sys.setswitchinterval(interval)
+  run_threads(worker, [(s,) for s in range(6)])
   assert not errors and not wrong, (errors[:3], len(wrong))
 
 
