@@ -24,11 +24,8 @@ from .device import Device
 from .queue import HWQueue, Slot, resolve
 from .signal import Signal
 from .tlsf import plan_arena
+from .graph import RAW_BYTES, buffer_roles
 from . import transfer
-
-
-class RAW_BYTES:
-  name, itemsize = "bytes", 1
 
 
 class _Agent:
@@ -52,17 +49,7 @@ class MultiGraphExecutor:
     names = list(dict.fromkeys(b.device for it in items for b in it.bufs))
     self.devices = [Device.get(n) for n in names]
     self.dev = self.devices[0]
-    role: dict[Buffer, tuple] = {}
-    for i, b in enumerate(inputs): role.setdefault(b, ("in", i))
-    for j, b in enumerate(outputs): role.setdefault(b, ("out", j))
-    # intermediates: made during the capture and first written by a captured item; one arena per device
-    first, last, written_first = {}, {}, {}
-    for k, it in enumerate(items):
-      for n, b in enumerate(it.bufs):
-        if b in role: continue
-        first.setdefault(b, k); last[b] = k
-        written_first.setdefault(b, n == 0)
-    inter = [b for b in first if written_first[b] and b.serial > capture_serial and b.base is None]
+    role, first, last, inter = buffer_roles(items, inputs, outputs, capture_serial)   # one arena per device
     self.arenas: dict[str, Buffer] = {}
     overlaps: dict[Buffer, list] = {}          # an intermediate -> earlier ones sharing its arena bytes
     for dev in self.devices:
