@@ -143,6 +143,15 @@ def index_linear(u: UOp) -> tuple[dict[UOp, int], int]:
     const += c * scale
 
 
+def flat_lane_index(names: dict, lanes) -> str:
+  """The row-major index into an accumulator array of its lane ranges (`lanes`, outermost first; `names`: each
+  range's variable name): r0*n1*n2 + r1*n2 + r2. Shared with render_msl."""
+  idx, stride = [], 1
+  for r in reversed(lanes):
+    idx.append(f"{names[r]}*{stride}" if stride != 1 else names[r]); stride *= r.src[0].arg
+  return "+".join(reversed(idx))
+
+
 def _body_end(program: list[UOp], i: int) -> int:
   r = program[i]
   return next(j for j in range(i + 1, len(program)) if program[j].op is Ops.ENDRANGE and program[j].src[0] is r)
@@ -323,11 +332,7 @@ class CRenderer:
       u = alias.get(u, u)
       return u in vvals or (u.op is Ops.DEFINE_ACC and u in vacc and vec[0] is not None and u.src[-1] is vec[0])
 
-    def lane_index(lanes) -> str:
-      idx, stride = [], 1
-      for r in reversed(lanes):
-        idx.append(f"{names[r]}*{stride}" if stride != 1 else names[r]); stride *= r.src[0].arg
-      return "+".join(reversed(idx))
+    def lane_index(lanes) -> str: return flat_lane_index(names, lanes)
 
     def name_of(u: UOp) -> str:
       u = alias.get(u, u)

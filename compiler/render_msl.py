@@ -23,6 +23,7 @@ import math
 from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
 from .lower import Native
+from .render_c import flat_lane_index
 
 # MSL scalar types (MSL 2.1); 16-bit floats are their storage bits (emulated), a bool in memory is a uchar
 TYPES = {dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short",
@@ -108,16 +109,10 @@ class MSLRenderer:
 
     def emit(text: str): lines.append("  " * depth[0] + text)
 
-    def lane_index(lanes) -> str:
-      idx, stride = [], 1
-      for r in reversed(lanes):
-        idx.append(f"{names[r]}*{stride}" if stride != 1 else names[r]); stride *= r.src[0].arg
-      return "+".join(reversed(idx))
-
     def name_of(u: UOp) -> str:
       u = alias.get(u, u)
       if u.op is Ops.CONST: return literal(u.arg, u.dtype)
-      if u.op is Ops.DEFINE_ACC and u.src: return f"{names[u]}[{lane_index(u.src)}]"
+      if u.op is Ops.DEFINE_ACC and u.src: return f"{names[u]}[{flat_lane_index(names, u.src)}]"
       return names[u]
 
     def value(u: UOp, expr: str):
