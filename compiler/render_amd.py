@@ -1243,8 +1243,8 @@ def _narrow_const(v: int, dt: DType) -> int:
 
 def wmma_hazards(code: list) -> list:
   """An independent VALU before a v_wmma whose A or B registers overlap the D of the VALU right before it, a v_wmma
-  (LLVM GCNHazardRecognizer::fixWMMAHazards inserts v_nop; here `v_mov_b32 v0, v0`, which changes nothing: v0 keeps the
-  work-item ids for the whole kernel). Registers allocated. After a label the previous VALU is unknown: any v_wmma."""
+  (a v_nop, as LLVM GCNHazardRecognizer::fixWMMAHazards inserts). Registers allocated. After a label the previous VALU
+  is unknown: any v_wmma."""
   d_of = lambda x: {x.operands[0].phys + k for k in range(x.operands[0].size)}
   ab_of = lambda x: {a.phys + k for a in x.operands[1:3] for k in range(a.size)}
   every_d = set().union(*(d_of(x) for x in code if isinstance(x, Inst) and x.name.startswith("v_wmma")))
@@ -1253,7 +1253,7 @@ def wmma_hazards(code: list) -> list:
   for x in code:
     if isinstance(x, Label): last = every_d
     elif x.name.startswith("v_"):
-      if x.name.startswith("v_wmma") and last & ab_of(x): out.append(Inst("v_mov_b32", (LOCAL_ID, LOCAL_ID)))
+      if x.name.startswith("v_wmma") and last & ab_of(x): out.append(Inst("v_nop", ()))
       last = d_of(x) if x.name.startswith("v_wmma") else set()
     out.append(x)
   return out

@@ -352,6 +352,7 @@ SMEM = _table("""
 """)
 
 VOP1 = _table("""
+  v_nop                              0x000
   v_mov_b32                          0x001  vdst:v32 src0:b32
   v_readfirstlane_b32                0x002  vdst:s32 src0:b32
   v_cvt_i32_f64                      0x003  vdst:v32 src0:f64

@@ -855,6 +855,10 @@ def _compile_permlane64(d: _Valu):
   return lambda w, sel: None          # wave32: no other half to swap with
 
 
+def _compile_nop(d: _Valu):
+  return lambda w, sel: None          # V_NOP: does nothing (a VALU slot: hazard padding, LLVM's fixWMMAHazards)
+
+
 _SPECIAL = {
   "v_cndmask_b32": _compile_cndmask, "v_cndmask_b16": _compile_cndmask,
   "v_add_co_u32": _compile_carry, "v_sub_co_u32": _compile_carry, "v_subrev_co_u32": _compile_carry,
@@ -864,7 +868,7 @@ _SPECIAL = {
   "v_div_fmas_f32": _compile_div_fmas, "v_div_fmas_f64": _compile_div_fmas,
   "v_readfirstlane_b32": _compile_readfirstlane, "v_readlane_b32": _compile_readlane,
   "v_writelane_b32": _compile_writelane, "v_mbcnt_lo_u32_b32": _compile_mbcnt, "v_mbcnt_hi_u32_b32": _compile_mbcnt,
-  "v_swap_b32": _compile_swap, "v_permlane64_b32": _compile_permlane64,
+  "v_swap_b32": _compile_swap, "v_permlane64_b32": _compile_permlane64, "v_nop": _compile_nop,
 }
 
 

@@ -117,7 +117,7 @@ def test_wmma_hazard_pass_against_the_emulator():
                  parse("v_wmma_f32_16x16x16_f16 v[32:39], v[16:23], v[24:31], v[32:39]"), parse("s_endpgm")]
   with pytest.raises(HazardError, match="WMMA hazard"): go(init + dependent)
   fixed = wmma_hazards(init + dependent)
-  assert [str(x) for x in fixed[len(init):]][:3] == [str(dependent[0]), "v_mov_b32 v0, v0", str(dependent[1])]
+  assert [str(x) for x in fixed[len(init):]][:3] == [str(dependent[0]), "v_nop", str(dependent[1])]
   go(fixed)
   assert [str(x) for x in wmma_hazards(init + independent)] == [str(x) for x in init + independent]
   go(init + independent)
