@@ -144,7 +144,7 @@ def normalize_leaf(view: UOp, buffers: list, slots: dict) -> UOp:
   return out
 
 
-_plans: dict[UOp, Plan] = {}
+_plans: dict[UOp, Plan] = {}   # (see create_schedule for the key)
 PLAN_CACHE = settings.PLAN_CACHE   # schedules kept for reuse (a runtime switch: tests monkeypatch it)
 
 
@@ -221,16 +221,18 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   if order is None: order = outs[0].toposort() if len(outs) == 1 else UOp.sink(*outs).toposort()[:-1]
   try: outs, buffers, var_vals = normalize_outputs(outs, order)
   except RecursionError: outs, buffers, var_vals = on_deep_stack(normalize_outputs, outs, order)
-  sink = UOp.sink(*outs)
+  # plans are keyed by the normalized sink, or by the output itself when there is one (no SINK node to look up; a
+  # tensor graph's output is never a SINK, so the two kinds of key never meet)
+  key = outs[0] if len(outs) == 1 else UOp.sink(*outs)
   if Device.epoch != _device_epoch:    # a device was closed: the programs loaded on it are stale
     _codegen().drop_stale_programs()
     _device_epoch = Device.epoch
-  plan = _plans.pop(sink, None)
+  plan = _plans.pop(key, None)
   if plan is None:
-    plan = on_deep_stack(build_plan, sink)
+    plan = on_deep_stack(build_plan, UOp.sink(*outs))
     while len(_plans) >= PLAN_CACHE: _plans.pop(next(iter(_plans)))   # least recently used first
   else: stats["schedule_cache_hits"] += 1
-  _plans[sink] = plan
+  _plans[key] = plan
   if plan.flat is None:
     n = len(buffers)
     def at(r): return r[1] if r[0] == "in" else n + r[1]

@@ -29,7 +29,8 @@ def _run_schedule(items: list[ExecItem], sync: bool):
   devs = []
   for item in items:
     bufs = item.bufs
-    for b in bufs: b.ensure_allocated()
+    for b in bufs:
+      if b._mem is None: b.ensure_allocated()    # (a view's is always None: it allocates its base)
     if item.program is None and bufs[0].device != bufs[1].device:
       _submit(by_dev, devs)
       from . import transfer        # (imported on the first copy between devices)
