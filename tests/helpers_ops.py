@@ -3,8 +3,14 @@
 Every check asserts shape, dtype and values. numpy has no bfloat16, so a bfloat16 tensor is
 compared with a float32 array whose values were rounded to bfloat16 (`bf16_round`), and its
 `numpy()` must come back as float32 (the documented export rule).
+
+A device may lack float64 (METAL: MSL has no double; tensor/device_dtypes.py): the cases that compute in float64 are
+marked `needs_float64` (conftest.py skips them there, `needs_float64_cases` marks parametrize values), a test that
+loops over dtypes loops over `default_has(...)`, and a result numpy gives in float64 for precision (the mean of ints)
+is expected in `widest_float_name()`.
 """
 import numpy as np
+import pytest
 
 from baregrad.tensor import Tensor, dtypes
 
@@ -21,6 +27,55 @@ TOLERANCES = {
   "float16": (5e-3, 5e-3),
   "bfloat16": (3e-2, 3e-2),
 }
+
+
+def _is_float64(value):
+  return (isinstance(value, str) and value == "float64") or value is dtypes.float64
+
+
+def needs_float64_cases(values, at=None):
+  """The parametrize `values` with each one that names float64 wrapped in pytest.param(..., marks=needs_float64).
+
+  A value names float64 when it is "float64" (or dtypes.float64), or a tuple (the values of several argnames) with
+  such an element; `at` limits the look to those tuple positions (e.g. at=(0,): only the input dtype). Ids are kept:
+  an `ids=` list still applies by position, and a value without one gets the id it would have had."""
+  out = []
+  for v in values:
+    if isinstance(v, tuple):
+      picked = v if at is None else [v[i] for i in at]
+      out.append(pytest.param(*v, marks=pytest.mark.needs_float64) if any(map(_is_float64, picked)) else v)
+    else:
+      out.append(pytest.param(v, marks=pytest.mark.needs_float64) if _is_float64(v) else v)
+  return out
+
+
+def _default_device():
+  from baregrad.hcq.device import Device
+  return Device.default()            # the name only: no device is opened
+
+
+def default_has(names):
+  """The dtype names of `names` that the default device has (all but float64 where it lacks float64)."""
+  from baregrad.tensor.device_dtypes import lacks_float64
+  return [n for n in names if n != "float64"] if lacks_float64(_default_device()) else list(names)
+
+
+def has_float64():
+  """Whether the default device has float64."""
+  return bool(default_has(["float64"]))
+
+
+def as_widest(values):
+  """`values` as a numpy array of the widest float the default device has (float64, or float32 without it): for the
+  tests that compute in float64 only for headroom, so that they run in float32 on a device without float64."""
+  return np.asarray(values, dtype=widest_float_name())
+
+
+def widest_float_name():
+  """The float dtype the default device computes in where numpy picks float64 for precision (the mean/var/std of
+  ints): "float64", or "float32" where the device has no float64 (tensor/device_dtypes.py `widest_float`)."""
+  from baregrad.tensor.device_dtypes import widest_float
+  return widest_float(_default_device()).name
 
 
 def bg_dtype(name):

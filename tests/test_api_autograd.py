@@ -1,18 +1,21 @@
 """PyTorch/tinygrad conventions of the autograd API: Tensor.gradient, backward without a dependency, gradients at
 ties and edges (checked against numpy's values and the derivative each convention defines), and the exception
-classes torch raises for shape mistakes."""
+classes torch raises for shape mistakes.
+
+The values are float64 where the device has it and float32 where it has none (METAL): `wide`."""
 import numpy as np
 import pytest
 
 from baregrad.tensor import Tensor, ShapeError, DimError
+from helpers_ops import as_widest, has_float64
 
 
-def f64(v, grad=True):
-  return Tensor(np.asarray(v, dtype=np.float64), requires_grad=grad)
+def wide(v, grad=True):
+  return Tensor(as_widest(v), requires_grad=grad)
 
 
 def grads(fn, *values):
-  ts = [f64(v) for v in values]
+  ts = [wide(v) for v in values]
   out = fn(*ts)
   out.sum().backward()
   return out.numpy(), [t.grad.numpy() for t in ts]
@@ -43,7 +46,7 @@ def test_gradient_of_an_unrelated_target():
 def test_gradient_matches_backward_for_a_chain():
   r = np.random.default_rng(0)
   a, b = r.standard_normal((3, 4)), r.standard_normal((4, 2))
-  A, B = f64(a), f64(b)
+  A, B = wide(a), wide(b)
   loss = ((A @ B).tanh() * 3).sum()
   ga, gb = loss.gradient(A, B)
   loss.backward()
@@ -52,17 +55,17 @@ def test_gradient_matches_backward_for_a_chain():
 
 
 def test_backward_without_a_dependency_is_a_no_op():
-  used, unused = f64([1.0, 2.0]), f64([3.0])
+  used, unused = wide([1.0, 2.0]), wide([3.0])
   (used * 2).sum().backward()
   np.testing.assert_array_equal(used.grad.numpy(), [2.0, 2.0])
   assert unused.grad is None                          # torch: a leaf the loss does not use keeps grad None
-  plain = f64([1.0], grad=False)
+  plain = wide([1.0], grad=False)
   (plain * 2).sum().backward()                        # no leaf at all: nothing happens, no exception
   assert plain.grad is None
 
 
 def test_a_leaf_reached_only_through_comparisons_gets_zeros():
-  x = f64([1.0, -2.0])
+  x = wide([1.0, -2.0])
   (x > 0).where(1.0, 2.0).sum().backward()
   np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
 
@@ -93,7 +96,7 @@ def test_ties_split_the_gradient(op):
 
 
 def test_minimum_follows_numpy_with_nan_and_signed_zeros():
-  a, b = np.array([0.0, -0.0, np.nan, 1.0, 2.0]), np.array([-0.0, 0.0, 1.0, np.nan, -5.0])
+  a, b = as_widest([0.0, -0.0, np.nan, 1.0, 2.0]), as_widest([-0.0, 0.0, 1.0, np.nan, -5.0])
   got = Tensor(a).minimum(Tensor(b)).numpy()
   np.testing.assert_array_equal(got, np.minimum(a, b))
   np.testing.assert_array_equal(np.signbit(got), np.signbit(np.minimum(a, b)))
@@ -104,27 +107,31 @@ def test_sigmoid_tanh_at_extreme_inputs(op):
   xs = np.array([-1000.0, -40.0, 0.0, 40.0, 1000.0])
   v, (g,) = grads(lambda x: getattr(x, op)(), xs)
   with np.errstate(over="ignore"): ref = 1 / (1 + np.exp(-xs)) if op == "sigmoid" else np.tanh(xs)
-  np.testing.assert_allclose(v, ref, rtol=1e-12, atol=1e-300)
+  tol = dict(rtol=1e-12, atol=1e-300) if has_float64() else dict(rtol=1e-5, atol=1e-44)
+  np.testing.assert_allclose(v, ref, **tol)
   z = np.exp(-np.abs(xs) * (1 if op == "sigmoid" else 2))     # the derivatives written without cancellation
   dref = z / (1 + z) ** 2 if op == "sigmoid" else 4 * z / (1 + z) ** 2
   assert np.isfinite(g).all()
-  np.testing.assert_allclose(g, dref, rtol=1e-9, atol=1e-300)
+  np.testing.assert_allclose(g, dref, **(dict(rtol=1e-9, atol=1e-300) if has_float64() else tol))
 
 
 def test_pow_zero_exponent_and_zero_base_have_finite_gradients():
+  f64 = has_float64()
   _, (g,) = grads(lambda x: x ** 0, [0.0, 2.0, -3.0])
   np.testing.assert_array_equal(g, [0.0, 0.0, 0.0])
   v, (gx, ge) = grads(lambda x, e: x ** e, [0.0, 0.0, 0.0, 2.0, 3.0], [0.0, 2.5, 1.0, 0.0, 2.0])
-  np.testing.assert_allclose(v, np.power([0.0, 0.0, 0.0, 2.0, 3.0], [0.0, 2.5, 1.0, 0.0, 2.0]), rtol=1e-15)
-  np.testing.assert_allclose(gx, [0.0, 0.0, 1.0, 0.0, 6.0])                       # e * x ** (e - 1), 0 at x = 0
-  np.testing.assert_allclose(ge, [0.0, 0.0, 0.0, np.log(2.0), 9 * np.log(3.0)])   # x ** e * ln x, 0 at x = 0
+  want = np.power([0.0, 0.0, 0.0, 2.0, 3.0], [0.0, 2.5, 1.0, 0.0, 2.0])
+  np.testing.assert_allclose(v, want, rtol=1e-15 if f64 else 1e-6)
+  tol = dict(rtol=1e-7 if f64 else 1e-6)                                          # (assert_allclose's default rtol)
+  np.testing.assert_allclose(gx, [0.0, 0.0, 1.0, 0.0, 6.0], **tol)                # e * x ** (e - 1), 0 at x = 0
+  np.testing.assert_allclose(ge, [0.0, 0.0, 0.0, np.log(2.0), 9 * np.log(3.0)], **tol)   # x ** e * ln x, 0 at x = 0
   _, (g,) = grads(lambda x: x ** 2.5, [0.0, 4.0])
-  np.testing.assert_allclose(g, [0.0, 2.5 * 4.0 ** 1.5])
+  np.testing.assert_allclose(g, [0.0, 2.5 * 4.0 ** 1.5], **tol)
 
 
 def test_pow_of_infinities_and_nan_like_numpy():
-  x = np.array([-np.inf, -np.inf, -np.inf, np.inf, np.nan, -2.0, -0.0, 0.0])
-  e = np.array([0.3, 3.0, -1.0, 0.0, 0.0, 0.5, 1.0, -1.0])
+  x = as_widest([-np.inf, -np.inf, -np.inf, np.inf, np.nan, -2.0, -0.0, 0.0])
+  e = as_widest([0.3, 3.0, -1.0, 0.0, 0.0, 0.5, 1.0, -1.0])
   with np.errstate(all="ignore"): want = np.power(x, e)
   got = (Tensor(x) ** Tensor(e)).numpy()
   np.testing.assert_array_equal(got, want)
@@ -137,7 +144,7 @@ def test_prod_with_zeros_has_the_product_of_the_others_as_gradient():
     _, (g,) = grads(lambda x: x.prod(), xs)
     want = [np.prod(np.delete(xs, i)) for i in range(len(xs))]
     np.testing.assert_array_equal(g, want)
-  x = f64([[0.0, 2.0], [3.0, 4.0]])
+  x = wide([[0.0, 2.0], [3.0, 4.0]])
   x.prod(axis=1).sum().backward()
   np.testing.assert_array_equal(x.grad.numpy(), [[2.0, 0.0], [4.0, 3.0]])
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from baregrad.tensor import Tensor, dtypes, ShapeError
 from baregrad.tensor.losses import attention_weights
+from helpers_ops import as_widest
 
 rng = np.random.default_rng(11)
 
@@ -175,8 +176,8 @@ def test_binary_crossentropy(reduction):
   close(t32(p).binary_crossentropy(t32(y), reduction=reduction).numpy(), np_reduce(want, reduction), 2e-5)
   # torch clamps each log at -100, so saturated probabilities give a finite loss (and a finite gradient)
   # (the gradient is that of the clamped function: 0 where the clamp holds, 1/(1-p) = 1 at p = 0 with y = 0)
-  edge = Tensor(np.array([0.0, 1.0, 0.0, 1.0]), requires_grad=True)
-  target = np.array([1.0, 0.0, 0.0, 1.0])
+  edge = Tensor(as_widest([0.0, 1.0, 0.0, 1.0]), requires_grad=True)
+  target = as_widest([1.0, 0.0, 0.0, 1.0])
   edge.binary_crossentropy(target, reduction="sum").backward()
   close(edge.binary_crossentropy(target, reduction="none").numpy(), [100.0, 100.0, 0.0, 0.0])
   close(edge.grad.numpy(), [0.0, 0.0, 1.0, -1.0])
@@ -266,7 +267,8 @@ def test_sdpa_errors():
     _sdpa(q, k, v, attn_mask=np.ones((4, 4), bool))
 
 
-# ---------------------------------------------------------------- float64 finite-difference gradients
+# ---------------------------------------------------------------- float64 finite-difference gradients (skipped on a
+# device without float64)
 
 def numeric_grad(f, arrays, i, eps=1e-6):
   """Central differences of the scalar f(*arrays) with respect to arrays[i], one element at a time."""
@@ -292,39 +294,46 @@ Y_IDX = Tensor(np.array([2, -100, 0], np.int32))
 W3 = np.array([0.5, 2.0, 1.5, 1.0])
 
 
+@pytest.mark.needs_float64
 def test_grad_cross_entropy_indices_weight_ignore_smoothing():
   x = rng.standard_normal((3, 4))
   check_gradients(lambda x: x.cross_entropy(Y_IDX, weight=Tensor(W3), label_smoothing=0.2), [x])
 
 
+@pytest.mark.needs_float64
 def test_grad_cross_entropy_probabilities():
   x, p = rng.standard_normal((2, 3)), rng.dirichlet(np.ones(3), 2)
   check_gradients(lambda x, p: x.cross_entropy(p, weight=Tensor(W3[:3]), reduction="sum", label_smoothing=0.1),
                   [x, p], wrt=(0, 1))
 
 
+@pytest.mark.needs_float64
 def test_grad_nll_loss():
   x = rng.standard_normal((3, 4))
   check_gradients(lambda x: x.nll_loss(Y_IDX, weight=Tensor(W3)), [x])
 
 
+@pytest.mark.needs_float64
 def test_grad_sparse_categorical_crossentropy():
   x = rng.standard_normal((1, 3, 3))
   y = Tensor(np.array([[2, -1, 0]], np.int32))
   check_gradients(lambda x: x.sparse_categorical_crossentropy(y, label_smoothing=0.1), [x])
 
 
+@pytest.mark.needs_float64
 def test_grad_binary_crossentropy():
   p, y = rng.uniform(0.1, 0.9, (2, 3)), rng.uniform(size=(2, 3))
   check_gradients(lambda p, y: p.binary_crossentropy(y), [p, y], wrt=(0, 1))
 
 
+@pytest.mark.needs_float64
 def test_grad_binary_crossentropy_logits():
   x, y = rng.standard_normal((2, 3)) * 2, rng.uniform(size=(2, 3))
   pw = Tensor(np.array([0.5, 2.0, 3.0]))
   check_gradients(lambda x, y: x.binary_crossentropy_logits(y, reduction="sum", pos_weight=pw), [x, y], wrt=(0, 1))
 
 
+@pytest.mark.needs_float64
 def test_grad_sdpa_causal_and_float_mask():
   q, k, v = rng.standard_normal((1, 3, 2)), rng.standard_normal((1, 3, 2)), rng.standard_normal((1, 3, 2))
   weights = Tensor(rng.standard_normal((3, 2)))

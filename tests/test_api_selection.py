@@ -3,7 +3,8 @@ roll, unfold, repeat_interleave and meshgrid.
 
 Forward values are checked against numpy references written from torch's documented definitions (loops where numpy
 has no such op: cummax's "last index wins, NaN sticks", scatter's index rule, scatter_reduce). Gradients are checked
-in float64 against central differences of those references. A subset runs on the emulated AMD and NV GPUs.
+in float64 against central differences of those references (skipped on a device without float64, METAL). A subset
+runs on the emulated AMD and NV GPUs.
 """
 import math
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from baregrad.tensor import Tensor, dtypes
-from helpers_ops import check
+from helpers_ops import as_widest, check
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # numpy refs meeting NaN
 rng = np.random.default_rng(7)
@@ -154,13 +155,14 @@ def test_cummax_empty_and_0d():
 
 
 def test_logcumsumexp_stable_inf_nan():
-  a = np.array([[1000., 1000., -1000., 1010.],
-                [-np.inf, -np.inf, 0., 1.],
-                [-1000., 0., -np.inf, 3.],
-                [1., NAN, 2., 3.],
-                [1., np.inf, 2., np.inf]], np.float64)
-  check(T(a).logcumsumexp(1), np.logaddexp.accumulate(a, 1))
-  check(T(a[:, :3]).logcumsumexp(0), np.logaddexp.accumulate(a[:, :3], 0))
+  a = as_widest([[1000., 1000., -1000., 1010.],        # float64, or float32 on a device without it
+                 [-np.inf, -np.inf, 0., 1.],
+                 [-1000., 0., -np.inf, 3.],
+                 [1., NAN, 2., 3.],
+                 [1., np.inf, 2., np.inf]])
+  a64 = a.astype(np.float64)
+  check(T(a).logcumsumexp(1), np.logaddexp.accumulate(a64, 1).astype(a.dtype))
+  check(T(a[:, :3]).logcumsumexp(0), np.logaddexp.accumulate(a64[:, :3], 0).astype(a.dtype))
   b = rng.standard_normal((3, 4)).astype(np.float32)
   check(T(b).logcumsumexp(-1), np.logaddexp.accumulate(b, -1))
   i = np.array([1, 2, 3], np.int32)
@@ -416,8 +418,8 @@ def test_roll(shifts, dims):
 
 def test_roll_empty_errors():
   check(T(np.zeros((0, 2), np.float32)).roll(3, 0), np.zeros((0, 2), np.float32))
-  with pytest.raises(ValueError, match="same length"): T(np.ones((2, 2))).roll((1, 2), 0)
-  with pytest.raises(ValueError, match="one int"): T(np.ones((2, 2))).roll((1, 2))
+  with pytest.raises(ValueError, match="same length"): T(as_widest(np.ones((2, 2)))).roll((1, 2), 0)
+  with pytest.raises(ValueError, match="one int"): T(as_widest(np.ones((2, 2)))).roll((1, 2))
 
 
 @pytest.mark.parametrize("dim, size, step", [(0, 3, 1), (0, 2, 3), (1, 4, 2), (-1, 1, 1), (1, 5, 1), (2, 2, 5),
@@ -462,10 +464,11 @@ def test_meshgrid(indexing):
   got = Tensor.meshgrid([T(xs[0]), T(np.float32(4))], indexing=indexing)
   for g, w in zip(got, np.meshgrid(xs[0], np.float32(4), indexing=indexing)): check(g, w)
   with pytest.raises(ValueError, match="indexing"): Tensor.meshgrid(T(xs[0]), indexing="ji")
-  with pytest.raises(ValueError, match="1-D"): Tensor.meshgrid(T(np.ones((2, 2))))
+  with pytest.raises(ValueError, match="1-D"): Tensor.meshgrid(T(as_widest(np.ones((2, 2)))))
 
 
-# ---------------------------------------------------------------- gradients (float64, central differences)
+# ---------------------------------------------------------------- gradients (float64, central differences: skipped on
+# a device without float64)
 
 H = 1e-6
 
@@ -526,6 +529,7 @@ GRAD_CASES = {
 }
 
 
+@pytest.mark.needs_float64
 @pytest.mark.parametrize("name", list(GRAD_CASES))
 def test_gradient(name):
   fn, ref, inputs = GRAD_CASES[name]
@@ -534,8 +538,8 @@ def test_gradient(name):
 
 def test_gradient_of_scatter_self_is_masked():
   """scatter overwrites: self gets no gradient where src was written (torch's rule)."""
-  base = Tensor(np.ones((2, 3)), dtype=dtypes.float64, requires_grad=True)
-  base.scatter(1, T(np.array([[2], [0]])), T(np.zeros((2, 1)))).sum().backward()
+  base = Tensor(as_widest(np.ones((2, 3))), requires_grad=True)       # float64, or float32 on a device without it
+  base.scatter(1, T(np.array([[2], [0]])), T(as_widest(np.zeros((2, 1))))).sum().backward()
   np.testing.assert_array_equal(base.grad.numpy(), [[1, 1, 0], [0, 1, 1]])
 
 

@@ -2,15 +2,15 @@
 numpy references written from torch.nn.functional's documented definitions, as direct loops over output positions:
 a convolution sums x[o*stride + k*dilation - padding] * w[k]; a transposed convolution scatters each x[i] * w[k] to
 i*stride + k*dilation - padding; pools follow torch's window rules (ceil_mode, count_include_pad); interpolate follows
-torch's source-coordinate rules. Gradients are float64 central differences against .backward(). A subset runs on the
-emulated AMD and NV GPUs."""
+torch's source-coordinate rules. Gradients are float64 central differences against .backward() (skipped on a device
+without float64, METAL). A subset runs on the emulated AMD and NV GPUs."""
 import itertools, math
 
 import numpy as np
 import pytest
 
 from baregrad.tensor import Tensor, dtypes
-from helpers_ops import check, randf
+from helpers_ops import check, randf, widest_float_name
 from test_reliability import _emulated
 
 F32 = dict(rtol=1e-4, atol=1e-5)
@@ -265,12 +265,14 @@ def test_conv_transpose_unbatched_and_errors():
 
 def test_conv_transpose_is_conv_input_gradient():
   """conv_transpose2d(g, w) is d/dx of sum(conv2d(x, w) * g), the relation its definition comes from."""
-  x, w = Tensor(randf((1, 2, 7, 6), seed=1, dtype=np.float64), requires_grad=True), randf((3, 2, 3, 2), seed=2)
+  wide = widest_float_name()                      # float64, or float32 on a device without it
+  x, w = Tensor(randf((1, 2, 7, 6), seed=1, dtype=wide), requires_grad=True), randf((3, 2, 3, 2), seed=2)
   y = x.conv2d(Tensor(w), stride=2, padding=1, dilation=(1, 2))
-  g = randf(y.shape, seed=3, dtype=np.float64)
+  g = randf(y.shape, seed=3, dtype=wide)
   (y * Tensor(g)).sum().backward()
   ref = Tensor(g).conv_transpose2d(Tensor(w), stride=2, padding=1, dilation=(1, 2), output_padding=(0, 1))
-  np.testing.assert_allclose(ref.numpy(), x.grad.numpy(), rtol=1e-10, atol=1e-12)
+  tol = dict(rtol=1e-10, atol=1e-12) if wide == "float64" else dict(rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(ref.numpy(), x.grad.numpy(), **tol)
 
 
 # ---------------------------------------------------------------- pooling
@@ -494,7 +496,8 @@ def test_interpolate_dtypes_and_errors():
       t.interpolate(**kw)
 
 
-# ---------------------------------------------------------------- gradients (float64 central differences)
+# ---------------------------------------------------------------- gradients (float64 central differences: skipped on a
+# device without float64)
 
 GRADS = [  # (name, fn, input shapes or arrays)
   ("conv1d", lambda x, w, b: x.conv1d(w, b, stride=2, padding=1, dilation=2, groups=2), [(1, 4, 7), (4, 2, 3), (4,)]),
@@ -524,6 +527,7 @@ GRADS = [  # (name, fn, input shapes or arrays)
 ]
 
 
+@pytest.mark.needs_float64
 @pytest.mark.parametrize("fn, inputs", [g[1:] for g in GRADS], ids=[g[0] for g in GRADS])
 def test_gradient(fn, inputs):
   arrays = [a if isinstance(a, np.ndarray) else randf(a, seed=i, dtype=np.float64) for i, a in enumerate(inputs)]

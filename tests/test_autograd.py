@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from baregrad.tensor import Tensor, dtypes, nn
 from baregrad.tensor.jit import jit
+from helpers_ops import as_widest
 
 H = 1e-6
 rng = np.random.default_rng(1234)
@@ -210,6 +211,7 @@ CASES = [
 ]
 
 
+@pytest.mark.needs_float64     # finite differences with h = 1e-6 need float64's precision
 @pytest.mark.parametrize("name,fn,specs", CASES, ids=[c[0] for c in CASES])
 def test_gradient_matches_finite_differences(name, fn, specs):
   gradcheck(fn, specs)
@@ -219,13 +221,14 @@ def test_case_count():
   assert len(CASES) >= 60
 
 
-# ---------------------------------------------------------------- autograd semantics
+# ---------------------------------------------------------------- autograd semantics (exact values: float64, or float32
+# on a device without it)
 
-def f64(a, grad=True): return Tensor(np.asarray(a, dtype=np.float64), dtype=dtypes.float64, requires_grad=grad)
+def wide(a, grad=True): return Tensor(as_widest(a), requires_grad=grad)
 
 
 def test_grad_accumulates_over_two_backward_calls():
-  x = f64([1.0, 2.0, 3.0])
+  x = wide([1.0, 2.0, 3.0])
   (x * x).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), [2, 4, 6])
   (x * 3).sum().backward()
@@ -236,40 +239,40 @@ def test_grad_accumulates_over_two_backward_calls():
 
 
 def test_detach_blocks_gradient():
-  x = f64([1.0, -2.0])
+  x = wide([1.0, -2.0])
   y = x * x.detach() + x.detach().exp()   # d/dx = x (the detached factor is a constant)
   y.sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), [1.0, -2.0])
 
 
 def test_only_detached_path_gives_no_gradient():
-  x = f64([1.0, 2.0])
+  x = wide([1.0, 2.0])
   (x.detach() * 2).sum().backward()
   assert x.grad is None
-  y = f64([1.0, 2.0], grad=False)
+  y = wide([1.0, 2.0], grad=False)
   (y * 2).sum().backward()             # nothing requires a gradient: a no-op, as issue-free as torch's None grads
   assert y.grad is None and x.grad is None
 
 
 def test_no_grad_raises_on_backward():
-  x = f64([1.0, 2.0])
+  x = wide([1.0, 2.0])
   loss = (x * 2).sum()
   with Tensor.no_grad():
     with pytest.raises(RuntimeError, match="no_grad"):
       loss.backward()
-    assert not Tensor(np.zeros(2), requires_grad=True).requires_grad
+    assert not wide(np.zeros(2)).requires_grad
   loss.backward()   # fine again outside
   np.testing.assert_allclose(x.grad.numpy(), [2, 2])
 
 
 def test_non_scalar_backward_needs_gradient():
-  x = f64([[1.0, 2.0], [3.0, 4.0]])
+  x = wide([[1.0, 2.0], [3.0, 4.0]])
   with pytest.raises(ValueError, match="one-element"):
     (x * 2).backward()
-  (x * x).backward(Tensor(np.array([[1.0, 0.0], [2.0, 1.0]]), dtype=dtypes.float64))
+  (x * x).backward(wide([[1.0, 0.0], [2.0, 1.0]], grad=False))
   np.testing.assert_allclose(x.grad.numpy(), [[2, 0], [12, 8]])
   with pytest.raises(ValueError, match="gradient shape"):
-    (x * 2).backward(Tensor(np.ones(3), dtype=dtypes.float64))
+    (x * 2).backward(wide(np.ones(3), grad=False))
 
 
 def test_int_tensor_cannot_require_grad():
@@ -278,8 +281,8 @@ def test_int_tensor_cannot_require_grad():
 
 
 def test_gradient_of_broadcast_input_has_input_shape():
-  b = f64([1.0, 2.0, 3.0])
-  x = f64(np.ones((4, 3)), grad=False)
+  b = wide([1.0, 2.0, 3.0])
+  x = wide(np.ones((4, 3)), grad=False)
   (x * b).sum().backward()
   assert b.grad.shape == (3,)
   np.testing.assert_allclose(b.grad.numpy(), [4, 4, 4])
@@ -298,8 +301,8 @@ def test_float32_gradients():
 def test_gradient_reaches_realized_tensor_through_reshape():
   """A realized n-d tensor is a RESHAPE view of its buffer and reshape() folds view chains, so the graph may reach
   the buffer without the tensor's own node (this lost the gradient of conv weights and 0-d tensors)."""
-  w = f64(np.arange(6.0).reshape(2, 3))
-  s = f64(np.array(2.0))
+  w = wide(np.arange(6.0).reshape(2, 3))
+  s = wide(np.array(2.0))
   (w.reshape(3, 2) * s.reshape(1, 1)).sum().backward()
   np.testing.assert_allclose(w.grad.numpy(), np.full((2, 3), 2.0))
   assert s.grad.shape == () and s.grad.item() == 15.0
