@@ -33,3 +33,14 @@ def require_float64(device, op: str) -> None:
   if missing := lacks_float64(device):
     raise TypeError(f"{op}: {', '.join(missing)} has no float64 (its kernel language has no 64-bit float type): use "
                     f"float32, or another device")
+
+
+def host_floats(values, device, like: DType | None = None):
+  """Host data (a list, a numpy array) as a numpy array for a tensor on `device` that feeds a computation in the
+  float dtype `like` (default float32): a float64 array (what numpy makes of Python floats) comes as `like`'s host
+  type where the device has no float64, so a loss's class weights or a mask given as a list work there too; other
+  arrays are returned as they are."""
+  import numpy as np
+  arr = np.asarray(values)
+  if arr.dtype == np.float64 and lacks_float64(device): arr = arr.astype((like or dtypes.float32).np)
+  return arr

@@ -41,6 +41,8 @@ class Placeholder:
   dtype: object
   device: str
 
+  _mem = None     # (no memory: hcq's runtime calls ensure_allocated for a buffer whose _mem is None)
+
   def ensure_allocated(self):
     raise FunctionError(f"@function: the body realized a value computed from its Tensor argument {self.index} (a "
                         f"placeholder while tracing): .numpy(), .item() and Python decisions on values cannot be traced")

@@ -17,6 +17,7 @@ import math
 import numpy as np
 from baregrad.compiler.dtype import dtypes
 from .composite import ShapeError
+from .device_dtypes import host_floats
 
 REDUCTIONS = ("mean", "sum", "none")
 LOG_CLAMP = -100.0   # torch's BCELoss clamps log(p) and log(1 - p) to >= -100, so p = 0 or 1 gives a finite loss
@@ -75,7 +76,7 @@ class LossOps:
       if target.device != self.device:
         raise ValueError(f"{op}: target is on {target.device} but the input is on {self.device}; move one with .to()")
       return target
-    arr = np.asarray(target)
+    arr = host_floats(target, self.device, self._float().dtype)
     if arr.dtype.kind in "iu" and num_classes is not None and arr.size:
       bad = (arr != ignore_index) & ((arr < 0) | (arr >= num_classes))
       if bad.any():
@@ -86,7 +87,8 @@ class LossOps:
 
   def _class_weight(self, weight, num_classes: int, op: str):
     if weight is None: return None
-    if not isinstance(weight, LossOps): weight = type(self)(np.asarray(weight), device=self.device)
+    if not isinstance(weight, LossOps):
+      weight = type(self)(host_floats(weight, self.device, self._float().dtype), device=self.device)
     if tuple(weight.shape) != (num_classes,):
       raise ShapeError(f"{op}: weight must have shape ({num_classes},), one entry per class, got {tuple(weight.shape)}")
     return weight.cast(self._float().dtype)
@@ -203,7 +205,8 @@ class LossOps:
     softplus_neg = -x.logsigmoid()       # log(1 + e^-x) = log1p(e^-|x|) + max(-x, 0), without overflow
     if pos_weight is None: loss = (1 - y) * x + softplus_neg
     else:
-      if not isinstance(pos_weight, LossOps): pos_weight = type(self)(np.asarray(pos_weight), device=self.device)
+      if not isinstance(pos_weight, LossOps):
+        pos_weight = type(self)(host_floats(pos_weight, self.device, x.dtype), device=self.device)
       loss = (1 - y) * x + (1 + (pos_weight.cast(x.dtype) - 1) * y) * softplus_neg
     return _reduce(loss, reduction)
 
@@ -245,7 +248,7 @@ def attention_weights(query, key, attn_mask=None, dropout_p: float = 0.0, is_cau
     cols = type(q).arange(S, dtype=dtypes.int32, device=q.device).reshape(1, S)
     scores = (cols <= rows).where(scores, -math.inf)
   if attn_mask is not None:
-    if not isinstance(attn_mask, LossOps): attn_mask = type(q)(np.asarray(attn_mask), device=q.device)
+    if not isinstance(attn_mask, LossOps): attn_mask = type(q)(host_floats(attn_mask, q.device, q.dtype), device=q.device)
     try: type(q)._broadcast_shape(tuple(attn_mask.shape), tuple(scores.shape))
     except ValueError:
       raise ShapeError(f"{op}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape "

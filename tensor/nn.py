@@ -14,6 +14,7 @@ import math
 from typing import Iterator
 import numpy as np
 from baregrad.compiler.dtype import dtypes, to_dtype
+from .device_dtypes import host_floats
 from .tensor import Tensor
 from .composite import ShapeError
 from .losses import attention_weights
@@ -269,7 +270,7 @@ class Dropout(Module):
 def _additive_mask(mask, dtype, device, op: str, name: str) -> Tensor:
   """torch's MultiheadAttention masks as one float mask to add to the scores: a bool mask is True where a
   position may NOT be attended (-inf there, 0 elsewhere); a float mask is added as it is."""
-  if not isinstance(mask, Tensor): mask = Tensor(np.asarray(mask), device=device)
+  if not isinstance(mask, Tensor): mask = Tensor(host_floats(mask, device, dtype), device=device)
   if mask.dtype.is_bool: return mask.where(-math.inf, 0.0).cast(dtype)
   if not mask.dtype.is_float:
     raise TypeError(f"{op}: {name} must be a bool or float tensor, got {mask.dtype.name}")

@@ -25,7 +25,8 @@ from __future__ import annotations
 import json, math, os, reprlib, struct
 import numpy as np
 from baregrad.compiler.dtype import DType, dtypes
-from .tensor import Tensor
+from .tensor import Tensor, _device_arg
+from .device_dtypes import require_float64
 
 
 class SafetensorsError(ValueError):
@@ -175,6 +176,9 @@ def load_file(path, device: str | None = None) -> dict[str, Tensor]:
     dt, np_dt = DTYPES[dt_name]
     arr = np.frombuffer(raw, dtype=np.dtype(np_dt), count=(end - begin) // dt.itemsize, offset=start + begin)
     arr = arr.astype(np.dtype(np_dt).newbyteorder("="), copy=True).reshape(shape)
+    if dt is dtypes.float64:
+      require_float64(_device_arg(device), f"load_file: entry {name!r} is F64 (load the file on CPU, device='CPU', and "
+                                           f"cast it to float32 there)")
     if dt == dtypes.bfloat16: t = Tensor(arr, dtype=dtypes.uint16, device=device).bitcast(dtypes.bfloat16)
     else: t = Tensor(arr, dtype=dt, device=device)
     out[name] = t
