@@ -82,3 +82,52 @@ def test_cos_without_float64_is_as_precise_as_sin(metal):
   np.testing.assert_allclose(got, np.cos(x.astype(np.float64)), rtol=0, atol=3e-7)
   z = Tensor.randn(4096, device=metal).numpy()
   assert np.isfinite(z).all() and abs(z.mean()) < 0.1 and abs(z.std() - 1) < 0.1
+
+
+def test_host_float_lists_feed_losses_and_masks(metal):
+  """Python floats are float64 to numpy: a loss's class weights, pos_weight or float targets, and an attention mask given
+  as lists work on METAL (in the computation's float dtype), against numpy in float64."""
+  from baregrad.tensor import Tensor
+  rng = np.random.default_rng(3)
+  xn, w, tgt = rng.standard_normal((4, 3)).astype(np.float32), [1.0, 2.0, 0.5], [0, 2, 1, 2]
+  with settings.override(EMU=1):
+    got = Tensor(xn, device=metal).cross_entropy(tgt, weight=w).numpy()
+    logp = xn - np.log(np.exp(xn.astype(np.float64)).sum(1, keepdims=True))
+    wt = np.array(w)[tgt]
+    np.testing.assert_allclose(got, -(wt * logp[np.arange(4), tgt]).sum() / wt.sum(), rtol=1e-5)
+    p = np.array([0.2, 0.7, 0.9], np.float32)
+    got = Tensor(p, device=metal).binary_crossentropy([1.0, 0.0, 1.0]).numpy()
+    y = np.array([1.0, 0.0, 1.0])
+    np.testing.assert_allclose(got, -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean(), rtol=1e-5)
+    q = rng.standard_normal((1, 2, 4)).astype(np.float32)
+    mask = [[0.0, -1e9], [0.0, 0.0]]
+    got = Tensor(q, device=metal).scaled_dot_product_attention(Tensor(q, device=metal), Tensor(q, device=metal),
+                                                                attn_mask=mask).numpy()
+    s = q.astype(np.float64) @ q.astype(np.float64).transpose(0, 2, 1) / 2.0 + np.array(mask)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, (e / e.sum(-1, keepdims=True)) @ q, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"weight must have shape \(3,\)"):
+      Tensor(xn, device=metal).cross_entropy(tgt, weight=[1.0, 2.0])
+
+
+def test_a_float64_safetensors_entry_names_itself(metal, tmp_path):
+  from baregrad.tensor import Tensor
+  from baregrad.tensor.safetensors import save_file, load_file
+  path = tmp_path / "w.safetensors"
+  save_file({"w64": Tensor(np.arange(3, dtype=np.float64), device="CPU")}, path)
+  with settings.override(EMU=1):
+    with pytest.raises(TypeError, match=r"^load_file: entry 'w64' is F64 \(load the file on CPU, device='CPU', and cast "
+                                        r"it to float32 there\): METAL has no float64"):
+      load_file(path, device=metal)
+    t = load_file(path, device="CPU")["w64"].cast("float32").to(metal)
+    assert t.numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_traced_function_that_reads_values_is_refused_on_metal(metal):
+  """The runtime's allocation check meets the tracing placeholder: the tracing error, not an AttributeError."""
+  from baregrad.tensor import Tensor
+  from baregrad.tensor.function import function, FunctionError
+  @function
+  def f(x): return x * float((x + 1).sum().item())
+  with settings.override(EMU=1):
+    with pytest.raises(FunctionError, match="cannot be traced"): f(Tensor(np.ones(4, np.float32), device=metal))
