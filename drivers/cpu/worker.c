@@ -20,7 +20,9 @@
  * registered (bg_host_mmu_set), EXEC/EXEC_MT functions must be registered kernel entry points.
  *
  * Compiled freestanding by cc.py and loaded by baregrad's own ELF loader (elf.py): no libc
- * headers, the few libc functions it needs come in through struct bg_libc. Linux only (futex).
+ * headers, the few libc functions it needs come in through struct bg_libc. Linux only (futex, getcpu,
+ * sched_setaffinity). With the ring empty the worker spins a while (idle(): long enough for an eager host's next
+ * doorbell, and not on the host thread's CPU), then sleeps until a doorbell wakes it.
  * The bg_host_* functions are for the host thread: waits and doorbells with the GIL released.
  */
 #include <stdint.h>
