@@ -94,8 +94,12 @@ def time_program(spec, opts, compile_kernel, repeats: int = 3) -> float:
   return best
 
 
-def _cache_key(spec, width: int) -> str:
-  return diskcache.hash_key(ast_key(spec.ast), spec.device, width, cpu_threads()) + ".json"
+def _cache_key(spec, width: int, default: list | None = None) -> str:
+  """By the kernel, the device, the width, the threads, and the heuristic's choice (a candidate: when the heuristic
+  changes, the kernel is searched again, so a winner found against an older heuristic never stands in for a better
+  new default)."""
+  heuristic = [[o.op, o.axis, o.amount] for o in default or []]
+  return diskcache.hash_key(ast_key(spec.ast), spec.device, width, cpu_threads(), heuristic) + ".json"
 
 
 def _cached_opts(spec, key: str, moves=None, default=None) -> list[Opt] | None:
@@ -124,7 +128,7 @@ def beam_search(spec, width: int, compile_kernel, depth: int = 4, default: list 
   """The best opts found for this kernel (cached on disk by the kernel's AST); `compile_kernel(spec)` gives the loaded
   program of a KernelSpec (codegen's get_program). `default`: the heuristic's opts, always a candidate, so the search
   never returns something slower than it measured; `moves(ast)`: the opts to try from an AST (default: the CPU's)."""
-  key = _cache_key(spec, width)
+  key = _cache_key(spec, width, default)
   if (cached := _cached_opts(spec, key, moves, default)) is not None: return cached
   threads = cpu_threads()
   moves = moves or (lambda ast: actions(ast, threads))

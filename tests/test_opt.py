@@ -270,7 +270,11 @@ def test_beam_never_loses_to_the_heuristic(monkeypatch, tmp_path):
   monkeypatch.setattr(search, "time_program", fake_time)
   got = search.beam_search(spec, 2, get_program, default=heuristic)
   assert got == list(heuristic) and len(timed) > 2     # it searched, and kept the best measured
+  n = len(timed)
   assert search.beam_search(spec, 2, get_program, default=heuristic) == list(heuristic)   # the cached winner
+  assert len(timed) == n
+  search.beam_search(spec, 2, get_program, default=heuristic[:-1])   # another heuristic: the kernel is searched again
+  assert len(timed) > n
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
