@@ -124,23 +124,10 @@ def _lane_aligned(idx: UOp, lane: UOp) -> bool:
 
 
 def index_linear(u: UOp) -> tuple[dict[UOp, int], int]:
-  """The linear form of an index (symbolic.linear) with (x // c) * c + x % c folded back into x, whatever x: a view
-  that splits an axis and merges it again (a packed matmul's output read as (n, m)) leaves that pair in its indices,
-  and it hides their unit stride from the vector lanes. Exact for floor and for truncating division alike."""
-  from .symbolic import linear
-  terms, const = linear(u)
-  while True:
-    pair = next(((t, q) for t in terms if t.op is Ops.MOD and t.src[1].op is Ops.CONST for q in terms
-                 if q.op is Ops.IDIV and q.src[0] is t.src[0] and q.src[1] is t.src[1]
-                 and terms[q] == terms[t] * t.src[1].arg), None)
-    if pair is None: return terms, const
-    mod, div = pair
-    scale = terms.pop(mod)
-    terms.pop(div)
-    inner, c = index_linear(mod.src[0])
-    for t, k in inner.items(): terms[t] = terms.get(t, 0) + k * scale
-    terms = {t: k for t, k in terms.items() if k != 0}
-    const += c * scale
+  """The linear form of an index (symbolic.linear) with (x // c) * c + x % c folded back into x (symbolic.fold_div_mod;
+  a packed matmul's output read as (n, m) leaves that pair in its indices, hiding their unit stride from the lanes)."""
+  from .symbolic import linear, fold_div_mod
+  return fold_div_mod(*linear(u))
 
 
 def flat_lane_index(names: dict, lanes) -> str:

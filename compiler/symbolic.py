@@ -48,8 +48,27 @@ def from_linear(terms: dict[UOp, int], const: int, dtype=dtypes.index) -> UOp:
   return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
 
 
+def fold_div_mod(terms: dict[UOp, int], const: int) -> tuple[dict[UOp, int], int]:
+  """A linear form with each k*((x // c) * c) + k*(x % c) folded back into k*x, whatever x: exact for floor and for
+  truncating division alike (both define x % c as x - (x // c) * c). A view that splits an axis and merges it again
+  leaves such pairs in its indices (and they hide a unit stride from vector lanes and coalescing)."""
+  while True:
+    pair = next(((t, q) for t in terms if t.op is Ops.MOD and t.src[1].op is Ops.CONST for q in terms
+                 if q.op is Ops.IDIV and q.src[0] is t.src[0] and q.src[1] is t.src[1]
+                 and terms[q] == terms[t] * t.src[1].arg), None)
+    if pair is None: return terms, const
+    mod, div = pair
+    terms = dict(terms)
+    scale = terms.pop(mod)
+    terms.pop(div)
+    inner, c = fold_div_mod(*linear(mod.src[0]))
+    for t, k in inner.items(): terms[t] = terms.get(t, 0) + k * scale
+    terms = {t: k for t, k in terms.items() if k != 0}
+    const += c * scale
+
+
 def canonical_linear(x: UOp) -> UOp | None:
-  terms, c = linear(x)
+  terms, c = fold_div_mod(*linear(x))
   out = from_linear(terms, c, x.dtype)
   return None if out is x else out
 

@@ -156,6 +156,17 @@ def test_launch_follows_the_axes(device):
   assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in low.ast.toposort())
 
 
+def test_an_axis_split_and_merged_again_indexes_without_division(device):
+  """A view that splits an axis and merges it again ((x // 8) * 8 + x % 8 in its index) reads x: no div/mod is left
+  in the kernel (symbolic.fold_div_mod), and the values are numpy's."""
+  fn = lambda a: (a.reshape(3, 4, 8).reshape(12, 8) * 2).reshape(96)
+  spec, bufs, arrays = last_kernel(fn, [(12, 8)], device)
+  got, _ = run_with(spec, bufs, ())
+  np.testing.assert_array_equal(got, (arrays[0] * 2).reshape(-1))
+  low = lower(spec, renderer_for(device))
+  assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in low.program), [u.op for u in low.program]
+
+
 def test_more_than_three_global_axes(device):
   fn = lambda a: a.permute(3, 2, 1, 0) * 2
   spec, bufs, arrays = last_kernel(fn, [(3, 4, 5, 6)], device)
