@@ -36,9 +36,14 @@ def _reads_records(item) -> bool:
 
 
 def plan_session(config, items: list) -> None:
-  """Called from pytest_collection_modifyitems: when this session runs every op-suite file unfiltered, arrange to
-  record its kernels in process and move the tests that read them to the end (the order is otherwise kept)."""
+  """Called from pytest_collection_modifyitems: when this session runs every op-suite file unfiltered on the CPU,
+  arrange to record its kernels in process and move the tests that read them to the end (the order is otherwise
+  kept)."""
   global _in_process
+  from baregrad.hcq.device import Device
+  # on another default device the suite's kernels are that device's (the few CPU ones among them are not the suite's):
+  # op_suite_records runs it on the CPU in a subprocess
+  if Device.default().partition(":")[0] != "CPU": return
   readers = [it for it in items if _reads_records(it)]
   opt = config.option
   filtered = (getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
@@ -113,13 +118,15 @@ def op_suite_records() -> list:
 def dtype_matrix_specs() -> list[KernelSpec]:
   """Kernels the op suite may lack: every binary/unary ALU op, WHERE, cast and bitcast on every dtype (uint16 and
   uint64 included), reductions, a padded (gated) load, float division, and tail lanes past a multiple of 256;
-  scheduled with rangeify, never run."""
+  scheduled with rangeify, never run. Built on the CPU device, whatever the default device: like the op suite's
+  records, they are kernels for the renderer a test names (float64 ones included, which METAL cannot hold)."""
   from baregrad.tensor import Tensor
   from baregrad.compiler.schedule import normalize
   outs = []
   def make(dt):
     vals = np.array([0, 1, 2, 3, 5, 7, 100, 127])
-    return Tensor(vals.astype(np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(vals.astype(dt.np))
+    if dt == dtypes.bfloat16: return Tensor(vals.astype(np.float32), dtype=dt, device="CPU")
+    return Tensor(vals.astype(dt.np), device="CPU")
   def add(fn):
     try: outs.append(fn())
     except (TypeError, ValueError): pass   # combinations the Tensor API refuses
@@ -137,7 +144,7 @@ def dtype_matrix_specs() -> list[KernelSpec]:
     add(lambda: a.sum()); add(lambda: a.max()); add(lambda: a.prod())
     add(lambda: a.reshape(2, 4).sum(1)); add(lambda: a.pad(((2, 1),)))
     if dt.is_float: add(lambda: a._alu(Ops.MUL, b._alu(Ops.RECIP)))   # x / y
-  x = Tensor(np.arange(1000, dtype=np.float32))
+  x = Tensor(np.arange(1000, dtype=np.float32), device="CPU")
   outs += [x * 2 + 1, (x.reshape(10, 100).pad(((1, 1), (0, 0))).sum(1)), x.reshape(40, 25).max(0)]
   sink, _b, _v = normalize(UOp.sink(*[t.uop for t in outs]))
   return [it for it in rangeify(sink, lambda n: n.device).items if isinstance(it, KernelSpec)]

@@ -1,4 +1,5 @@
 """JIT: captured and replayed functions give the un-jitted results, without rescheduling or recompiling."""
+import functools
 import numpy as np
 import pytest
 from baregrad.tensor import Tensor, dtypes
@@ -7,10 +8,18 @@ from baregrad.tensor.tensor import Variable
 from baregrad.compiler import schedule, codegen
 
 rng = np.random.default_rng(1)
-W1 = Tensor(rng.standard_normal((8, 16)).astype(np.float32))
-B1 = Tensor(rng.standard_normal(16).astype(np.float32))
-W2 = Tensor(rng.standard_normal((16, 4)).astype(np.float32))
-CW = Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+WEIGHTS = {name: rng.standard_normal(shape).astype(np.float32)
+           for name, shape in (("W1", (8, 16)), ("B1", (16,)), ("W2", (16, 4)), ("CW", (4, 3, 3, 3)))}
+
+
+@functools.cache
+def weight(name: str) -> Tensor:
+  """WEIGHTS[name] on the default device, made at first use: not at import (collecting opens no device), so a test
+  that closes the default device before this module runs (tests/metal/test_metal_leaks.py under DEV=METAL) leaves
+  these tensors alone."""
+  return Tensor(WEIGHTS[name])
+
+
 N = Variable("n", 0, 1000)
 
 # (name, function, input shapes, extra args)
@@ -23,9 +32,9 @@ FUNCS = [
   ("softmax", lambda x: x.softmax(-1), [(3, 8)]),
   ("log_softmax", lambda x: x.log_softmax(-1), [(3, 8)]),
   ("matmul", lambda x, y: x @ y, [(5, 6), (6, 7)]),
-  ("mlp", lambda x: (x @ W1 + B1).relu() @ W2, [(3, 8)]),
-  ("mlp_softmax", lambda x: ((x @ W1 + B1).relu() @ W2).softmax(), [(3, 8)]),
-  ("conv_block", lambda x: x.conv2d(CW, padding=1).relu().max_pool2d(2), [(2, 3, 6, 6)]),
+  ("mlp", lambda x: (x @ weight("W1") + weight("B1")).relu() @ weight("W2"), [(3, 8)]),
+  ("mlp_softmax", lambda x: ((x @ weight("W1") + weight("B1")).relu() @ weight("W2")).softmax(), [(3, 8)]),
+  ("conv_block", lambda x: x.conv2d(weight("CW"), padding=1).relu().max_pool2d(2), [(2, 3, 6, 6)]),
   ("layernorm", lambda x: x.layernorm(), [(4, 9)]),
   ("transpose_add", lambda x: x.permute(1, 0) + 1, [(3, 4)]),
   ("slices", lambda x: x[::2, 1:] * x[1::2, :-1], [(6, 5)]),
@@ -58,13 +67,13 @@ def test_jit_matches_eager(name, fn, shapes):
 
 
 def test_replay_does_not_schedule_or_compile():
-  jfn = jit(lambda x: (x @ W1 + B1).relu().sum(1))
+  jfn = jit(lambda x: (x @ weight("W1") + weight("B1")).relu().sum(1))
   for _ in range(2): jfn(Tensor(rng.standard_normal((3, 8)).astype(np.float32)))
   before = (dict(schedule.stats), dict(codegen.stats))
   for _ in range(5):
     x = rng.standard_normal((3, 8)).astype(np.float32)
     out = jfn(Tensor(x))
-    np.testing.assert_allclose(out.numpy(), np.maximum(x @ W1.numpy() + B1.numpy(), 0).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(out.numpy(), np.maximum(x @ WEIGHTS["W1"] + WEIGHTS["B1"], 0).sum(1), rtol=1e-5)
   assert (dict(schedule.stats), dict(codegen.stats)) == before
 
 

@@ -10,6 +10,7 @@ from baregrad.tensor.jit import jit
 from baregrad.hcq.buffer import ForkedDeviceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPU_ENV = {"DEV": "CPU", "EMU": "0"}     # a script about the CPU device runs there whatever DEV/EMU this run has
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -27,7 +28,7 @@ def test_exit_with_work_queued_cpu():
     a = Tensor.rand(512, 512).realize(); xs = [(a @ a + i).realize() for i in range(30)]
   """
   for _ in range(3):
-    r = run_python(code)
+    r = run_python(code, env=CPU_ENV)
     assert r.returncode == 0, f"exit status {r.returncode}\n{r.stderr[-2000:]}"
     assert "did not finish" not in r.stderr
 
@@ -64,10 +65,10 @@ def _in_child(fn) -> dict:
 
 def test_fork_cpu_child_continues_parent_unaffected():
   a_np = np.arange(64, dtype=np.float32)
-  a = Tensor(a_np).realize()
+  a = Tensor(a_np, device="CPU").realize()
   np.testing.assert_array_equal((a + 1).numpy(), a_np + 1)
   def child():
-    b = Tensor(a_np * 10)
+    b = Tensor(a_np * 10, device="CPU")
     return [(b + 1).numpy().tolist(), (a * 3).numpy().tolist(), (a + 1).numpy().tolist()]
   out = _in_child(child)
   assert "ok" in out, out
@@ -80,10 +81,11 @@ def test_fork_cpu_child_continues_parent_unaffected():
 
 def test_fork_cpu_jit_in_child():
   f = jit(lambda x: (x * 2).sum(axis=0))
-  for k in range(3): f(Tensor(np.full((4, 8), k, np.float32)))
-  out = _in_child(lambda: [f(Tensor(np.full((4, 8), k, np.float32))).numpy().tolist() for k in range(3, 6)])
+  full = lambda k: Tensor(np.full((4, 8), k, np.float32), device="CPU")
+  for k in range(3): f(full(k))
+  out = _in_child(lambda: [f(full(k)).numpy().tolist() for k in range(3, 6)])
   assert out.get("ok") == [[8.0 * k] * 8 for k in range(3, 6)], out
-  np.testing.assert_array_equal(f(Tensor(np.ones((4, 8), np.float32))).numpy(), np.full(8, 8.0))
+  np.testing.assert_array_equal(f(full(1)).numpy(), np.full(8, 8.0))
 
 
 @pytest.mark.parametrize("dev", ["AMD", "NV"])
@@ -225,7 +227,7 @@ def test_buffer_dropped_while_its_kernel_is_queued():
     z = (x + 2).realize()
     assert float(z.numpy().sum()) == 3 * 512 * 512
     print("ok")
-  """)
+  """, env=CPU_ENV)
   assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"exit status {r.returncode}\n{r.stderr[-2000:]}"
 
 
@@ -277,7 +279,7 @@ def test_a_failed_submit_leaves_no_timeline_value_to_wait_for(monkeypatch):
   import time
   from baregrad.hcq.device import Device
   dev = Device.get("CPU")
-  x = Tensor(np.arange(8, dtype=np.float32)).realize()
+  x = Tensor(np.arange(8, dtype=np.float32), device="CPU").realize()
   def refuse(kind, encoded): raise RuntimeError("the driver refuses this submit")
   monkeypatch.setattr(dev.driver, "submit", refuse)
   with pytest.raises(RuntimeError, match="refuses"): (x * 3 + 1).realize()

@@ -40,11 +40,11 @@ def test_timeline_crosses_2_pow_32(name):
 def test_jit_replays_across_2_pow_32():
   dev = Device.get("CPU")
   f = jit(lambda a: (a * 2 + 1).contiguous() - 1)
-  for _ in range(2): f(Tensor(np.ones(4, np.float32)))
+  for _ in range(2): f(Tensor(np.ones(4, np.float32), device="CPU"))
   dev.synchronize()
   dev.timeline.value = dev.timeline_value = 2**32 - 2
   for k in range(5):
-    np.testing.assert_array_equal(f(Tensor(np.full(4, k, np.float32))).numpy(), np.full(4, 2.0 * k))
+    np.testing.assert_array_equal(f(Tensor(np.full(4, k, np.float32), device="CPU")).numpy(), np.full(4, 2.0 * k))
   assert dev.timeline.value > 2**32
 
 
@@ -272,7 +272,7 @@ def test_programs_and_device_memory_are_released():
     gc.collect(); dev.synchronize(); dev.allocator.free_cache()
     return len(address_space.entries), len(address_space.ranges), sum(1 for _ in open("/proc/self/maps"))
   def work(k):
-    x = Tensor(np.arange(k + 1, dtype=np.float32))
+    x = Tensor(np.arange(k + 1, dtype=np.float32), device="CPU")
     return float((x * (k + 0.5) + k).sum().numpy())
   work(0)
   codegen.clear_programs()
@@ -296,7 +296,7 @@ def test_program_cache_is_bounded(monkeypatch):
   from baregrad.compiler import schedule
   monkeypatch.setattr(codegen, "PROGRAM_CACHE", 8)
   monkeypatch.setattr(schedule, "PLAN_CACHE", 8)     # schedules hold their programs too
-  for k in range(1, 40): Tensor(np.ones(k, np.float32)).exp2().numpy()
+  for k in range(1, 40): Tensor(np.ones(k, np.float32), device="CPU").exp2().numpy()
   gc.collect(); dev.synchronize()
   assert len(codegen._programs) <= 8 and len(schedule._plans) <= 8
   assert len(address_space.entries) <= base + 16, (base, len(address_space.entries))

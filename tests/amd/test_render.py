@@ -324,8 +324,10 @@ def _binary_kernel(dt, fn):
   from baregrad.tensor import Tensor
   from baregrad.compiler.rangeify import rangeify
   from baregrad.compiler.schedule import normalize
-  x = Tensor(np.zeros(300, np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(np.zeros(300, dt.np))
-  y = Tensor(np.ones(300, np.float32), dtype=dt) if dt == dtypes.bfloat16 else Tensor(np.ones(300, dt.np))
+  def make(vals):   # on the CPU device, whatever the default: the CPU runs the reference (float64 included)
+    return Tensor(vals.astype(np.float32), dtype=dt, device="CPU") if dt == dtypes.bfloat16 else \
+      Tensor(vals.astype(dt.np), device="CPU")
+  x, y = make(np.zeros(300)), make(np.ones(300))
   sink, _b, _v = normalize(UOp.sink(fn(x, y).uop))
   specs = [it for it in rangeify(sink, lambda n: n.device).items if isinstance(it, KernelSpec)]
   assert len(specs) == 1

@@ -667,6 +667,7 @@ def bg():
   ns = type("BG", (), {})()
   ns.Tensor, ns.codegen, ns.renderer, ns.dtypes, ns.Ops, ns.BINARY = Tensor, codegen, PTXRenderer(), dtypes, Ops, BINARY
   ns.run_schedule, ns.specs = run_schedule, specs
+  ns.tensor = lambda data, dtype=None: Tensor(data, dtype=dtype, device="CPU")   # the reference: the CPU, whatever DEV
   yield ns
   schedule.get_programs = original
 
@@ -748,9 +749,9 @@ def _values(dt, kind: str = "any") -> np.ndarray:
 
 def _tensor(bg, dt, kind="any"):
   v = _values(dt, kind)
-  if dt.name == "bfloat16": return bg.Tensor(v.astype(np.float32), dtype=dt)
+  if dt.name == "bfloat16": return bg.tensor(v.astype(np.float32), dtype=dt)
   with np.errstate(over="ignore"):
-    return bg.Tensor(v.astype(dt.np))
+    return bg.tensor(v.astype(dt.np))
 
 
 def _segments(bg, dt) -> list[tuple[str, object, float]]:
@@ -833,8 +834,8 @@ def test_upcast_lanes_are_registers(bg):
   """On a GPU each UPCAST lane is its own value (compiler/gpu.py expands them): two accumulators in registers, no
   .local array, one loop."""
   from baregrad.compiler.opt import Opt
-  x = bg.Tensor(np.arange(96, dtype=np.float32).reshape(12, 8) / 7)
-  y = bg.Tensor(np.arange(96, dtype=np.int32).reshape(12, 8) - 40)
+  x = bg.tensor(np.arange(96, dtype=np.float32).reshape(12, 8) / 7)
+  y = bg.tensor(np.arange(96, dtype=np.int32).reshape(12, 8) - 40)
   for t in (x.sum(1), y.max(1), (y * 3).sum(0)):
     (name, dt, cpu, emu, src), = run_on_both(bg, t, opts=(Opt("UPCAST", 0, 2),))
     assert ".local" not in src and src.count("_end:") == 1
@@ -850,7 +851,7 @@ def test_matmul_256(bg):
   rng = np.random.default_rng(0)
   A, B = rng.standard_normal((256, 256), dtype=np.float32), rng.standard_normal((256, 256), dtype=np.float32)
   # the CPU device may pack B into column strips first (a copy kernel): the product is the last kernel
-  name, dt, cpu, emu, src = run_on_both(bg, bg.Tensor(A) @ bg.Tensor(B))[-1]
+  name, dt, cpu, emu, src = run_on_both(bg, bg.tensor(A) @ bg.tensor(B))[-1]
   acc = np.zeros((256, 256), np.float32)
   A64, B64 = A.astype(np.float64), B.astype(np.float64)
   for k in range(256): acc = (A64[:, k:k + 1] * B64[k:k + 1, :] + acc).astype(np.float32)
@@ -863,7 +864,7 @@ def test_composite_kernels_match_cpu(bg):
   """Multi-kernel schedules of common layers: each kernel of each schedule against the CPU device (floats to
   rounding where gcc contracts a*b+c on the CPU; integers exactly)."""
   from baregrad.tensor.tensor import Variable
-  T, dt = bg.Tensor, bg.dtypes
+  T, dt = bg.tensor, bg.dtypes
   rng = np.random.default_rng(7)
   x = T(rng.standard_normal((4, 3, 9, 9), dtype=np.float32))
   w = T(rng.standard_normal((5, 3, 3, 3), dtype=np.float32))

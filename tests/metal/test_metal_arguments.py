@@ -26,7 +26,7 @@ def test_a_kernel_reading_40_buffers_is_split():
     want = arrays[0] + sum(a * (i + 1) for i, a in enumerate(arrays[1:]))
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
     # the same expression on the CPU stays one kernel (no limit there)
-    cpu = [Tensor(a) for a in arrays]
+    cpu = [Tensor(a, device="CPU") for a in arrays]
     c = cpu[0]
     for i, t in enumerate(cpu[1:]): c = c + t * (i + 1)
     assert len([it for it in c.schedule() if it.program is not None]) == 1
