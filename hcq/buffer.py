@@ -48,7 +48,9 @@ class Buffer:
   def addr(self) -> int:
     if self.base is not None: return self.base.addr + self.offset
     if self._mem is None: self.ensure_allocated()
-    if self._dev.forked_from is not None: raise ForkedDeviceError(self._forked_message())
+    dev = self._dev
+    if dev.forked_from is not None: raise ForkedDeviceError(self._forked_message())
+    if dev.closed and not dev.host_memory: raise DeviceClosedError(self._closed_message())
     return self._mem.addr
 
   def allocation(self):
@@ -61,6 +63,11 @@ class Buffer:
     return (f"{self!r} was allocated on {self.device} by the parent process (pid {self._dev.forked_from}) before "
             f"fork(); a forked child cannot use the parent's {self.device} device or its memory. Create the tensor "
             f"in the child (or copy it to the CPU with .numpy() before forking)")
+
+  def _closed_message(self) -> str:
+    return (f"{self!r} was allocated on {self.device} before that device was closed (Device.close): its memory "
+            f"belonged to the closed device, not to the {self.device} opened since. Copy the data out (.numpy()) "
+            f"before closing the device, or make the tensor again")
 
   def copyin(self, data: memoryview | bytes) -> "Buffer":
     if self._dev is not None and self._dev.forked_from is not None: raise ForkedDeviceError(self._forked_message())
@@ -81,6 +88,10 @@ class Buffer:
 
 class ForkedDeviceError(RuntimeError):
   """A buffer of a device the parent process opened, used in a forked child."""
+
+
+class DeviceClosedError(RuntimeError):
+  """A buffer of a GPU that was closed (Device.close), used after: its memory is gone with that device."""
 
 
 def _release(dev, mem, nbytes):

@@ -76,6 +76,8 @@ class Device:
   def __init__(self, name: str, driver: Driver):
     self.name, self.driver = name, driver
     self.forked_from: int | None = None      # a device of the parent process, unusable in this forked child
+    # the memory of its buffers is the host's and stays usable by the device of that name opened after a close (CPU)
+    self.host_memory = name.partition(":")[0] in HOST_KINDS
     self.closed = False                      # close() ran: what still retires here is dropped, its memory is gone
     # memory goes back to the driver only after the work queued before it was freed (see LRUAllocator)
     self.allocator = LRUAllocator(driver, release=lambda mem: self.retire(mem, self.free_memory), synchronize=self.synchronize,

@@ -417,23 +417,26 @@ class _Submission:
   def run(self, cmds: list[tuple[str, dict]], bound: BoundQueue | None):
     try:
       with self.rt.pool():
-        launch = 0
-        for name, op in cmds:
-          if name == "exec" and bound is not None:
-            self.indirect(bound, launch, op)
-            launch += 1
-            continue
+        # abandoned inside the pool: the encoder is autoreleased (+0), and draining the pool on the way out would
+        # free it before abandon() ends it (a message to a deallocated instance, hiding the error being raised)
+        try:
+          launch = 0
+          for name, op in cmds:
+            if name == "exec" and bound is not None:
+              self.indirect(bound, launch, op)
+              launch += 1
+              continue
+            self.flush_indirect(bound)
+            {"exec": self.exec, "copy": self.copy, "signal": self.signal, "wait": self.wait, "timestamp": self.timestamp,
+             "barrier": self.barrier}[name](op)
           self.flush_indirect(bound)
-          {"exec": self.exec, "copy": self.copy, "signal": self.signal, "wait": self.wait, "timestamp": self.timestamp,
-           "barrier": self.barrier}[name](op)
-        self.flush_indirect(bound)
-        if self.starts and self.cb is None: self.open()
-        if self.cb is not None:
-          if not self.work: self.marker()
-          self.close()
-    except BaseException:
-      self.abandon()
-      raise
+          if self.starts and self.cb is None: self.open()
+          if self.cb is not None:
+            if not self.work: self.marker()
+            self.close()
+        except BaseException:
+          self.abandon()
+          raise
     finally:
       d = self.d
       with d._lock:

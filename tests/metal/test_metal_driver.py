@@ -205,6 +205,22 @@ def test_failed_command_buffer_is_reported_once(driver, monkeypatch):
   driver.unload_program(program)
 
 
+def test_a_command_failing_inside_an_open_encoder_raises_its_own_error(driver):
+  """An exec whose arguments lie outside every buffer, after one that opened a compute encoder: the driver's MetalError,
+  not a message to the (autoreleased, already freed) encoder while the command buffer is dropped."""
+  entry, program = driver.load_program(ADD.encode(), "add")
+  mem = driver.alloc(64)
+  ok = _Program(entry, 2, ("k",), (1, 1, 1))
+  with pytest.raises(MetalError, match="not inside a buffer this driver allocated"):
+    driver.submit("compute", driver.encode("compute", [("exec", ok, mem.addr, (1, 1, 1), (1, 1, 1)),
+                                                       ("exec", ok, mem.addr + (1 << 40), (1, 1, 1), (1, 1, 1))]))
+  sig = _Signal(mem.addr)
+  driver.submit("compute", driver.encode("compute", [("signal", sig, 1)]))    # the queue goes on
+  _wait(driver, sig.addr, 1)
+  driver.free(mem)
+  driver.unload_program(program)
+
+
 def test_launch_limits_are_checked_by_the_driver(driver):
   entry, program = driver.load_program(ADD.encode(), "add")
   mem = driver.alloc(64)
