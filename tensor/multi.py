@@ -397,9 +397,14 @@ def involves_several_devices(u: UOp) -> bool:
   return d["several"] if "several" in d else _derive(u, "several", _several)
 
 
-def _several(u: UOp) -> bool:
+def on_several(u: UOp) -> bool:
+  """Is u itself a node on several devices (a MULTI, or a DEVICE or COPY naming a tuple of devices)?"""
   op = u.op
-  if op is Ops.MULTI or ((op is Ops.DEVICE or op is Ops.COPY) and isinstance(u.arg, tuple)): return True
+  return op is Ops.MULTI or ((op is Ops.DEVICE or op is Ops.COPY) and isinstance(u.arg, tuple))
+
+
+def _several(u: UOp) -> bool:
+  if on_several(u): return True
   for s in u.src:
     if s.__dict__["several"]: return True
   return False

@@ -917,10 +917,7 @@ def _lowered(tensors) -> tuple[list[UOp], list, list | None]:
   if len(tensors) == 1:   # the eager case: the walk that finds the graph's devices is the one scheduling needs
     u = tensors[0].uop
     order = u.toposort()
-    for n in order:
-      op = n.op
-      if op is Ops.MULTI or ((op is Ops.DEVICE or op is Ops.COPY) and isinstance(n.arg, tuple)): break
-    else: return [u], [None], order
+    if not any(map(_multi.on_several, order)): return [u], [None], order
   todo = [t.uop for t in tensors if _multi.involves_several_devices(t.uop)]
   if not todo: return [t.uop for t in tensors], [None] * len(tensors), None
   low = dict(zip(todo, _multi.lower(todo, _reads_shifted)))
