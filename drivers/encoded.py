@@ -13,6 +13,7 @@ already in device memory).
 the NV driver's QMD address of a launch. Encoding itself has no side effects.
 """
 from __future__ import annotations
+import functools, struct
 from dataclasses import dataclass, field
 
 
@@ -101,3 +102,9 @@ class Encoder:
       else: raise TypeError(f"word {at}: {w!r} is neither an int, Bits of a symbolic value, nor a Fixup")
       enc.words[at] = 0
     return self
+
+
+@functools.lru_cache(maxsize=64)
+def words_struct(n: int) -> struct.Struct:
+  """The struct that packs n little-endian uint64 words (a ring write, kernel arguments)."""
+  return struct.Struct(f"<{n}Q")

@@ -1,6 +1,6 @@
 """The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
 from __future__ import annotations
-import atexit, functools, os, importlib, mmap, struct, sys, weakref
+import atexit, os, importlib, mmap, struct, sys, weakref
 from typing import TYPE_CHECKING
 from .allocator import LRUAllocator
 if TYPE_CHECKING: from .driver import Driver   # (the protocol, for annotations: its module loads with the drivers)
@@ -9,6 +9,7 @@ from .queue import HWQueue, describe as describe_commands
 from .lock import RuntimeLock
 from . import hooks             # CAPTURE=/PROFILE= (hcq/trace.py installs them)
 from baregrad.drivers import settings
+from baregrad.drivers.encoded import words_struct
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
@@ -270,15 +271,12 @@ class KernargArena:
       self.offset = 0
     addr = self.mem.addr + self.offset
     if words:
-      pack = _words_struct(len(words)).pack_into
+      pack = words_struct(len(words)).pack_into
       try: pack(self.view, self.offset, *words)
       except struct.error: pack(self.view, self.offset, *[w & 0xFFFF_FFFF_FFFF_FFFF for w in words])   # negative
     self.offset += (n + 63) // 64 * 64
     return addr
 
-
-@functools.lru_cache(maxsize=64)
-def _words_struct(n: int) -> struct.Struct: return struct.Struct(f"<{n}Q")
 
 
 # ---- interpreter exit: queued work finishes before anything it uses is released ----

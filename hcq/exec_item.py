@@ -29,10 +29,7 @@ def enqueue(dev, q, item: ExecItem):
     dst, src = item.bufs
     q.copy(dst.addr, src.addr, dst.nbytes)
   else:
-    prog = item.program
-    args = [b.addr for b in item.bufs]
-    if prog.variables: args += [item.var_vals[v] for v in prog.variables]
-    q.exec(prog, dev.kernargs.put(args), item.meta.get("global_size", _ONE))
+    q.exec(item.program, dev.kernargs.put(kernel_args(item)), item.meta.get("global_size", _ONE))
 
 
 _ONE = (1, 1, 1)

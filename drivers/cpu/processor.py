@@ -10,11 +10,12 @@ ELF loader; a daemon thread runs it through cffi, which releases the GIL for the
     cp.wait_value(signal_address, 1, timeout=1.0)
 """
 from __future__ import annotations
-import atexit, enum, functools, mmap, os, struct, threading, time, warnings, weakref
+import atexit, enum, mmap, os, threading, time, warnings, weakref
 from pathlib import Path
 import cffi
 import numpy as np
 from . import cc, elf
+from ..encoded import words_struct
 
 ffi = cffi.FFI()
 ffi.cdef("""
@@ -134,10 +135,6 @@ class _Worker:
 
 
 def _u64p(addr: int): return ffi.cast("uint64_t *", addr)
-
-
-@functools.lru_cache(maxsize=64)
-def _words_struct(n: int) -> struct.Struct: return struct.Struct(f"<{n}Q")
 
 
 class AddressSpace:
@@ -275,7 +272,7 @@ class CommandProcessor:
     self._finalizer = weakref.finalize(self, _shutdown, self._ctl, self._thread, (self._memory, self._ptr))
 
   @property
-  def _w(self) -> _Worker: return _Worker.get()
+  def _w(self) -> _Worker: return _Worker._instance or _Worker.get()
 
   # ---- state ----
   @property
@@ -327,11 +324,11 @@ class CommandProcessor:
       wptr = self._wptr
       at = wptr & (ring_words - 1)
       if at + total <= ring_words and wptr + total - ctl.rptr <= ring_words:
-        _words_struct(total).pack_into(self._memory, elf.PAGE + 8 * at, *words)  # common case: no wrap, room for all
+        words_struct(total).pack_into(self._memory, elf.PAGE + 8 * at, *words)  # common case: no wrap, room for all
         self._wptr = wptr + total
       else:
         self._write_slow(words, sizes)
-      w = _Worker._instance or _Worker.get()
+      w = self._w
       w.host_doorbell(ctl, self._wptr, w.libc)
 
   def _write_slow(self, words: list, sizes: list[int]) -> None:
