@@ -142,14 +142,21 @@ def rcp_f32(a):
   with np.errstate(all="ignore"): return flushed(nearest_f32(1.0 / x))
 
 
+def _domain_nan(x, result):
+  """A negative operand of V_SQRT/V_RSQ/V_LOG gives the negative quiet NaN 0xFFC00000 (the guide's functional
+  examples, 16.8): set explicitly, as libm's and numpy's NaN sign for these differs by version and CPU."""
+  with np.errstate(invalid="ignore"): neg = x < 0
+  return _pick(neg, np.full_like(result, np.array(0xFFC00000, np.uint32).view(F32)), result)
+
+
 def rsq_f32(a):
   x = flushed(a).astype(F64)
-  with np.errstate(all="ignore"): return flushed(nearest_f32(1.0 / np.sqrt(x)))
+  with np.errstate(all="ignore"): return _domain_nan(x, flushed(nearest_f32(1.0 / np.sqrt(x))))
 
 
 def sqrt_f32(a):
   x = flushed(a).astype(F64)
-  with np.errstate(all="ignore"): return flushed(nearest_f32(np.sqrt(x)))
+  with np.errstate(all="ignore"): return _domain_nan(x, flushed(nearest_f32(np.sqrt(x))))
 
 
 def exp_f32(a):
@@ -159,7 +166,7 @@ def exp_f32(a):
 
 def log_f32(a):
   x = flushed(a).astype(F64)
-  with np.errstate(all="ignore"): return flushed(nearest_f32(np.log2(x)))
+  with np.errstate(all="ignore"): return _domain_nan(x, flushed(nearest_f32(np.log2(x))))
 
 
 def rcp_iflag_f32(a):

@@ -5,6 +5,7 @@ barrier, which the plain one-thread-after-the-other loops would not show), threa
 starts undefined; SIMD-group functions (simd_sum, simd_max, simd_shuffle_down over 32-lane SIMD-groups) in
 hand-written MSL through the driver; and the errors: a barrier that not every thread reaches, threadgroup memory
 over 32 KiB (more than 1024 threads per threadgroup: test_metal_driver.py)."""
+from __future__ import annotations
 import shutil, struct
 import numpy as np
 import pytest
