@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from .uop import UOp, Ops, ALU
 from .pattern import graph_rewrite, substitute
 from .dtype import dtypes
+from .shape import sprod, smul, max_size
 from . import lower as _lowering
 from .linearize import linearize
 from .render_c import CRenderer
@@ -98,16 +99,19 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
   split back into the loop indices with div/mod; threads past the end are masked off at the store.
   Returns (ast, global_size in blocks, local_size)."""
   ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda r: r.arg[0])
-  total = math.prod(r.src[0].arg for r in ranges)
-  blocks = max(1, -(-total // local_size))
+  # a symbolic size (compiler/shape.py) goes outermost, so no other index divides by it; the launch covers its
+  # largest value and the threads past this launch's end are masked off with the rest
+  ranges.sort(key=lambda r: r.src[0].op is Ops.CONST)
+  total = sprod(r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in ranges)
+  blocks = max(1, -(-max_size((total,)) // local_size))
   gidx = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx", blocks * local_size))
   mapping, stride = {}, 1
   for r in reversed(ranges):
-    size = r.src[0].arg
+    size = r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0]
     mapping[r] = (gidx // stride) % size if r is not ranges[0] else gidx // stride
-    stride *= size
+    stride = smul(stride, size)
   ast = substitute(ast, mapping)
-  if blocks * local_size != total:
+  if isinstance(total, UOp) or blocks * local_size != total:
     # threads past the end must neither store nor load: gate every memory access
     in_range = gidx < total
     gates = {}
@@ -130,7 +134,7 @@ def estimate(ast: UOp, params) -> dict:
     loops[u] = inside
     if (u.op in ALU or u.op is Ops.REDUCE) and u.dtype != dtypes.index:   # a REDUCE: one op per iteration
       flops += math.prod(r.src[0].arg if r.op is Ops.RANGE else r.arg[1] for r in inside)
-  nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else math.prod(p.shape) * p.dtype.itemsize for p in params)
+  nbytes = sum(p.shape[0] * p.dtype.itemsize if p.op is Ops.BUFFER else max_size(p.shape) * p.dtype.itemsize for p in params)
   return {"flops": flops, "bytes": nbytes}
 
 

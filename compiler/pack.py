@@ -80,12 +80,20 @@ def _packed(node: UOp) -> UOp | None:
   a, b = _permute(a, perm), _permute(b, perm)            # (..., n, 1, k) and (..., 1, m, k)
   n, m, k = a.shape[-3], b.shape[-2], a.shape[-1]
   if a.dtype != b.dtype or node.dtype != a.dtype: return None
+  if _narrower_source(b): return None
   if not (w := matmul_pack_width(node.device, node.dtype, n, k, m)): return None
   full = (*node.src[0].shape[:-3], n, m, k)
   canonical = UOp(Ops.REDUCE_AXIS, node.dtype, (UOp(Ops.MUL, node.dtype, (UOp(Ops.EXPAND, a.dtype, (a,), full),
                   UOp(Ops.EXPAND, b.dtype, (b,), full))),), (Ops.ADD, (len(full) - 1,)))
   inverse = tuple(sorted(range(len(perm)), key=lambda d: perm[d]))
   return _permute(_packed_matmul(canonical, a, b, w), inverse)
+
+
+def _narrower_source(b: UOp) -> bool:
+  """Is B computed from memory of a narrower type than its own (a float16/bfloat16 weight, quantized blocks)? Such
+  a weight is converted in registers by the product that reads it: packing would store a full copy in the wide type
+  (2-8x the weight's bytes) on every call."""
+  return any(u.op is Ops.BUFFER and u.dtype.itemsize < b.dtype.itemsize for u in b.toposort())
 
 
 def pack_matmuls(sink: UOp) -> UOp:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from .uop import UOp, Ops, MOVEMENT, ELEMENTWISE, identity_for
 from .dtype import dtypes
+from .shape import smul, render
+from .gather import fold_gathers
 
 
 @dataclass(frozen=True)
@@ -43,17 +45,17 @@ class Schedule:
   materialized: list[UOp] = field(default_factory=list)
 
 
-def _strides(shape) -> list[int]:
+def _strides(shape) -> list:
   out, acc = [], 1
   for s in reversed(shape):
-    out.append(acc); acc *= s
+    out.append(acc); acc = smul(acc, s)
   return out[::-1]
 
 
 def flat_index(idx: tuple[UOp, ...], shape) -> UOp:
   out = UOp.const(dtypes.index, 0)
   for i, st, s in zip(idx, _strides(shape), shape):
-    if s != 1: out = out + i * st
+    if isinstance(s, UOp) or s != 1: out = out + i * st
   return out
 
 
@@ -91,6 +93,45 @@ def find_materialized(sink: UOp) -> list[UOp]:
   return [n for n in order if n in mat]
 
 
+def reshape_index(idx, new_shape, old_shape):
+  """The index into `old_shape` of element `idx` of its reshape to `new_shape` (row-major order kept)."""
+  squeezed_new = [s for s in new_shape if s != 1]
+  if squeezed_new == [s for s in old_shape if s != 1]:
+    it = iter(i for i, s in zip(idx, new_shape) if s != 1)
+    return tuple(next(it) if s != 1 else UOp.const(dtypes.index, 0) for s in old_shape)
+  lin = flat_index(idx, new_shape)
+  return tuple((lin // st) % s if s != 1 else UOp.const(dtypes.index, 0)
+               for st, s in zip(_strides(old_shape), old_shape))
+
+
+def move_index(n: UOp, idx: tuple) -> tuple[tuple, UOp | None]:
+  """Movement op `n` read at `idx`: the index into its source, and for a PAD the condition that idx lies in the
+  source (None where every idx does). One definition for reads (KernelBuilder.lower) and assign targets."""
+  op, src_shape = n.op, n.src[0].shape
+  if op is Ops.RESHAPE: return reshape_index(idx, n.shape, src_shape), None
+  if op is Ops.PERMUTE:
+    new = [None] * len(idx)
+    for i, p in enumerate(n.arg): new[p] = idx[i]
+    return tuple(new), None
+  if op is Ops.EXPAND: return tuple(UOp.const(dtypes.index, 0) if s == 1 else i for i, s in zip(idx, src_shape)), None
+  if op is Ops.SHRINK: return tuple(i + b if _nonzero(b) else i for i, (b, _) in zip(idx, n.arg)), None
+  if op is Ops.FLIP:
+    return tuple((s - 1) - i if d in n.arg else i for d, (i, s) in enumerate(zip(idx, src_shape))), None
+  assert op is Ops.PAD, op
+  conds, new_idx = [], []
+  for i, (b, a), s in zip(idx, n.arg[0], src_shape):
+    if _nonzero(b) or _nonzero(a):
+      conds.append((UOp.const(dtypes.index, b - 1) if isinstance(b, int) else b - 1) < i)
+      conds.append(i < s + b)
+    new_idx.append(i - b if _nonzero(b) else i)
+  pad_valid = None
+  for c in conds: pad_valid = c if pad_valid is None else (pad_valid & c)
+  return tuple(new_idx), pad_valid
+
+
+def _nonzero(x) -> bool: return isinstance(x, UOp) or x != 0
+
+
 def _is_contiguous_view(u: UOp) -> bool:
   """A RESHAPE chain straight onto a whole BUFFER reads it in order."""
   while u.op is Ops.RESHAPE: u = u.src[0]
@@ -107,13 +148,14 @@ class KernelBuilder:
     self.memo: dict = {}
     self.n_ranges = 0
 
-  def new_range(self, size: int, kind: str) -> UOp:
-    r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (self.n_ranges, kind))
+  def new_range(self, size, kind: str) -> UOp:
+    """A loop over `size`: an int, or a symbolic size (its bound read from a kernel argument)."""
+    r = UOp(Ops.RANGE, dtypes.index, (size if isinstance(size, UOp) else UOp.const(dtypes.index, size),), (self.n_ranges, kind))
     self.n_ranges += 1
     return r
 
   def ranges_for(self, shape, kind: str) -> tuple[UOp, ...]:
-    return tuple(self.new_range(s, kind) if s != 1 else UOp.const(dtypes.index, 0) for s in shape)
+    return tuple(self.new_range(s, kind) if isinstance(s, UOp) or s != 1 else UOp.const(dtypes.index, 0) for s in shape)
 
   def param(self, node: UOp) -> UOp:
     index = self.param_index.get(node)
@@ -130,7 +172,8 @@ class KernelBuilder:
     value = self.lower(value_node, idx, None, top=value_node is root)
     if value.dtype != root.dtype: value = value.cast(root.dtype)
     if root.op is Ops.ASSIGN:
-      # write through the target's view into its buffer
+      # write through the target's view (a chain of movement ops that maps each element to its own place) into
+      # the buffer under it
       buf = target.base
       self.params[0] = buf
       out_index = self.view_index(target, idx)
@@ -140,22 +183,17 @@ class KernelBuilder:
     return UOp.sink(store)
 
   def view_index(self, view: UOp, idx) -> UOp:
-    """Index into the base buffer of a chain of RESHAPE views (the assign target)."""
-    while view.op is Ops.RESHAPE:
-      idx = self.reshape_index(idx, view.shape, view.src[0].shape)
+    """Index into the base buffer of the assign target: a chain of movement ops that maps each of its elements to a
+    distinct element of the buffer (tensor/tensor.py's assign() refuses the others: an expand would write one
+    element from many places, a pad would write outside the buffer)."""
+    while view.op in MOVEMENT:
+      if view.op is Ops.PAD and any(b or a for b, a in view.arg[0]) or _is_expanding(view):
+        raise ValueError(f"an assign cannot write through {view.op.name.lower()} (shape {view.shape})")
+      idx, _ = move_index(view, idx)
       view = view.src[0]
-    if view.op is not Ops.BUFFER: raise ValueError("assign target must be a realized tensor")
+    if view.op is not Ops.BUFFER: raise ValueError("assign target must be a view of a realized tensor")
     return idx[0]
 
-  @staticmethod
-  def reshape_index(idx, new_shape, old_shape):
-    squeezed_new = [s for s in new_shape if s != 1]
-    if squeezed_new == [s for s in old_shape if s != 1]:
-      it = iter(i for i, s in zip(idx, new_shape) if s != 1)
-      return tuple(next(it) if s != 1 else UOp.const(dtypes.index, 0) for s in old_shape)
-    lin = flat_index(idx, new_shape)
-    return tuple((lin // st) % s if s != 1 else UOp.const(dtypes.index, 0)
-                 for st, s in zip(_strides(old_shape), old_shape))
 
   def lower(self, n: UOp, idx: tuple, valid: UOp | None, top: bool = False) -> UOp:
     key = (n, idx, valid)
@@ -181,30 +219,10 @@ class KernelBuilder:
       return UOp(op, n.dtype, tuple(self.lower(s, idx, valid) for s in n.src), n.arg)
     if op is Ops.CONTIGUOUS or op is Ops.DETACH: return self.lower(n.src[0], idx, valid)
     src_shape = n.src[0].shape if n.src else ()
-    if op is Ops.RESHAPE: return self.lower(n.src[0], self.reshape_index(idx, n.shape, src_shape), valid)
-    if op is Ops.PERMUTE:
-      new = [None] * len(idx)
-      for i, p in enumerate(n.arg): new[p] = idx[i]
-      return self.lower(n.src[0], tuple(new), valid)
-    if op is Ops.EXPAND:
-      return self.lower(n.src[0], tuple(UOp.const(dtypes.index, 0) if s == 1 else i for i, s in zip(idx, src_shape)), valid)
-    if op is Ops.SHRINK:
-      return self.lower(n.src[0], tuple(i + b if b else i for i, (b, _) in zip(idx, n.arg)), valid)
-    if op is Ops.FLIP:
-      return self.lower(n.src[0], tuple((s - 1) - i if d in n.arg else i
-                                        for d, (i, s) in enumerate(zip(idx, src_shape))), valid)
-    if op is Ops.PAD:
-      conds, new_idx = [], []
-      for i, (b, a), s in zip(idx, n.arg[0], src_shape):
-        if b or a:
-          conds.append(UOp.const(dtypes.index, b - 1) < i)
-          conds.append(i < b + s)
-        new_idx.append(i - b if b else i)
-      pad_valid = None
-      for c in conds: pad_valid = c if pad_valid is None else (pad_valid & c)
-      inner_valid = pad_valid if valid is None else (valid & pad_valid if pad_valid is not None else valid)
-      inner = self.lower(n.src[0], tuple(new_idx), inner_valid)
-      if pad_valid is None: return inner
+    if op in MOVEMENT:
+      new_idx, pad_valid = move_index(n, idx)
+      if pad_valid is None: return self.lower(n.src[0], new_idx, valid)
+      inner = self.lower(n.src[0], new_idx, pad_valid if valid is None else valid & pad_valid)
       return pad_valid.where(inner, UOp.const(n.dtype, n.arg[1]))
     if op is Ops.REDUCE_AXIS:
       rop, axes = n.arg
@@ -225,8 +243,8 @@ def kernel_name(root: UOp) -> str:
   for n in root.toposort():
     if n.op is Ops.REDUCE_AXIS:
       reduce_sizes = [n.src[0].shape[a] for a in n.arg[1]]
-  shape = "_".join(str(s) for s in root.shape) or "1"
-  if reduce_sizes: return f"r_{shape}_{'_'.join(map(str, reduce_sizes))}"
+  shape = "_".join(render(s) for s in root.shape) or "1"
+  if reduce_sizes: return f"r_{shape}_{'_'.join(map(render, reduce_sizes))}"
   return f"E_{shape}"
 
 
@@ -276,7 +294,7 @@ def rangeify(sink: UOp, device_of) -> Schedule:
     if m.op is Ops.COPY:
       sched.items.append(CopySpec(m, m.src[0], m.arg)); continue
     builder = KernelBuilder(m, mat)
-    ast = builder.build()
+    ast = fold_gathers(builder.build())
     sched.items.append(KernelSpec(ast, builder.params, kernel_name(m), device_of(m), m))
   sched.items = order_assigns(sched.items)
   return sched

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
 from .rangeify import BufferSlot, CopySpec
 from .deepstack import on_deep_stack
+from . import shape as sym
 from baregrad.drivers import settings
 
 DEBUG = settings.DEBUG
@@ -80,6 +81,10 @@ class Plan:
   steps: list            # (program or None, [refs], meta)
   new_buffers: list      # (device, size, dtype) for each ('new', k)
   outputs: list          # ref per sink source
+  # materialized nodes other than the outputs (a contiguous(), a reduce read through a broadcast, an assign another
+  # graph reads): normalized node -> its ref. create_schedule records each graph node they stand for, so a later
+  # realize that reads one while a Tensor still holds it loads the buffer instead of computing it again.
+  inner: dict = None
   # filled on first use (create_schedule): steps and outputs as indexes into the realized inputs followed by the new
   # buffers, and each output's shape (the number of inputs is the sink's number of slots: fixed by its structure)
   flat: tuple | None = None
@@ -93,13 +98,14 @@ def normalize(sink: UOp):
   """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals).
   `buffers` lists every realized buffer the graph reaches, in the order of `sink.toposort()` (slot i is
   buffers[i]), those under a node realized before included: they are what the result is computed from."""
-  outs, buffers, var_vals = normalize_outputs(list(sink.src), sink.toposort()[:-1])
+  outs, buffers, var_vals, _ = normalize_outputs(list(sink.src), sink.toposort()[:-1])
   return UOp.sink(*outs), buffers, var_vals
 
 
 def normalize_outputs(outs: list[UOp], order: list[UOp]):
   """normalize() of UOp.sink(*outs) without making that sink: `order` is its toposort less the sink itself. One
-  walk in that order maps each node to its normalized form (the substitution is done as it goes)."""
+  walk in that order maps each node to its normalized form (the substitution is done as it goes); that map is
+  returned last."""
   buffers, var_vals, slots = [], {}, {}
   outputs = set(outs)
   done: dict[UOp, UOp] = {}
@@ -114,14 +120,44 @@ def normalize_outputs(outs: list[UOp], order: list[UOp]):
     elif op is _BUFFER: done[n] = n if isinstance(n.arg, BufferSlot) else normalize_leaf(n, buffers, slots)
     elif op is _BIND:
       var, val = n.src[0], n.src[1].arg
-      if not var.arg[1] <= val <= var.arg[2]:
-        raise ValueError(f"variable {var.arg[0]}={val} is outside its range [{var.arg[1]}, {var.arg[2]}]")
-      var_vals[var.arg[0]] = val
+      _bind_value(var_vals, var, val)
       done[n] = var
     else:
       src = tuple(map(mapped, n.src))
-      done[n] = n if src == n.src else UOp(op, n.dtype, src, n.arg)   # (== compares the sources by identity)
-  return [done[o] for o in outs], buffers, var_vals
+      arg = n.arg
+      if op in _SIZED and (unbound := _unbound_arg(n)) is not None:    # symbolic sizes: their Variables unbound
+        arg, vals = unbound
+        for var, val in vals: _bind_value(var_vals, var, val)
+      done[n] = n if src == n.src and arg is n.arg else UOp(op, n.dtype, src, arg)   # (== compares sources by identity)
+  return [done[o] for o in outs], buffers, var_vals, done
+
+
+_SIZED = frozenset(MOVEMENT | {Ops.IOTA})   # ops whose arg may hold a symbolic size (compiler/shape.py)
+
+
+def _bind_value(var_vals: dict, var: UOp, val: int) -> None:
+  name = var.arg[0]
+  if not var.arg[1] <= val <= var.arg[2]:
+    raise ValueError(f"variable {name}={val} is outside its range [{var.arg[1]}, {var.arg[2]}]")
+  if var_vals.get(name, val) != val:
+    raise ValueError(f"variable {name} is bound to two values in one graph ({var_vals[name]} and {val})")
+  var_vals[name] = val
+
+
+def _unbound_arg(n: UOp):
+  """(n's arg with its Variables unbound, [(variable, value)]) where the arg holds a symbolic size, else None (cached
+  on the node)."""
+  d = n.__dict__
+  if "unbound_arg" in d: return d["unbound_arg"]
+  out = None
+  if sym.has_sym(n.arg):
+    vals = []
+    def collect(u):
+      vals.extend((b.src[0], b.src[1].arg) for b in u.toposort() if b.op is _BIND)
+      return sym.unbind(u)
+    out = (sym.map_arg(n.arg, collect), vals)
+  d["unbound_arg"] = out
+  return out
 
 
 def normalize_leaf(view: UOp, buffers: list, slots: dict) -> UOp:
@@ -181,10 +217,10 @@ def build_plan(sink: UOp) -> Plan:
       ref[m] = ("in", target.arg.index)
     else:
       ref[m] = ("new", len(new_buffers))
-      new_buffers.append((m.device, math.prod(m.shape), m.dtype))
+      new_buffers.append((m.device, sym.max_size(m.shape), m.dtype))   # a symbolic size: its largest
   def runs(item) -> bool:
     out = item.params[0]
-    return math.prod(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) != 0
+    return sym.max_size(out.shape if out.op is not Ops.BUFFER else (out.arg.size,)) != 0
   kernels = [item for item in sched.items if not isinstance(item, CopySpec) and runs(item)]
   programs = dict(zip(map(id, kernels), get_programs(progress(kernels, "compile kernels"))))
   steps = []
@@ -203,24 +239,27 @@ def build_plan(sink: UOp) -> Plan:
       node = out
       while node.op in MOVEMENT: node = node.src[0]
       outputs.append(("in", node.arg.index))
+  outs = set(sink.src)
+  inner = {m: ref[m] for m in sched.materialized if m not in outs}
   if DEBUG >= 2:
     print(f"schedule: {len(steps)} steps, {len(new_buffers)} new buffers")
     for prog, refs, meta in steps: print(f"  {meta['name']:30s} bufs={refs}")
-  return Plan(steps, new_buffers, outputs)
+  return Plan(steps, new_buffers, outputs, inner)
 
 
 def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   """Returns (ExecItems, one Buffer per output, the realized buffers the outputs are computed from, each output's
-  shape: the normalized output's, which the cached plan keeps, so a new graph's nodes need not work it out). A
-  schedule not in the cache is built on the compiler's deep-stack thread (compiler/deepstack.py): deep graphs
-  recurse deeply."""
+  shape: the normalized output's, which the cached plan keeps, so a new graph's nodes need not work it out, and the
+  graph nodes other than the outputs that the schedule materializes, each with the view that will hold its value:
+  [(node, view)]). A schedule not in the cache is built on the compiler's deep-stack thread
+  (compiler/deepstack.py): deep graphs recurse deeply."""
   global _device_epoch
   Device, Buffer, ExecItem = _runtime or _import_runtime()
   # the toposort of one output is its sink's less the sink (a sink of several: see UOp.toposort); `order`: the
   # caller's toposort of outs[0] (one output)
   if order is None: order = outs[0].toposort() if len(outs) == 1 else UOp.sink(*outs).toposort()[:-1]
-  try: outs, buffers, var_vals = normalize_outputs(outs, order)
-  except RecursionError: outs, buffers, var_vals = on_deep_stack(normalize_outputs, outs, order)
+  try: outs, buffers, var_vals, done = normalize_outputs(outs, order)
+  except RecursionError: outs, buffers, var_vals, done = on_deep_stack(normalize_outputs, outs, order)
   # plans are keyed by the normalized sink, or by the output itself when there is one (no SINK node to look up; a
   # tensor graph's output is never a SINK, so the two kinds of key never meet)
   key = outs[0] if len(outs) == 1 else UOp.sink(*outs)
@@ -241,7 +280,22 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   steps, out_at, shapes = plan.flat
   pool = buffers + [Buffer(dev, size, dt) for dev, size, dt in plan.new_buffers]
   items = [ExecItem(prog, [pool[i] for i in at], var_vals, meta) for prog, at, meta in steps]
-  return items, [pool[i] for i in out_at], buffers, shapes
+  inner = _inner_views(plan, done, pool, len(buffers)) if plan.inner else []
+  return items, [pool[i] for i in out_at], buffers, shapes, inner
+
+
+def _inner_views(plan: Plan, done: dict, pool: list, n_in: int) -> list:
+  """[(graph node, view)] for the graph nodes whose normalized form the plan materializes besides its outputs: an
+  assign is its target (a view of a realized buffer), any other node a view of its new buffer in its shape."""
+  out = []
+  for node, norm in done.items():
+    r = plan.inner.get(norm)
+    if r is None or node.base.op is _BUFFER: continue    # (a realized buffer read by a copy: it has its buffer)
+    if node.op is _ASSIGN: out.append((node, node.src[0])); continue
+    buf = pool[r[1] if r[0] == "in" else n_in + r[1]]
+    view = UOp(_BUFFER, buf.dtype, (), buf)
+    out.append((node, view if node.shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (view,), node.shape)))
+  return out
 
 
 _runtime: tuple | None = None    # (Device, Buffer, ExecItem) of hcq, imported on first use

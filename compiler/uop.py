@@ -153,7 +153,10 @@ class UOp:
     return self
 
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
-  def __repr__(self): return pretty(self)
+  def __repr__(self):
+    if self.dtype is dtypes.index and "render" in size_ops and _is_size(self):    # a symbolic size: start_pos[=5]+1
+      return size_ops["render"](self)
+    return pretty(self)
   def replace(self, **kw) -> UOp:
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
 
@@ -233,6 +236,11 @@ class UOp:
   __hash__ = object.__hash__
   def __eq__(self, other): return self is other
 
+  @property
+  def val(self) -> int:
+    """The value of a bound Variable, or of arithmetic on bound ones (a symbolic size: compiler/shape.py)."""
+    return size_ops["evaluate"](self)
+
   @staticmethod
   def variable(name: str, vmin: int, vmax: int) -> UOp:
     if not (isinstance(vmin, int) and isinstance(vmax, int) and vmin <= vmax):
@@ -241,6 +249,9 @@ class UOp:
 
 
 _cache_get = UOp._cache.get
+# Arithmetic on symbolic sizes in canonical form, and their printing (compiler/shape.py fills this when it is
+# imported: a lower module is handed the functions of a higher one, so the imports stay one-way)
+size_ops: dict = {}
 
 
 def _derive(root: UOp, name: str, compute) -> Any:
@@ -272,8 +283,15 @@ def _shape(u: UOp) -> tuple[int, ...]:
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): return ()
   if op is Ops.RESHAPE or op is Ops.EXPAND: return u.arg
   if op is Ops.PERMUTE: return tuple(u.src[0].shape[i] for i in u.arg)
-  if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg[0]))
-  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.PAD:
+    if any(isinstance(x, UOp) for x in u.src[0].shape) or any(isinstance(x, UOp) for p in u.arg[0] for x in p):
+      sadd = size_ops["add"]
+      return tuple(sadd(sadd(s, b), a) for s, (b, a) in zip(u.src[0].shape, u.arg[0]))
+    return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg[0]))
+  if op is Ops.SHRINK:
+    if any(isinstance(x, UOp) for p in u.arg for x in p):
+      return tuple(size_ops["sub"](e, b) for b, e in u.arg)
+    return tuple(e - b for b, e in u.arg)
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if op is Ops.ASSIGN: return u.src[0].shape
   if op is Ops.MULTI:
@@ -342,6 +360,15 @@ def _vrange(u: UOp) -> tuple:
     r = u.src[0].vrange
     return r if full[0] <= r[0] and r[1] <= full[1] else full
   return full
+
+
+_SIZE_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.NEG, Ops.MAX})
+
+
+def _is_size(u: UOp) -> bool:
+  """Is u a symbolic size: arithmetic on Variables only (no loop or thread index)?"""
+  order = u.toposort()
+  return len(order) < 64 and all(n.op in _SIZE_OPS for n in order) and any(n.op is Ops.DEFINE_VAR for n in order)
 
 
 def pretty(u: UOp, limit: int = 40) -> str:

@@ -42,6 +42,12 @@ def _in_float32(fn):
   return wrapper
 
 
+def _is_size(x) -> bool:
+  """A symbolic size (a bound Variable or arithmetic on one: compiler/shape.py), a UOp of dtype index."""
+  from baregrad.compiler.uop import UOp
+  return isinstance(x, UOp) and x.dtype is dtypes.index
+
+
 def _norm_dim(dim, ndim: int, op: str, shape=None, extra: int = 0) -> int:
   """Normalize a possibly negative dim into [0, ndim + extra); 0-d tensors accept 0 and -1."""
   if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
@@ -291,6 +297,7 @@ class ComposedOps:
       elif isinstance(it, (bool, np.bool_)):
         raise TypeError(f"boolean index {it!r} is not supported")
       elif isinstance(it, (int, np.integer)): items.append(int(it))
+      elif _is_size(it): items.append(it)     # a bound Variable (or arithmetic on one): an int index
       elif isinstance(it, (ComposedOps, list, tuple, np.ndarray)): items.append(("tensor", it))
       else: raise TypeError(f"unsupported index {it!r} of type {type(it).__name__}")
     if sum(it is Ellipsis for it in items) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
@@ -307,7 +314,9 @@ class ComposedOps:
         out.append(("none", None, None))
         continue
       size = self.shape[d]
-      if isinstance(it, int):
+      if _is_size(it) or (isinstance(it, slice) and any(_is_size(x) for x in (it.start, it.stop, it.step))):
+        out.append(self._symbolic_index_entry(it, size, d))
+      elif isinstance(it, int):
         if not -size <= it < size:
           raise IndexError(f"index {it} is out of range for dim {d} with size {size} (shape {self.shape})")
         out.append(("int", it + size if it < 0 else it, d))
@@ -319,6 +328,19 @@ class ComposedOps:
       d += 1
     return out
 
+  def _symbolic_index_entry(self, it, size, d: int):
+    """An index entry with a symbolic position: x[p] (an int index) or x[s:e] (step 1). Positions are offsets from
+    the start (a symbolic one is never counted from the end) and must lie inside the dim for every value of their
+    Variables: shrink checks that."""
+    from baregrad.compiler import shape as sym
+    if _is_size(it): return ("int", it, d)
+    if it.step not in (None, 1): raise ValueError(f"a slice with a symbolic bound needs step 1, got {it!r} (dim {d})")
+    start = 0 if it.start is None else it.start
+    stop = size if it.stop is None else it.stop
+    if not _is_size(start) and start < 0: start += size
+    if not _is_size(stop) and stop < 0: stop += size
+    return ("slice", (sym.canonical(start), 1, sym.ssub(stop, start)), d)
+
   def _basic_index(self, entries):
     """Apply the int/slice part of an index; tensor-indexed dims stay whole. Returns (x, kept_shape)."""
     x, shrink, flips, strides = self, [], [], []
@@ -326,12 +348,13 @@ class ComposedOps:
       if kind == "int": shrink.append((val, val + 1))
       elif kind == "slice":
         start, step, n = val
-        if n == 0: shrink.append((0, 0))
+        if _is_size(n) or _is_size(start): shrink.append((start, start + n))     # symbolic: step 1
+        elif n == 0: shrink.append((0, 0))
         elif step > 0: shrink.append((start, start + (n - 1) * step + 1))
         else:
           shrink.append((start + (n - 1) * step, start + 1))
           flips.append(d)
-        if n > 1 and abs(step) > 1: strides.append((d, abs(step), n))
+        if abs(step) > 1 and n > 1: strides.append((d, abs(step), n))
       elif kind == "tensor": shrink.append(None)
     if any(s is not None and s != (0, self.shape[i]) for i, s in enumerate(shrink)): x = x.shrink(shrink)
     if flips: x = x.flip(*flips)
@@ -401,7 +424,16 @@ class ComposedOps:
     elif _is_scalar(value): v = self._scalar(value, self.dtype)
     else: v = type(self)(value, dtype=self.dtype, device=self.device)
     if any(kind == "tensor" for kind, _, _ in entries): new = self._scatter_gathered(index, v)
-    else: new = self._scatter_basic(entries, v)
+    elif any(kind == "slice" and abs(val[1]) > 1 and val[2] > 1 for kind, val, _ in entries):
+      new = self._scatter_basic(entries, v)     # every step-th element: the whole tensor, the others kept
+    else:
+      # ints, slices with step +-1, None, ...: the indexed elements are a view of this tensor's memory, written in
+      # place (only they are read and written)
+      self._write_target("setitem")      # this tensor's own value is computed first; a view of nothing is refused
+      view, kept = self._basic_index(entries)
+      v = self._broadcast_value(v, kept, f"tensor shape {self.shape}")
+      if math.prod(kept): view.reshape(*kept).assign(v)
+      return
     if new is not None: self.assign(new)
 
   def _masked_fill(self, mask, value):

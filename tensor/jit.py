@@ -18,7 +18,9 @@ from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.device import Device
 from baregrad.hcq.graph import GraphExecutor
 from baregrad.hcq.multigraph import MultiGraphExecutor
-from .tensor import Tensor, Variable, BoundVariable
+from baregrad.compiler import shape as sym
+from .tensor import Tensor, Variable, _is_realized
+from . import tensor as _tensor
 from . import multi as _multi
 
 
@@ -33,21 +35,23 @@ class jit:
     self.graph: GraphExecutor | None = None
     self.signature = None
     self.out_meta = None
+    self.range_checks: list = []      # (start, end, size) of symbolic views to check at each replay's values
     functools.update_wrapper(self, fn)
 
   def reset(self):
-    self.calls, self.graph, self.signature, self.out_meta = 0, None, None, None
+    self.calls, self.graph, self.signature, self.out_meta, self.range_checks = 0, None, None, None, []
 
   def _split(self, args, kwargs):
     tensors, var_vals, static = [], {}, []
     for k, a in list(enumerate(args)) + sorted(kwargs.items()):
       if isinstance(a, Tensor): tensors.append(a); static.append((k, "tensor"))
-      elif isinstance(a, BoundVariable): var_vals[a.var.name] = a.value; static.append((k, "var", a.var.name))
+      elif isinstance(a, UOp) and a.op is Ops.BIND:    # a bound Variable: its value is patched into the replay
+        var_vals[a.src[0].arg[0]] = a.src[1].arg; static.append((k, "var", a.src[0].arg[0]))
       else: static.append((k, "value", _freeze(a)))
     return tensors, var_vals, tuple(static)
 
   def _check(self, tensors, static):
-    sig = tuple((t.shape, t.dtype, t.device, _layout(t)) for t in tensors)
+    sig = tuple((tuple(sym.unbind(d) for d in t.shape), t.dtype, t.device, _layout(t)) for t in tensors)
     if self.signature is None:
       self.signature = (sig, static)
       return
@@ -81,10 +85,11 @@ class jit:
     if self.calls == 1:
       serial = Buffer.serial
       runtime.capturing = captured = []
+      _tensor.range_checks = self.range_checks = []
       try:
         out = _realize_outputs(self.fn(*args, **kwargs))
       finally:
-        runtime.capturing = None
+        runtime.capturing = _tensor.range_checks = None
       outs = _flatten(out)
       if not captured: raise JitError(f"jitted {self.fn.__name__} ran no kernels: nothing to capture")
       in_bufs = [b for t in tensors for b in t._buffers()]
@@ -94,10 +99,16 @@ class jit:
       self.out_meta = (_structure(out), [_out_meta(t) for t in outs])
       self.calls = 2
       return out
+    for start, end, size in self.range_checks:   # symbolic views that other values could take outside their tensor
+      b, e, n = (sym.evaluate(x, var_vals) for x in (start, end, size))
+      if not 0 <= b <= e <= n:
+        raise JitError(f"jitted {self.fn.__name__}: with {var_vals} a view [{sym.render(start)}, {sym.render(end)}) "
+                       f"is [{b}, {e}), outside its tensor's {n} elements; bind values that keep it inside")
     bufs = iter(self.graph.replay([b for t in tensors for b in t._buffers()], var_vals))
     structure, metas = self.out_meta
     outs = []
     for shape, layout in metas:
+      shape = tuple(sym.rebind(d, var_vals) for d in shape)     # a symbolic shape at this call's values
       if layout is None: outs.append(_tensor_from(next(bufs), shape)); continue
       axis, bounds, shard_shapes = layout
       views = [_tensor_from(next(bufs), s).uop for s in shard_shapes]
@@ -129,7 +140,11 @@ def _freeze(a):
 
 
 def _realize_outputs(out):
+  """Realize what a jitted function returns. An output that is a view of an input or of a weight (x.T, w[1:3]) becomes
+  a contiguous copy of it: a replay hands back buffers of its own, in the captured outputs' shapes."""
   ts = _flatten(out)
+  for t in ts:
+    if not isinstance(t.device, tuple) and not _is_realized(t.uop): t.uop = t.contiguous().uop
   if ts: Tensor.realize(*ts)
   return out
 

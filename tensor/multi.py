@@ -384,8 +384,8 @@ class Lowering:
     out = []
     for t, v in zip(target.shards, value.shards):
       base = t
-      while base.op is Ops.RESHAPE: base = base.src[0]
-      if self.reads_shifted is not None and base.op is Ops.BUFFER and self.reads_shifted(v, base.arg):
+      while base.op in MOVEMENT: base = base.src[0]
+      if self.reads_shifted is not None and base.op is Ops.BUFFER and self.reads_shifted(v, base.arg, t):
         v = UOp(Ops.CONTIGUOUS, v.dtype, (v,))
       out.append(UOp(Ops.ASSIGN, t.dtype, (t, v)))
     return Sharded(tuple(out), target.axis, target.bounds)

@@ -24,7 +24,7 @@ import numpy as np
 
 from baregrad.compiler.dtype import dtypes, to_dtype
 from baregrad.compiler.uop import Ops
-from .composite import ShapeError, _norm_dim, _is_scalar, sum_dtype
+from .composite import ShapeError, _norm_dim, _is_scalar, _is_size, sum_dtype
 
 # what torch.return_types gives: a tuple that also has .values and .indices
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -386,7 +386,7 @@ class SelectionOps:
   def _band(self, diagonal, op: str):
     """(row, col) index grids of the last two dims and the checked diagonal."""
     if self.ndim < 2: raise ShapeError(f"{op}: needs a tensor of at least 2 dims, got shape {tuple(self.shape)}")
-    diagonal = _int_arg(diagonal, "diagonal", op)
+    if not _is_size(diagonal): diagonal = _int_arg(diagonal, "diagonal", op)   # (a bound Variable may be one)
     rows = self._mask_dim(self.shape[-2], self.ndim - 2, self.ndim)
     cols = self._mask_dim(self.shape[-1], self.ndim - 1, self.ndim)
     return rows, cols, diagonal

@@ -7,6 +7,7 @@ import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
 from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promote, scalar_dtype, truncate
 from baregrad.compiler.schedule import create_schedule, realized, remember, forget
+from baregrad.compiler import shape as sym
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import _run_schedule
@@ -26,12 +27,24 @@ SPLIT_REDUCE = settings.SPLIT_REDUCE   # reductions this long into <= 64 outputs
 SPLIT_GROUPS = 256
 
 
-def _shape_args(shape: tuple, op: str) -> tuple[int, ...]:
+def _shape_args(shape: tuple, op: str) -> tuple:
+  """Sizes: ints, or symbolic sizes (a bound Variable, arithmetic on one: compiler/shape.py) in canonical form."""
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  out = []
   for s in shape:
+    if isinstance(s, UOp) and s.dtype is dtypes.index: out.append(sym.canonical(s)); continue
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
-      raise TypeError(f"{op}: shape entries must be ints, got {shape!r}")
-  return tuple(int(s) for s in shape)
+      raise TypeError(f"{op}: shape entries must be ints (or bound Variables), got {shape!r}")
+    out.append(int(s))
+  return tuple(out)
+
+
+def _sint(x, op: str):
+  """An int or a symbolic size given as an offset or a size."""
+  if isinstance(x, UOp) and x.dtype is dtypes.index: return sym.canonical(x)
+  if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+    raise TypeError(f"{op}: expected an int (or a bound Variable), got {x!r}")
+  return int(x)
 
 
 def _fmt(shape) -> str: return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
@@ -44,23 +57,36 @@ def _np_to_bf16_bits(a: np.ndarray) -> np.ndarray:
 
 
 class Variable:
-  """A symbolic integer in [min, max]; `v.bind(value)` gives a value usable like a Python int in Tensor ops.
-  Kernels take it as an argument, so other values need no recompiling (and a jitted function replays)."""
+  """A symbolic integer in [min, max]. `v.bind(value)` gives a bound variable: use it (or arithmetic on it,
+  `start_pos + 1`) wherever an int goes: as a value in Tensor ops, or as a size or an offset (shrink, pad, reshape,
+  expand, slicing, arange/full/zeros). Kernels take its value as an argument and are compiled once for every value
+  in [min, max]; a jitted function called with another value replays its kernels (compiler/shape.py)."""
   def __init__(self, name: str, min_val: int, max_val: int):
+    if not isinstance(name, str) or not name.isidentifier():
+      raise ValueError(f"Variable name must be an identifier, got {name!r}")
     self.uop = UOp.variable(name, min_val, max_val)
     self.name, self.min, self.max = name, min_val, max_val
-  def bind(self, value: int) -> "BoundVariable":
+  def bind(self, value: int) -> UOp:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+      raise TypeError(f"Variable {self.name}: bind takes an int, got {value!r}")
     if not self.min <= value <= self.max:
       raise ValueError(f"Variable {self.name}={value} is outside its range [{self.min}, {self.max}]")
-    return BoundVariable(self, int(value))
+    return UOp(Ops.BIND, dtypes.index, (self.uop, UOp.const(dtypes.index, int(value))))
   def __repr__(self): return f"Variable({self.name!r}, {self.min}, {self.max})"
 
 
-class BoundVariable:
-  def __init__(self, var: Variable, value: int): self.var, self.value = var, value
-  def tensor(self, device: str) -> "Tensor":
-    return Tensor(UOp(Ops.BIND, dtypes.index, (self.var.uop, _const(self.value, dtypes.index, device)))).cast(dtypes.int32)
-  def __repr__(self): return f"{self.var.name}={self.value}"
+def _sym_tensor(x: UOp, device) -> "Tensor":
+  """A symbolic size (arithmetic on bound Variables) as an int32 scalar tensor on `device`."""
+  done: dict[UOp, UOp] = {}
+  for n in x.toposort():
+    if n.op is Ops.BIND: done[n] = UOp(Ops.BIND, dtypes.index, (n.src[0], _const(n.src[1].arg, dtypes.index, device)))
+    elif n.op is Ops.CONST: done[n] = _const(n.arg, dtypes.index, device)
+    elif n.op is Ops.DEFINE_VAR: continue
+    elif n.op is Ops.BIND or any(s not in done for s in n.src):
+      raise ValueError(f"a Variable must be bound (v.bind(k)) to be used as a value, got {x}")
+    else: done[n] = UOp(n.op, n.dtype, tuple(done[s] for s in n.src), n.arg)
+  if x not in done: raise ValueError(f"a Variable must be bound (v.bind(k)) to be used as a value, got {x}")
+  return Tensor(done[x]).cast(dtypes.int32)
 
 
 class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
@@ -107,7 +133,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     return self.uop.device
   @property
   def ndim(self) -> int: return len(self.shape)
-  def numel(self) -> int: return math.prod(self.shape)
+  def numel(self) -> int:
+    """The number of elements (symbolic where a dim is)."""
+    return sym.sprod(self.shape)
   def element_size(self) -> int: return self.dtype.itemsize
   def nbytes(self) -> int: return self.numel() * self.dtype.itemsize
   def size(self, dim=None):
@@ -122,8 +150,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   # ---------------- creation ----------------
   @staticmethod
   def full(shape, fill_value, dtype=None, device=None) -> Tensor:
-    shape = _shape_args((shape,) if isinstance(shape, int) else tuple(shape), "full")
-    if any(s < 0 for s in shape): raise ValueError(f"full: negative dimension in shape {_fmt(shape)}")
+    shape = _shape_args((shape,) if isinstance(shape, (int, UOp)) else tuple(shape), "full")
+    if any(sym.vmin(s) < 0 for s in shape): raise ValueError(f"full: negative dimension in shape {_fmt(shape)}")
     dev = _device_arg(device)
     dt = to_dtype(dtype) if dtype is not None else scalar_dtype(fill_value)
     t = Tensor(_const(fill_value, dt, dev))
@@ -143,6 +171,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if isinstance(dev, tuple):
       return Tensor(_multi.multi_uop([Tensor.empty(*shape, dtype=dt, device=d).uop for d in dev], None, None))
     if dt == dtypes.float64: require_float64(dev, "empty")
+    if any(isinstance(s, UOp) for s in shape):
+      raise TypeError(f"empty: a symbolic shape {_fmt(shape)} is not supported (use zeros or full)")
     buf = Buffer(dev, math.prod(shape), dt)
     return Tensor(UOp(Ops.BUFFER, dt, (), buf)).reshape(shape)
 
@@ -150,6 +180,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
+    if any(isinstance(v, UOp) for v in (start, stop, step)):
+      return Tensor._symbolic_arange(start, stop, step, dtype, device)
     n = max(0, math.ceil((stop - start) / step))
     all_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
     dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
@@ -160,6 +192,20 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if not dt.is_int: idx = idx.cast(dt)
     out = idx * step if step != 1 else idx
     return (out + start if start != 0 else out).cast(dt)
+
+  @staticmethod
+  def _symbolic_arange(start, stop, step, dtype, device) -> Tensor:
+    """arange(start, stop) with a symbolic start or stop (step 1): stop - start integers."""
+    if isinstance(step, UOp) or step != 1: raise ValueError(f"arange: a symbolic range needs step 1, got step {step}")
+    start, stop = _sint(start, "arange"), _sint(stop, "arange")
+    n = sym.ssub(stop, start)
+    if sym.vmin(n) < 0: raise ValueError(f"arange: stop {stop} may be less than start {start}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
+    dev = _device_arg(device)
+    idx = Tensor(UOp(Ops.IOTA, dt if dt.is_int else dtypes.int32, (UOp(Ops.DEVICE, None, (), dev),), n))
+    if not dt.is_int: idx = idx.cast(dt)
+    if isinstance(start, UOp): return (idx + _sym_tensor(start, dev).cast(idx.dtype)).cast(dt)
+    return (idx + start if start != 0 else idx).cast(dt)
 
   @staticmethod
   def manual_seed(seed: int = 0):
@@ -193,21 +239,24 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     (tinygrad's form, e.g. reshape(None, -1) flattens all but the first dim)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
     if any(s is None for s in shape):
-      if len(shape) > self.ndim:
-        raise ShapeError(f"reshape: None keeps a dim of shape {_fmt(self.shape)}, but {shape!r} has more entries")
+      if any(s is None and i >= self.ndim for i, s in enumerate(shape)):
+        raise ShapeError(f"reshape: None keeps the dim at its place in shape {_fmt(self.shape)}, but {shape!r} has None "
+                         f"past its {self.ndim} dims")
       shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     shape = _shape_args(shape, "reshape")
-    if shape.count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
-    if -1 in shape:
-      known = math.prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known != 0:
+    if sum(1 for s in shape if not isinstance(s, UOp) and s == -1) > 1:
+      raise ValueError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
+    if any(not isinstance(s, UOp) and s == -1 for s in shape):
+      known = sym.sprod(s for s in shape if isinstance(s, UOp) or s != -1)
+      rest = sym.sdiv_exact(self.numel(), known) if not (isinstance(known, int) and known == 0) else None
+      if rest is None:
         raise ShapeError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) "
                          f"into {_fmt(shape)}")
-      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if any(s < 0 for s in shape): raise ValueError(f"reshape: negative dimension in {_fmt(shape)}")
-    if math.prod(shape) != self.numel():
+      shape = tuple(rest if not isinstance(s, UOp) and s == -1 else s for s in shape)
+    if any(sym.vmin(s) < 0 for s in shape): raise ValueError(f"reshape: negative dimension in {_fmt(shape)}")
+    if sym.sprod(shape) != self.numel():
       raise ShapeError(f"reshape: cannot reshape tensor of shape {_fmt(self.shape)} ({self.numel()} elements) into "
-                       f"{_fmt(shape)} ({math.prod(shape)} elements)")
+                       f"{_fmt(shape)} ({sym.sprod(shape)} elements)")
     if shape == self.shape: return self
     src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
     return Tensor(src if src.shape == shape else UOp(Ops.RESHAPE, self.dtype, (src,), shape))
@@ -225,12 +274,13 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def expand(self, *shape) -> Tensor:
     if shape == self.shape or (len(shape) == 1 and shape[0] == self.shape): return self
     shape = _shape_args(shape, "expand")
+    if shape == self.shape: return self
     if len(shape) < self.ndim:
       raise ShapeError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)} (fewer dims)")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
-    new = tuple(s if s != -1 else o for s, o in zip(shape, x.shape))
+    new = tuple(s if isinstance(s, UOp) or s != -1 else o for s, o in zip(shape, x.shape))
     for s, o in zip(new, x.shape):
-      if o != s and o != 1:
+      if o is not s and o != s and not (not isinstance(o, UOp) and o == 1):
         raise ShapeError(f"expand: cannot expand shape {_fmt(self.shape)} to {_fmt(shape)}")
     if new == x.shape: return x
     return Tensor(UOp(Ops.EXPAND, self.dtype, (x.uop,), new))
@@ -242,6 +292,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     edge, "replicate" repeats the edge, "circular" wraps around (SpatialOps._pad_edges). Amounts are relative to
     this tensor: a crop removes its own elements, never the other side's padding."""
     padding = tuple(padding)
+    if _symbolic_pads(padding) or any(isinstance(d, UOp) for d in self.shape):
+      return self._symbolic_pad(padding, mode, value)
     if padding and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in padding):
       if len(padding) % 2 or len(padding) > 2 * self.ndim:
         raise ValueError(f"pad: flat padding {padding} needs an even number of ints, at most 2 per dim of shape "
@@ -267,14 +319,29 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     elif any(b or a for b, a in grow): x = Tensor(UOp(Ops.PAD, self.dtype, (self.uop,), (grow, truncate(value, self.dtype))))
     return x.shrink([(max(-b, 0), n - max(-a, 0)) for (b, a), n in zip(pads, x.shape)])
 
+  def _symbolic_pad(self, padding, mode, value) -> Tensor:
+    """pad with a symbolic amount or on a symbolic dim: (before, after) pairs per dim, amounts >= 0, constant mode."""
+    if mode != "constant": raise ValueError(f"pad: mode {mode!r} with symbolic sizes is not supported (constant only)")
+    if len(padding) != self.ndim or not all(p is None or len(p) == 2 for p in padding):
+      raise ValueError(f"pad: with symbolic sizes, give one (before, after) pair per dim of shape {_fmt(self.shape)}")
+    pads = tuple((0, 0) if p is None else (_sint(p[0], "pad"), _sint(p[1], "pad")) for p in padding)
+    if any(sym.vmin(x) < 0 for p in pads for x in p):
+      raise ValueError(f"pad: symbolic padding {pads} may be negative (crop with shrink instead)")
+    if all(not isinstance(x, UOp) and x == 0 for p in pads for x in p): return self
+    return Tensor(UOp(Ops.PAD, self.dtype, (self.uop,), (pads, truncate(value, self.dtype))))
+
   def shrink(self, arg) -> Tensor:
     arg = tuple(arg)
     if len(arg) != self.ndim:
       raise ValueError(f"shrink: need one (start, end) pair per dim of shape {_fmt(self.shape)}, got {arg}")
-    rng = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
-    for (b, e), s in zip(rng, self.shape):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink: range {rng} is outside shape {_fmt(self.shape)}")
-    if all(r == (0, s) for r, s in zip(rng, self.shape)): return self
+    rng = tuple((0, s) if a is None else (_sint(a[0], "shrink"), _sint(a[1], "shrink")) for a, s in zip(arg, self.shape))
+    if any(isinstance(x, UOp) for r in rng for x in r) or any(isinstance(s, UOp) for s in self.shape):
+      _check_symbolic_range(rng, self.shape)
+    else:
+      for (b, e), s in zip(rng, self.shape):
+        if not 0 <= b <= e <= s: raise ValueError(f"shrink: range {rng} is outside shape {_fmt(self.shape)}")
+    if all(not isinstance(b, UOp) and b == 0 for b, _ in rng) and all(e is s or e == s for (_, e), s in zip(rng, self.shape)):
+      return self
     return Tensor(UOp(Ops.SHRINK, self.dtype, (self.uop,), rng))
 
   def flip(self, *axis) -> Tensor:
@@ -329,8 +396,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
           raise OverflowError(f"Python int {other} does not fit an integer dtype together with {self.dtype.name}; "
                               "use a float or cast the tensor")
         dt = to_dtype(wide.name)
-    elif isinstance(other, BoundVariable):
-      other = other.tensor(self.device)
+    elif isinstance(other, UOp) and other.dtype is dtypes.index:    # a bound Variable, or arithmetic on one
+      other = _sym_tensor(other, self.device)
       dt = weak_promote(self.dtype, 1)
     elif isinstance(other, (list, np.ndarray)):
       other = Tensor(other, device=self.device)
@@ -539,8 +606,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
     axes = self._reduce_axes(axis, op.name.lower())
     if not axes: return self
-    reduced = math.prod(self.shape[a] for a in axes)
-    if reduced >= SPLIT_REDUCE and self.numel() // max(reduced, 1) <= 64 and not isinstance(self.device, tuple):
+    reduced = sym.sprod(self.shape[a] for a in axes)
+    if isinstance(reduced, int) and isinstance(self.numel(), int) and reduced >= SPLIT_REDUCE and \
+       self.numel() // max(reduced, 1) <= 64 and not isinstance(self.device, tuple):
       out = self._split_reduce(op, axes, reduced)
     else:
       out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
@@ -692,21 +760,22 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     tensors = [self, *others]
     if _pending_assigns:   # lazy assigns run with the next realize, so later graphs read the written buffer
       ids = {id(t) for t in tensors}
-      tensors += [t for t in (r() for r in _pending_assigns) if t is not None and id(t) not in ids]
+      tensors += [t for t in _pending_assigns if id(t) not in ids and not _settled(t.uop)]
       _pending_assigns.clear()
-    pending = [t for t in tensors if not _is_realized(t.uop)]
+    pending = [t for t in tensors if not _settled(t.uop)]
     if pending:
       uops, lowered, order = _lowered(pending)
-      items, bufs, inputs, shapes = create_schedule(uops, order)
+      items, bufs, inputs, shapes, inner = create_schedule(uops, order)
       del order
       if items: _run_schedule(items, False)     # (run_schedule less taking Device.lock: held here)
-      views = []
-      for buf, shape in zip(bufs, shapes):
-        view = UOp(Ops.BUFFER, buf.dtype, (), buf)
-        views.append(UOp(Ops.RESHAPE, buf.dtype, (view,), shape) if shape != (buf.size,) else view)
+      views = [_output_view(u, buf, shape) for u, buf, shape in zip(uops, bufs, shapes)]
       # each graph node realized here is recorded with its view (remember) if it outlives the realize: a later graph
-      # that holds it reads the buffer. The common eager temporary, `(x * y + 1).realize()`, is gone by then.
+      # that holds it reads the buffer. The common eager temporary, `(x * y + 1).realize()`, is gone by then. So are
+      # the intermediates the schedule materialized (`inner`: a contiguous(), a reduce read through a broadcast)
+      # unless a Tensor still holds them: then a later realize loads them instead of computing them again.
       records = [(_weakref(u), view) for u, view in zip(uops, views)]
+      records += [(_weakref(n), view) for n, view in inner]
+      del inner
       it = iter(views)
       for t, low in zip(pending, lowered):   # a tensor on several devices: a MULTI of its shards' buffers
         view = next(it) if low is None else _multi.multi_uop([next(it) for _ in low.shards], low.axis, low.bounds)
@@ -718,11 +787,13 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     return self
 
   def _buffer(self) -> Buffer:
+    """The buffer holding this tensor (realizing it); for a view of a realized tensor (a slice, a transpose), the
+    buffer it views."""
     if isinstance(self.device, tuple):
       raise ValueError(f"{self!r} is on several devices: it has one buffer per device (_buffers())")
     self.realize()
     node = self.uop
-    while node.op is Ops.RESHAPE: node = node.src[0]
+    while node.op in MOVEMENT: node = node.src[0]
     return node.arg
 
   def _buffers(self) -> list[Buffer]:
@@ -740,17 +811,22 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       out = np.empty(self.shape, dtype=parts[0].dtype)
       for p, (b, e) in zip(parts, bounds): out[(slice(None),) * axis + (slice(b, e),)] = p
       return out
-    buf = self._buffer()
+    # a view of a realized tensor stays a view (writes through it reach the tensor): its elements are read from a
+    # contiguous copy made for the read
+    buf = (self if _is_realized(self.uop) or not _settled(self.uop) else self.contiguous())._buffer()
+    # a symbolic shape at the values its Variables are bound to (its buffer is sized for their largest values)
+    shape = tuple(sym.evaluate(d) for d in self.shape)
+    n = math.prod(shape)
     if self.dtype == dtypes.bfloat16:
-      bits = np.empty(self.numel(), dtype=np.uint16)
+      bits = np.empty(buf.size, dtype=np.uint16)
       if bits.size: buf.copyout(memoryview(bits))
-      return (bits.astype(np.uint32) << 16).view(np.float32).reshape(self.shape)
-    out = np.empty(self.numel(), dtype=self.dtype.np)
+      return (bits[:n].astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    out = np.empty(buf.size, dtype=self.dtype.np)
     if out.size: buf.copyout(memoryview(out.view(np.uint8)))
-    return out.reshape(self.shape)
+    return out[:n].reshape(shape)
 
   def item(self):
-    if self.numel() != 1:
+    if sym.evaluate(self.numel()) != 1:
       raise ValueError(f"item() needs a tensor with one element, got shape {_fmt(self.shape)} ({self.numel()} elements)")
     return self.numpy().reshape(()).item()
   def tolist(self): return self.numpy().tolist()
@@ -787,7 +863,11 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     return Tensor(_multi.multi_uop(parts, axis, bounds))
 
   def assign(self, other) -> Tensor:
-    """Write other's values into this tensor's buffer (the buffer, and every view of it, changes)."""
+    """Write other's values into this tensor's memory: its buffer, or for a view of a realized tensor (a slice,
+    shrink, reshape, permute or flip of it, and views of those) the elements it views in the buffer under it, which
+    the viewed tensor and every other view of it then show, as in PyTorch. A view that does not map each element to
+    a place of its own (an expand, a padded region) is refused, as is a view of a tensor not computed yet (it has no
+    memory to write through: realize that tensor first)."""
     other = other if isinstance(other, Tensor) else Tensor(_const(other, self.dtype, self.device))
     if other.shape != self.shape:
       if Tensor._broadcast_shape(other.shape, self.shape) != self.shape:
@@ -795,14 +875,44 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       other = other.expand(self.shape)
     if other.device != self.device:
       raise ValueError(f"assign: value is on {other.device}, tensor on {self.device}")
-    self.realize()
+    # earlier assigns run first (one of them may read the memory this one writes: clone() then a write)
+    if _pending_assigns: _pending_assigns[0].realize()
+    target = self._write_target("assign")
     value = other.cast(self.dtype)
-    for buf in self._buffers(): forget(buf)
+    bases = _view_bases(target)
+    for base in bases: forget(base.arg)
     # (on several devices, tensor/multi.py checks each device's part when it lowers the assign)
-    if not isinstance(self.device, tuple) and _reads_shifted(value.uop, self._buffer()): value = value.contiguous()
-    self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
-    _pending_assigns.append(weakref.ref(self))
+    if not isinstance(self.device, tuple) and _reads_shifted(value.uop, bases[0].arg, target): value = value.contiguous()
+    self.uop = UOp(Ops.ASSIGN, self.dtype, (target, value.uop))
+    _pending_assigns.append(self)
     return self
+
+  def _write_target(self, op: str) -> UOp:
+    """The view of realized memory that writing into this tensor writes: this tensor's own buffer (computing it
+    first where it is a value of its own: a result, a constant, a broadcast of one) or the buffer it views."""
+    chain, base = _view_chain(self.uop)
+    if base.op is Ops.ASSIGN or (base.op is not Ops.BUFFER and base in realized):
+      # an assign (run now if pending) or a result realized before: the view of its buffer stands in for it
+      if base not in realized: _wrap(base).realize()
+      base = realized[base]
+      for n in reversed(chain): base = n.replace(src=(base,))
+      chain, base = _view_chain(base)
+    if not _view_of_memory(base):
+      if any(n.op not in (Ops.RESHAPE, Ops.EXPAND) for n in chain):
+        kind = next(n.op.name.lower() for n in chain if n.op not in (Ops.RESHAPE, Ops.EXPAND))
+        raise ValueError(f"{op}: this tensor (shape {_fmt(self.shape)}) is a view ({kind}) of a tensor that is not "
+                         f"in memory yet ({base.op.name.lower()} of shape {_fmt(base.shape)}), so there is nothing to "
+                         f"write through; realize the tensor it views first (.realize()), then write into the view")
+      self.realize()       # a value of this tensor's own (a constant, a broadcast of one, a result): its own buffer
+      chain, base = _view_chain(self.uop)
+    for n in chain:
+      if (n.op is Ops.EXPAND and any(a != b for a, b in zip(n.src[0].shape, n.arg))) or \
+         (n.op is Ops.PAD and any(b or a for b, a in n.arg[0])):
+        what = "a broadcast (expand)" if n.op is Ops.EXPAND else "a padded region (pad)"
+        raise ValueError(f"{op}: this tensor (shape {_fmt(self.shape)}) is {what} of shape {_fmt(n.src[0].shape)}: "
+                         f"several of its elements are one element of memory, or none; write into the tensor it "
+                         f"views, or into a .contiguous() copy")
+    return self.uop if not chain or chain[0] is self.uop else chain[0]
 
 
 # ---------------- helpers ----------------
@@ -812,6 +922,8 @@ _grad_mode = threading.local()     # no_grad() is per thread (as torch's), so on
 def _no_grad_depth() -> int: return getattr(_grad_mode, "no_grad_depth", 0)
 
 
+# tensors with an assign not run yet, kept until the next realize runs it: a write through a view must happen even when
+# nothing holds the view any more (`x[1:3].assign(y)` as a statement; setitem's view is its own temporary)
 _pending_assigns: list = []
 # the tensors with requires_grad, by id: a WeakSet would compare members with Tensor.__eq__, which is elementwise
 # (a lazy Tensor whose truth value realizes it, and raises for more than one element)
@@ -903,6 +1015,66 @@ def _wrap(u: UOp) -> Tensor:
 _new_tensor = object.__new__
 
 
+def _output_view(u: UOp, buf: Buffer, shape: tuple) -> UOp:
+  """What a realized output is: the view an assign wrote through, or its own buffer in its shape (a symbolic shape
+  with the values u was built with: the schedule's `shape` has the Variables unbound)."""
+  if u.op is Ops.ASSIGN: return u.src[0]
+  if any(isinstance(d, UOp) for d in shape): shape = u.shape
+  view = UOp(Ops.BUFFER, buf.dtype, (), buf)
+  return UOp(Ops.RESHAPE, buf.dtype, (view,), shape) if shape != (buf.size,) else view
+
+
+def _symbolic_pads(padding) -> bool:
+  return any(isinstance(x, UOp) for p in padding if isinstance(p, (tuple, list)) for x in p) or \
+    any(isinstance(p, UOp) for p in padding)
+
+
+# While a jitted function is captured (tensor/jit.py), the symbolic ranges that only some values of their Variables
+# keep inside the tensor: [(start, end, size)]. Each replay checks them at its values before it runs.
+range_checks: list | None = None
+
+
+def _check_symbolic_range(rng, shape) -> None:
+  """A shrink with symbolic bounds lies inside the shape at the values its Variables are bound to now. A range that
+  some other value in the Variables' [min, max] would take outside (the cache read `[0, start_pos + seqlen)` at the
+  largest start_pos) is noted for a jit capture, whose replays check it at their values."""
+  for (b, e), s in zip(rng, shape):
+    try: ok = 0 <= sym.evaluate(b) <= sym.evaluate(e) <= sym.evaluate(s)
+    except ValueError: ok = True        # an unbound Variable: only its range is checked
+    if ok and sym.vmin(b) >= 0 and sym.vmax(e) <= sym.vmin(s): continue
+    if ok and range_checks is not None: range_checks.append((sym.unbind(b), sym.unbind(e), sym.unbind(s))); continue
+    if ok: continue
+    raise ValueError(f"shrink: range {rng} is outside shape {_fmt(shape)} at the values its Variables are bound to")
+
+
+def _view_chain(u: UOp) -> tuple[list[UOp], UOp]:
+  """The movement ops from u down (u first) and the node under them."""
+  chain = []
+  while u.op in MOVEMENT: chain.append(u); u = u.src[0]
+  return chain, u
+
+
+def _view_of_memory(base: UOp) -> bool:
+  """Is `base` (a node under any movement ops) realized memory: a buffer, or on several devices one per device?"""
+  if base.op is Ops.MULTI: return all(_view_of_memory(_view_chain(s)[1]) for s in base.src)
+  return base.op is Ops.BUFFER
+
+
+def _view_bases(u: UOp) -> list[UOp]:
+  """The BUFFER nodes under a view of realized memory (one per device for a tensor on several devices)."""
+  base = _view_chain(u)[1]
+  if base.op is Ops.MULTI: return [b for s in base.src for b in _view_bases(s)]
+  return [base]
+
+
+def _settled(u: UOp) -> bool:
+  """Nothing to compute: u is realized, or a view of a realized tensor on one device (it stays a view, so that
+  writing through it reaches the tensor it views; a tensor on several devices is realized into its MULTI form)."""
+  if u.op is Ops.MULTI: return all(_is_realized(s) or _settled(s) for s in u.src)
+  while u.op in MOVEMENT: u = u.src[0]
+  return u.op is Ops.BUFFER
+
+
 def _is_realized(u: UOp) -> bool:
   if u.op is Ops.MULTI: return all(_is_realized(s) for s in u.src)
   while u.op is Ops.RESHAPE: u = u.src[0]
@@ -967,11 +1139,15 @@ def _from_numpy(data, dtype: DType | None, device: str) -> UOp:
   return u if arr.shape == (host.size,) else UOp(Ops.RESHAPE, dtype, (u,), tuple(arr.shape))
 
 
-def _reads_shifted(value: UOp, buf: Buffer) -> bool:
-  """Does `value` read `buf` through a view that moves elements (so writing in place would be a hazard)?"""
+def _reads_shifted(value: UOp, buf: Buffer, target: UOp | None = None) -> bool:
+  """Does `value` read `buf` through a view that moves elements (so writing in place would be a hazard)? Reading the
+  assign's own `target` view is reading each element where it is written."""
   state: dict[UOp, int] = {}   # 0 no, 1 reads at the same index, 2 reads elsewhere
+  # the buffer read whole (through reshapes only) is read where a target that is a reshape of it writes
+  whole = 1 if target is None or all(n.op is Ops.RESHAPE for n in _view_chain(target)[0]) else 2
   for n in value.toposort():
-    if n.op is Ops.BUFFER: state[n] = 1 if n.arg is buf else 0
+    if n is target: state[n] = 1
+    elif n.op is Ops.BUFFER: state[n] = whole if n.arg is buf else 0
     elif not n.src: state[n] = 0
     else:
       s = max(state[x] for x in n.src)
