@@ -15,7 +15,7 @@ from .pattern import substitute
 
 @dataclass(frozen=True)
 class Opt:
-  op: str          # "UPCAST" | "UNROLL" | "THREAD" | "SWAP" | "PADTO"; GPU only (compiler/gpu.py): "LOCAL" | "GROUP" |
+  op: str          # "UPCAST" | "UNROLL" | "REDUCE_LANES" | "THREAD" | "SWAP" | "PADTO"; GPU only (compiler/gpu.py): "LOCAL" | "GROUP" |
                    # "GROUPTOP" | "STAGE"
   axis: int        # index into the kernel's current global axes, outermost first (UNROLL: its reduce axes)
   amount: int = 0  # lanes / unrolled iterations / threads / the other axis for SWAP / the multiple for PADTO
@@ -70,8 +70,37 @@ def _unroll(ast: UOp, opt: Opt) -> UOp:
   return done[ast]
 
 
+def _reduce_lanes(ast: UOp, opt: Opt) -> UOp:
+  """REDUCE_LANES: a reduce axis splits into a loop and `amount` vector lanes, each lane summing its own part (an
+  accumulator per lane, in registers), the lanes summed once at the end: REDUCE(v, r) -> REDUCE(REDUCE(v, outer),
+  lane) with r = outer * amount + lane. A reduction whose operands are contiguous along the reduced axis (a matrix-
+  vector product x @ W.T reads W's rows in order) then runs as vector loads and vector multiply-adds. The sum is
+  taken in another order (per lane, then across lanes), as vectorized BLAS does."""
+  rl = reduce_ranges(ast)
+  if not 0 <= opt.axis < len(rl): raise OptError(f"{opt}: kernel has {len(rl)} reduce axes")
+  r, amt = rl[opt.axis], opt.amount
+  size = _size(r)
+  if amt < 2 or size % amt: raise OptError(f"{opt}: reduce axis of size {size} does not split by {amt}")
+  next_id = max(u.arg[0] for u in _ranges(ast)) + 1
+  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, amt),), (next_id, "upcast"))
+  outer = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // amt),), r.arg)
+  done: dict[UOp, UOp] = {r: outer * amt + lane if size != amt else lane}
+  for n in ast.toposort():
+    if n is r: continue
+    src = tuple(done[s] for s in n.src)
+    if n.op is Ops.REDUCE and r in n.src[1:]:
+      if n.arg not in (Ops.ADD, Ops.MAX): raise OptError(f"{opt}: a {n.arg} reduction keeps its order")
+      inner = tuple(outer if s is r else s for s in n.src[1:] if not (s is r and size == amt))
+      part = UOp(Ops.REDUCE, n.dtype, (src[0], *inner), n.arg) if inner else src[0]
+      done[n] = UOp(Ops.REDUCE, n.dtype, (part, lane), n.arg)
+      continue
+    done[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
+  return done[ast]
+
+
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
   if opt.op in ("UNROLL", "GROUP", "GROUPTOP", "STAGE"): return _unroll(ast, opt)
+  if opt.op == "REDUCE_LANES": return _reduce_lanes(ast, opt)
   gl = global_ranges(ast)
   if not 0 <= opt.axis < len(gl): raise OptError(f"{opt}: kernel has {len(gl)} global axes")
   r = gl[opt.axis]
@@ -170,8 +199,18 @@ def vector_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
   load and store that depends on the lanes walks them with stride 1, and every value that depends on them is float
   arithmetic, a comparison, bool logic or a select of one float dtype. Lanes it cannot vectorize are as many scalar
   copies of the body, which the C compiler vectorizes itself, slowly (seconds for a few hundred)."""
-  from .render_c import vector_renderable, VEC_DTYPES
-  try: ast = apply_opt(ast, Opt("UPCAST", axis, lanes))
+  return _lanes_vectorize(ast, Opt("UPCAST", axis, lanes))
+
+
+def reduce_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
+  """Whether the C renderer can run REDUCE_LANES(axis, lanes) as vector ops (the same rules as vector_lanes_ok; the
+  lanes may also load integers or float16 bits and convert them: a quantized or half-precision weight)."""
+  return _lanes_vectorize(ast, Opt("REDUCE_LANES", axis, lanes))
+
+
+def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
+  from .render_c import vector_renderable, VEC_DTYPES, INT_VEC_DTYPES
+  try: ast = apply_opt(ast, opt)
   except OptError: return False
   r = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda u: u.arg[0])
   strides = dict(_index_strides(ast))
@@ -187,6 +226,7 @@ def vector_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
     if u.op in (Ops.INDEX, Ops.STORE, Ops.SINK): continue
     elif u.dtype in (dtypes.index, dtypes.int32, dtypes.int64) and u.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD):
       continue   # index arithmetic (its strides are checked at the INDEX)
+    elif u.op is Ops.LOAD and opt.op == "REDUCE_LANES" and u.dtype in INT_VEC_DTYPES: continue
     elif u.op is Ops.LOAD or u.op is Ops.REDUCE:
       if u.dtype not in VEC_DTYPES or (u.op is Ops.REDUCE and u.arg not in (Ops.ADD, Ops.MUL, Ops.MAX)): return False
       dts.add(u.dtype)
@@ -282,10 +322,23 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
     cand = [i for i in range(len(gl)) if gl[i] in unit] or [len(gl) - 1]
     j = cand[-1]
     picks = {}
-    amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
-    vector = amt_j is not None and vector_lanes_ok(ast, j, amt_j)
+    # the widest lanes that divide the axis and that the renderer runs as vector ops (a packed operand's strips are
+    # as wide as one register: 8 floats with AVX2, whose lanes do not split further into 16)
+    amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0 and vector_lanes_ok(ast, j, a)), None)
+    vector = amt_j is not None
+    if amt_j is None: amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
-    if not vector:
+    rl = reduce_ranges(ast)
+    racc = next(u.dtype for u in reduces)
+    rlanes = (64 if has_avx512() else 32) // max(racc.itemsize, 4) if racc.is_float else 0
+    if not vector and rlanes and len(rl) >= 1 and _size(rl[-1]) % rlanes == 0 and \
+       reduce_lanes_ok(ast, len(rl) - 1, rlanes):
+      # the reduced axis is the contiguous one (a matrix-vector product x @ W.T reads W's rows in order): vector
+      # lanes along it, a few outputs per step sharing the other operand's loads (x); the weight streams once
+      opts.append(Opt("REDUCE_LANES", len(rl) - 1, rlanes))
+      k = next((k for k in reversed(range(len(gl))) if sizes[k] % 4 == 0), None)
+      if k is not None: picks[k] = 4
+    elif not vector:
       # lanes the C compiler must vectorize from scalar copies of the body (a strided operand, exp/log, integers):
       # a 4 x 4 tile (a few hundred copies of a fused body take clang and gcc seconds)
       if sizes[j] % 4 == 0: picks[j] = 4

@@ -53,13 +53,19 @@ def _bitcast(a: str, src: DType, dst: DType) -> str:
 
 VEC_DTYPES = (dtypes.float32, dtypes.float64)
 VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV, Ops.MAX, Ops.WHERE}
+# integer lanes a vector block may hold besides its float ones (and 16-bit floats as their storage bits): loaded,
+# combined with integer ops, converted to the float lanes (a quantized weight's bytes, a float16 weight's bits)
+INT_VEC_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+                  dtypes.uint64, dtypes.float16, dtypes.bfloat16)
+INT_VEC_OPS = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
 # bool values in a vector block are masks: signed integer vectors as wide as the float lanes, all ones where true
 # (what a vector comparison gives in GNU C, gcc and clang alike); a select is bitwise and/or through them
 MASK_OPS = {Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
 
 
 def vector_type(dt: DType, n: int) -> str:
-  return f"bg_{'f32' if dt == dtypes.float32 else 'f64'}x{n}"
+  if dt in VEC_DTYPES: return f"bg_{'f32' if dt == dtypes.float32 else 'f64'}x{n}"
+  return f"bg_{'u' if dt.is_unsigned or not dt.is_int else 'i'}{8 * dt.itemsize}x{n}"   # (16-bit floats: their bits)
 
 
 def mask_type(dt: DType, n: int) -> str:
@@ -71,9 +77,23 @@ def vector_renderable(op: Ops, dtype: DType, src_dtypes) -> bool:
   float arithmetic, comparisons and bool logic (masks), selects, bool -> float casts. compiler/opt.py asks this too,
   before it gives a kernel wide register tiles."""
   if op in MASK_OPS: return dtype.is_bool and all(d.is_bool or d in VEC_DTYPES for d in src_dtypes)
-  if op is Ops.CAST: return dtype in VEC_DTYPES and all(d.is_bool for d in src_dtypes)
+  if op is Ops.CAST:
+    if all(d.is_bool for d in src_dtypes): return dtype in VEC_DTYPES
+    # conversions between integer lanes, integers to floats, and a native float16 -> float32 (compiler/lower.py
+    # leaves that CAST only where the CPU converts them itself: F16C)
+    src = src_dtypes[0]
+    if src == dtypes.float16: return dtype == dtypes.float32
+    if src == dtypes.bfloat16: return dtype == dtypes.float32     # (lowered to integer lanes shifted into place)
+    return src in _INT_LANES and (dtype in VEC_DTYPES or dtype in _INT_LANES)
+  if op is Ops.BITCAST:
+    src = src_dtypes[0]
+    return src.itemsize == dtype.itemsize and all(d in VEC_DTYPES or d in INT_VEC_DTYPES for d in (src, dtype))
+  if op in INT_VEC_OPS and dtype in _INT_LANES: return all(d in _INT_LANES for d in src_dtypes)
   if op is Ops.WHERE: return dtype in VEC_DTYPES and src_dtypes[0].is_bool
   return op in VEC_OPS and dtype in VEC_DTYPES
+
+
+_INT_LANES = INT_VEC_DTYPES[:8]
 
 
 # Non-temporal stores: a kernel without reductions that writes at least this much streams its vector stores past the
@@ -185,6 +205,12 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
       terms, _ = index_linear(idx.src[1])
       return terms.get(r) == 1 and not any(t is not r and r in t.toposort() for t in terms)
 
+    loaded: dict[UOp, bool] = {}
+
+    def data(u: UOp) -> bool:     # a value computed from memory (not index arithmetic)
+      if u not in loaded: loaded[u] = u.op is Ops.LOAD or any(data(s) for s in u.src if s.op is not Ops.INDEX)
+      return loaded[u]
+
     users: dict[UOp, list[UOp]] = {}
     for u in body:
       for s in u.src: users.setdefault(s, []).append(u)
@@ -192,12 +218,15 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
     for u in body:
       if not dep(u): continue
       if u.op is Ops.INDEX: ok = contiguous(u)
-      elif u.dtype is not None and u.dtype in (dtypes.index, dtypes.int64, dtypes.int32) and u.op in (Ops.ADD, Ops.MUL):
+      elif (u.dtype is not None and u.dtype in (dtypes.index, dtypes.int64, dtypes.int32) and u.op in (Ops.ADD, Ops.MUL)
+            and not data(u)):
         # index arithmetic: rendered for lane 0, used only to address vector loads/stores
         ok = all(v.op in (Ops.ADD, Ops.MUL) and v.dtype == u.dtype or v.op is Ops.INDEX and v.src[1] is u
                  for v in users.get(u, []))
-      elif u.op is Ops.LOAD: ok = u.dtype in VEC_DTYPES and u.src[0].src[0].dtype == u.dtype; dts.add(u.dtype)
-      elif u.op in VEC_OPS | MASK_OPS | {Ops.CAST}:
+      elif u.op is Ops.LOAD:
+        ok = (u.dtype in VEC_DTYPES or u.dtype in INT_VEC_DTYPES) and u.src[0].src[0].dtype == u.dtype
+        if u.dtype in VEC_DTYPES: dts.add(u.dtype)
+      elif u.op in VEC_OPS | MASK_OPS | INT_VEC_OPS | {Ops.CAST, Ops.BITCAST}:
         ok = vector_renderable(u.op, u.dtype, [s.dtype for s in u.src])
         dts.update(d for d in [u.dtype, *(s.dtype for s in u.src)] if d in VEC_DTYPES)
       elif u.op is Ops.ACC_UPDATE:   # acc = acc op x (the step itself is ops of the body)
@@ -241,11 +270,32 @@ def kernel_attributes(program: list[UOp], alias: dict, statements: int) -> tuple
   return before.replace("'", '"') if gcc else "", "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif" if fused else ""
 
 
+class _NativeC:
+  """CRenderer.native_ops, worked out at first use (it asks the C compiler for F16C's builtins): exp2/log2/sin are
+  decomposed (freestanding: no libm); float16/bfloat16 are computed in float32, float16 converted with the
+  hardware's instructions where there are some (drivers/cpu/cc.py), else by bit operations."""
+  value = None
+
+  def __get__(self, obj, owner) -> Native:
+    if _NativeC.value is None:
+      from baregrad.drivers.cpu.cc import supports_float16
+      _NativeC.value = Native(float_ops=frozenset({Ops.FLOOR, Ops.MOD, Ops.FDIV}),
+                              dtypes=frozenset(dtypes.all()) - {dtypes.float16, dtypes.bfloat16},
+                              float16_casts=frozenset({dtypes.float16}) if supports_float16() else frozenset())
+    return _NativeC.value
+
+
+# a float16 value's bits (its C storage, unsigned short) <-> float32 with x86 F16C's VCVTPH2PS / VCVTPS2PH (the
+# rounding immediate 4: MXCSR's mode, round to nearest even), through gcc's and clang's builtins for them
+_HALF_TO_FLOAT = "__builtin_ia32_vcvtph2ps((bg_hs8){{(short)({0}), 0, 0, 0, 0, 0, 0, 0}})[0]"
+_FLOAT_TO_HALF = "((unsigned short)__builtin_ia32_vcvtps2ph((bg_fs4){{({0}), 0, 0, 0}}, 4)[0])"
+_HALF_TYPES = {"bg_hs8": "typedef short bg_hs8 __attribute__((vector_size(16), may_alias));",
+               "bg_fs4": "typedef float bg_fs4 __attribute__((vector_size(16), may_alias));"}
+
+
 class CRenderer:
   device = "CPU"
-  # exp2/log2/sin are decomposed (freestanding: no libm); float16/bfloat16 are emulated in float
-  native_ops = Native(float_ops=frozenset({Ops.FLOOR, Ops.MOD, Ops.FDIV}),
-                      dtypes=frozenset(dtypes.all()) - {dtypes.float16, dtypes.bfloat16})
+  native_ops = _NativeC()
 
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
     names: dict[UOp, str] = {}
@@ -289,6 +339,52 @@ class CRenderer:
     def as_vector(s: UOp) -> str:    # a float operand as a vector (a scalar broadcast: x - 0 keeps -0.0 and NaN)
       return name_of(s) if is_vec(s) else f"({name_of(s)} - ({vtype(vdt[0], lanes())}){{}})"
 
+    def half_to_float(bits: str) -> str:
+      """float16 lanes (their bits) -> float32 lanes with F16C's VCVTPH2PS (8 lanes per instruction; other lane
+      counts one lane at a time)."""
+      n, f32 = lanes(), vtype(dtypes.float32, lanes())
+      vtypes.update(_HALF_TYPES)
+      if n == 8: return f"(({f32})__builtin_ia32_vcvtph2ps256((bg_hs8)({bits})))"
+      if n == 16:
+        lo, hi = (f"__builtin_ia32_vcvtph2ps256((bg_hs8)__builtin_shufflevector({bits}, {bits}, "
+                  f"{', '.join(map(str, range(k, k + 8)))}))" for k in (0, 8))
+        return f"(({f32})__builtin_shufflevector({lo}, {hi}, {', '.join(map(str, range(16)))}))"
+      return f"(({f32}){{{', '.join(_HALF_TO_FLOAT.format(f'({bits})[{i}]') for i in range(n))}}})"
+
+    def widen_to_int32(x: str, sdt: DType) -> str:
+      """8- or 16-bit integer lanes -> 32-bit ones (sign- or zero-extended): gcc scalarizes __builtin_convertvector
+      from them, and from a 64-bit vector loads each byte on its own; x86 AVX2's VPMOVSX/VPMOVZX (BD: bytes, WD:
+      words) take 8 lanes at a time from a 16-byte vector. clang's convertvector emits those already."""
+      n, wide = lanes(), dtypes.uint32 if sdt.is_unsigned else dtypes.int32
+      generic = f"__builtin_convertvector((v), {vtype(wide, n)})"
+      if n != 8 or sdt.itemsize != 1: return generic.replace("(v)", f"({x})")   # (16-bit lanes convert well)
+      macro = f"bg_widen_{vector_type(sdt, n)[3:]}"
+      suffix, sign = "bd" if sdt.itemsize == 1 else "wd", "zx" if sdt.is_unsigned else "sx"
+      vtypes["bg_qi16"] = "typedef char bg_qi16 __attribute__((vector_size(16), may_alias));"
+      vtypes["bg_hi8"] = "typedef short bg_hi8 __attribute__((vector_size(16), may_alias));"
+      vtypes["bg_ll2"] = "typedef long long bg_ll2 __attribute__((vector_size(16), may_alias));"
+      vtypes["bg_si8"] = "typedef int bg_si8 __attribute__((vector_size(32), may_alias));"
+      op = f"__builtin_ia32_pmov{sign}{suffix}256"
+      def part(lo: int) -> str:      # lanes lo..lo+7 as a 16-byte vector, widened
+        if sdt.itemsize == 1 and n == 8:
+          bits = f"((union {{ {vector_type(sdt, n)} v; long long l; }}){{ .v = (v) }}).l"
+          return f"{op}((bg_qi16)(bg_ll2){{{bits}, 0}})"
+        if sdt.itemsize == 1:     # 16 byte lanes: the vector itself (low 8), or its upper half moved down
+          src = "(v)" if lo == 0 else f"__builtin_shufflevector((v), (v), {', '.join(map(str, range(8, 16)))}, " \
+                                        f"{', '.join(map(str, range(8)))})"
+          return f"{op}((bg_qi16){src})"
+        if n == 8: return f"{op}((bg_hi8)(v))"
+        return f"{op}((bg_hi8)__builtin_shufflevector((v), (v), {', '.join(map(str, range(lo, lo + 8)))}))"
+      fast = f"(({vtype(wide, n)}){part(0)})" if n == 8 else \
+        f"(({vtype(wide, n)})__builtin_shufflevector((bg_si8){part(0)}, (bg_si8){part(8)}, {', '.join(map(str, range(16)))}))"
+      vtypes[macro] = (f"#if defined(__x86_64__) && defined(__AVX2__) && !defined(__clang__)\n#define {macro}(v) {fast}\n"
+                       f"#else\n#define {macro}(v) {generic}\n#endif")
+      return f"{macro}({x})"
+
+    def as_lanes(s: UOp) -> str:     # an integer operand as a vector of its own type (a scalar one broadcast)
+      if is_vec(s): return name_of(s)
+      return f"(({vtype(s.dtype, lanes())}){{}} + ({ctype(s.dtype)}){name_of(s)})"
+
     def as_mask(s: UOp) -> str:      # a bool operand as a mask (a scalar one broadcast: 0 or all ones)
       if is_vec(s): return name_of(s)
       c = alias.get(s, s)
@@ -303,6 +399,15 @@ class CRenderer:
       """A value of a vector block with at least one vector operand, as GNU C vector operations."""
       op, src = u.op, u.src
       if op is Ops.WHERE: return select(as_mask(src[0]), as_vector(src[1]), as_vector(src[2]))
+      if op is Ops.CAST and src[0].dtype == dtypes.float16: return half_to_float(name_of(src[0]))
+      if op is Ops.CAST and not src[0].dtype.is_bool:
+        x, sdt = as_lanes(src[0]), src[0].dtype
+        if sdt.itemsize < 4 and (u.dtype.is_float or u.dtype.itemsize == 4):
+          x = widen_to_int32(x, sdt)      # (gcc converts narrow integer lanes to float one at a time)
+          if u.dtype.itemsize == 4 and not u.dtype.is_float: return f"(({vtype(u.dtype, lanes())}){x})"
+        return f"__builtin_convertvector({x}, {vtype(u.dtype, lanes())})"
+      if op is Ops.BITCAST: return f"(({vtype(u.dtype, lanes())}){as_lanes(src[0])})"
+      if op in INT_VEC_OPS and u.dtype in _INT_LANES: return alu(op, u.dtype, *[as_lanes(s) for s in src])
       if op is Ops.CAST: return select(as_mask(src[0]), as_vector(UOp.const(u.dtype, 1)), as_vector(UOp.const(u.dtype, 0)))
       if op is Ops.MAX:
         a, b = as_vector(src[0]), as_vector(src[1])
@@ -331,8 +436,8 @@ class CRenderer:
       return names[u]
 
     def vector_value(u: UOp) -> bool:
-      return (vec[0] is not None and u.dtype is not None and (u.dtype in VEC_DTYPES or u.dtype.is_bool)
-              and any(is_vec(s) for s in u.src))
+      return (vec[0] is not None and u.dtype is not None and (u.dtype in VEC_DTYPES or u.dtype.is_bool
+              or u.dtype in INT_VEC_DTYPES) and any(is_vec(s) for s in u.src))
 
     def new_var(u: UOp, expr: str, prefix="v"):
       nm = f"{prefix}{counter[0]}"; counter[0] += 1
@@ -420,6 +525,9 @@ class CRenderer:
         if len(idx.src) == 3: st = f"if ({name_of(idx.src[2])}) {st}"
         lines.append("  " * indent + st)
       elif vector_value(u): new_var(u, vector_alu(u))
+      elif op is Ops.CAST and dtypes.float16 in (u.src[0].dtype, u.dtype):
+        vtypes.update(_HALF_TYPES)
+        new_var(u, (_HALF_TO_FLOAT if u.src[0].dtype == dtypes.float16 else _FLOAT_TO_HALF).format(name_of(u.src[0])))
       elif op is Ops.CAST: new_var(u, f"(({ctype(u.dtype)}){name_of(u.src[0])})")
       elif op is Ops.BITCAST: new_var(u, _bitcast(name_of(u.src[0]), u.src[0].dtype, u.dtype))
       elif op in OPS: new_var(u, alu(op, u.src[-1].dtype, *[name_of(s) for s in u.src]))

@@ -92,6 +92,17 @@ def div_mod_const(x: UOp, c: UOp, op: Ops) -> UOp | None:
     inner = from_linear({t: v // g for t, v in terms.items()}, k // g, x.dtype)
     if op is Ops.IDIV: return UOp(Ops.IDIV, x.dtype, (inner, x.const_like(d // g)))
     return UOp(Ops.MUL, x.dtype, (UOp(Ops.MOD, x.dtype, (inner, x.const_like(d // g))), x.const_like(g)))
+  # blocks: x = c*hi + lo with c dividing d and 0 <= lo < c: x // d = hi // (d/c), x % d = (hi % (d/c))*c + lo
+  # (a loop over 8-wide lanes inside 32-element blocks: (8*i + lane) // 32 = i // 4)
+  for v0 in sorted({v for v in terms.values()}, reverse=True):
+    cd = math.gcd(d, v0)
+    if cd <= 1 or cd == d: continue
+    lo = from_linear({t: v for t, v in terms.items() if v % cd}, k % cd, x.dtype)
+    if lo.vmin < 0 or lo.vmax >= cd: continue
+    hi = from_linear({t: v // cd for t, v in terms.items() if v % cd == 0}, k // cd, x.dtype)
+    if hi.vmin < 0: continue
+    q = UOp(Ops.IDIV if op is Ops.IDIV else Ops.MOD, x.dtype, (hi, x.const_like(d // cd)))
+    return q if op is Ops.IDIV else UOp(Ops.ADD, x.dtype, (UOp(Ops.MUL, x.dtype, (q, x.const_like(cd))), lo))
   q_terms = {t: v // d for t, v in terms.items() if v % d == 0}
   r_terms = {t: v for t, v in terms.items() if v % d != 0}
   if not q_terms and k < d: return None

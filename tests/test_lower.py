@@ -216,3 +216,29 @@ def test_set_declared_renderer_gets_only_the_old_rewrites():
   fa, fb = a.cast(dtypes.float32), b.cast(dtypes.float32)
   for u in (UOp(Ops.IDIV, dtypes.int32, (a, b)), UOp(Ops.MAX, dtypes.float32, (fa, fb))):
     assert codegen.graph_rewrite(u, lower.legacy, ctx={Ops.SQRT, Ops.TRUNC}) is u
+
+
+def test_div_mod_of_lanes_inside_blocks():
+  """(8*i + lane) // 32 and % 32 with 0 <= lane < 8 simplify to i // 4 and (i % 4)*8 + lane (a vector of 8 lanes
+  inside 32-element blocks: the block's scale is loaded once per step, not per lane); the value equals the original
+  for every i and lane."""
+  from baregrad.compiler.uop import UOp, Ops
+  from baregrad.compiler.pattern import graph_rewrite
+  from baregrad.compiler.symbolic import symbolic, exec_alu
+  from baregrad.compiler.dtype import dtypes
+  idx = dtypes.index
+  i = UOp(Ops.RANGE, idx, (UOp.const(idx, 40),), (0, "reduce"))
+  lane = UOp(Ops.RANGE, idx, (UOp.const(idx, 8),), (1, "upcast"))
+  x = i * 8 + lane + 64
+  for op in (Ops.IDIV, Ops.MOD):
+    e = UOp(op, idx, (x, UOp.const(idx, 32)))
+    s = graph_rewrite(e, symbolic)
+    assert lane not in [u for u in s.toposort() if u.op in (Ops.IDIV, Ops.MOD) for u in u.src[0].toposort()], s
+    def ev(u, iv, lv):
+      vals = {}
+      for n in u.toposort():
+        vals[n] = iv if n is i else lv if n is lane else n.arg if n.op is Ops.CONST else \
+          exec_alu(n.op, n.dtype, tuple(vals[q] for q in n.src)) if n.op is not Ops.RANGE else None
+      return vals[u]
+    for iv in range(40):
+      for lv in range(8): assert ev(s, iv, lv) == ev(e, iv, lv), (op, iv, lv)

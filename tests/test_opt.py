@@ -10,7 +10,7 @@ from baregrad.compiler.dtype import dtypes
 from baregrad.compiler.uop import Ops
 from baregrad.compiler.schedule import normalize
 from baregrad.compiler.rangeify import rangeify, KernelSpec
-from baregrad.compiler.opt import Opt, OptError, apply_opts, hand_coded_opts
+from baregrad.compiler.opt import Opt, OptError, apply_opts, hand_coded_opts, has_avx512
 from baregrad.compiler.pack import matmul_pack_width, matmul_operands, pack_matmuls
 from baregrad.compiler.search import actions
 from baregrad.compiler.codegen import get_program
@@ -277,6 +277,26 @@ def test_beam_never_loses_to_the_heuristic(monkeypatch, tmp_path):
   assert len(timed) > n
 
 
+@pytest.mark.parametrize("head_to_head_winner", ["search", "heuristic"])
+def test_beam_winner_must_beat_the_heuristic_head_to_head(monkeypatch, tmp_path, head_to_head_winner):
+  """The search's quick timings pick a candidate; it replaces the heuristic's choice only if it is faster by a margin
+  when the two take turns on the same warm buffers (stand-ins for both timers: the quick one favours the candidate,
+  the head-to-head one the side the parameter names)."""
+  from baregrad.compiler import search
+  from baregrad.drivers import settings
+  monkeypatch.setattr(settings, "BAREGRAD_CACHE", str(tmp_path))
+  spec, _ = last_kernel(CASES["matmul_plain"](rng(3)))
+  heuristic = hand_coded_opts(spec.ast)
+  monkeypatch.setattr(search, "time_program", lambda s, opts, c, repeats=3: 1.0 / (1 + len(opts)) + (1 if list(opts) == heuristic else 0))
+  heuristic_prog = get_program(dataclasses.replace(spec, opts=tuple(heuristic)))
+  def run_times(s, prog, bufs, repeats):
+    fast = (prog is heuristic_prog) == (head_to_head_winner == "heuristic")
+    return [1.0 if fast else 1.5] * repeats
+  monkeypatch.setattr(search, "_run_times", run_times)
+  got = search.beam_search(spec, 2, get_program, depth=2, default=heuristic)
+  assert (got == heuristic) == (head_to_head_winner == "heuristic"), got
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_vector_lanes_with_masks_selects_and_max(dtype):
   """Comparisons, bool logic, selects, max and bool -> float casts inside vector lanes run as masks (integer vectors
@@ -315,7 +335,9 @@ def test_relu_gradient_is_a_vector_tile_and_strided_lanes_stay_few():
   items = Tensor.schedule(W1.grad, W2.grad)
   by_name = {i.program.name: i.program for i in items}
   dw1 = by_name["r_784_128_64"]
-  assert "bg_f32x16" in dw1.source and "bg_i32x16" in dw1.source and ("SWAP" in str(dw1.meta["opts"])), dw1.source
+  # (the 8 x 32 tile with its strips outside the rows, SWAP, is the AVX-512 one: 32 vector registers)
+  assert "bg_f32x16" in dw1.source and "bg_i32x16" in dw1.source, dw1.source
+  assert ("SWAP" in str(dw1.meta["opts"])) == has_avx512(), dw1.meta["opts"]
   for prog in by_name.values():
     opts = prog.meta.get("opts", ())
     lanes = int(np.prod([o.amount for o in opts if o.op == "UPCAST"])) if opts else 1
@@ -381,7 +403,9 @@ def test_chunks_and_two_axis_threads_match_unoptimized():
   with pytest.raises(OptError, match="chunks"): apply_opts(spec.ast, [Opt("THREAD", 0, 8), Opt("THREAD", 1, 1024)])
   big, _ = last_kernel(Tensor(np.ones((1024, 1024), np.float32)) @ Tensor(np.ones((1024, 1024), np.float32)))
   threads = [o for o in hand_coded_opts(big.ast, 2) if o.op == "THREAD"]
-  assert len({o.axis for o in threads}) == 2 and np.prod([o.amount for o in threads]) >= 8, threads
+  assert np.prod([o.amount for o in threads]) >= 8, threads
+  # panels of rows x groups of strips: the AVX-512 tile's layout (with AVX2 the row blocks alone are the chunks)
+  assert len({o.axis for o in threads}) == (2 if has_avx512() else 1), threads
 
 
 def test_packing_copy_reads_its_source_in_order():
@@ -396,3 +420,29 @@ def test_packing_copy_reads_its_source_in_order():
   w = matmul_pack_width("CPU", dtypes.float32, 256, 192, 256)
   np.testing.assert_array_equal(read(items[0].bufs[0]).reshape(256 // w, 192, w), b.reshape(192, 256 // w, w).transpose(1, 0, 2))
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "Q8_0"])
+def test_matvec_streams_its_weight_in_vector_lanes(dtype):
+  """x @ W.T with one row of x: the reduced axis is W's contiguous one, so the heuristic puts the vector lanes there
+  (REDUCE_LANES: a partial sum per lane, the lanes summed at the end) and the weight's narrow elements (float16,
+  bfloat16, quantized bytes) are converted in those lanes; nothing packs or copies W. Against numpy."""
+  import gguf
+  from baregrad.tensor.ggml_quants import dequantize
+  r = rng(17)
+  wn = (r.random((96, 256), dtype=np.float32) - 0.5)
+  if dtype == "Q8_0":
+    raw = gguf.quants.quantize(wn, gguf.GGMLQuantizationType.Q8_0)
+    w = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8), "Q8_0", wn.shape)
+    wn = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(wn.shape)
+  else:
+    w = Tensor(wn).cast(dtype).realize()
+    wn = w.cast("float32").numpy()
+  xn = r.random((1, 256), dtype=np.float32)
+  items = (Tensor(xn) @ w.T).schedule()
+  assert len(items) == 1, [i.name for i in items]
+  prog = items[0].program
+  assert any(o.op == "REDUCE_LANES" for o in prog.meta["opts"]), prog.meta["opts"]
+  assert "bg_f32x" in prog.source, prog.source
+  run_schedule(items, sync=True)
+  np.testing.assert_allclose(read(items[0].bufs[0]).reshape(1, 96), xn.astype(np.float64) @ wn.T, rtol=1e-5, atol=1e-5)

@@ -112,6 +112,24 @@ def _accepted_flags(cc: str, flags: tuple) -> tuple:
   return keep
 
 
+FLOAT16_PROBE = """typedef short hs8 __attribute__((vector_size(16)));
+typedef float fs4 __attribute__((vector_size(16)));
+float from_bits(unsigned short u) { return __builtin_ia32_vcvtph2ps((hs8){(short)u, 0, 0, 0, 0, 0, 0, 0})[0]; }
+unsigned short to_bits(float f) { return (unsigned short)__builtin_ia32_vcvtps2ph((fs4){f, 0, 0, 0}, 4)[0]; }
+"""
+
+
+@functools.cache
+def supports_float16() -> bool:
+  """Whether the CPU kernels can convert float16 <-> float32 with the hardware's instructions: x86 F16C
+  (VCVTPH2PS/VCVTPS2PH, under -march=native) through the compiler's builtins for them (gcc and clang). Not through
+  the _Float16 type: a freestanding kernel may not call libgcc's helpers, which compilers use for some _Float16
+  arithmetic (a comparison of two converted halves becomes __nehf2)."""
+  if platform.machine() not in ("x86_64", "AMD64"): return False
+  try: return _run_compiler(find_compiler(), DEFAULT_FLAGS, FLOAT16_PROBE)[0] == 0
+  except (CompilerNotFound, OSError, subprocess.SubprocessError): return False
+
+
 def compile_c(src: str, flags: tuple = DEFAULT_FLAGS) -> bytes:
   """Compile C source to a relocatable ELF object and return its bytes (cached on disk)."""
   cc, flags = find_compiler(), tuple(flags)
