@@ -79,6 +79,7 @@ def _packed(node: UOp) -> UOp | None:
   a, b, perm = operands
   a, b = _permute(a, perm), _permute(b, perm)            # (..., n, 1, k) and (..., 1, m, k)
   n, m, k = a.shape[-3], b.shape[-2], a.shape[-1]
+  if not all(isinstance(x, int) for x in node.src[0].shape): return None     # a symbolic size: never packed
   if a.dtype != b.dtype or node.dtype != a.dtype: return None
   if _narrower_source(b): return None
   if not (w := matmul_pack_width(node.device, node.dtype, n, k, m)): return None

@@ -76,20 +76,22 @@ def find_materialized(sink: UOp) -> list[UOp]:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): mat.add(n)
     if n.op is Ops.COPY: mat.add(n.src[0])
     if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1: mat.add(n)
-  # a reduce reached through a broadcast would be recomputed per broadcast element: give it a buffer
+  # a reduce reached through a broadcast would be recomputed per broadcast element: give it a buffer. So does an
+  # elementwise value that costs transcendental ops and that a reduction reads through a broadcast (silu, gelu: the
+  # operand of a matrix-vector product, which every output row reads); elementwise consumers keep theirs fused
+  costly = _costly(order, mat)
   seen: set = set()
-  stack = [(m, False) for m in mat]
+  stack = [(m, 0) for m in mat]            # flags: EXPANDED (read through a broadcast), REDUCING (below a reduce)
   while stack:
-    n, expanded = stack.pop()
-    if (n, expanded) in seen: continue
-    seen.add((n, expanded))
-    if n.op is Ops.REDUCE_AXIS and expanded and n not in mat:
-      mat.add(n); stack.append((n, False)); continue
+    n, flags = stack.pop()
+    if (n, flags) in seen: continue
+    seen.add((n, flags))
+    if n not in mat and ((n.op is Ops.REDUCE_AXIS and flags & _EXPANDED) or
+                         (n.op in ELEMENTWISE and flags == _EXPANDED | _REDUCING and costly.get(n))):
+      mat.add(n); stack.append((n, 0)); continue
     if n.op is Ops.BUFFER: continue
-    child_flag = expanded or _is_expanding(n)
-    for s in n.src:
-      if s in mat: stack.append((s, False))
-      else: stack.append((s, child_flag))
+    child = flags | (_EXPANDED if _is_expanding(n) else 0) | (_REDUCING if n.op is Ops.REDUCE_AXIS else 0)
+    for s in n.src: stack.append((s, 0 if s in mat else child))
   return [n for n in order if n in mat]
 
 
@@ -130,6 +132,19 @@ def move_index(n: UOp, idx: tuple) -> tuple[tuple, UOp | None]:
 
 
 def _nonzero(x) -> bool: return isinstance(x, UOp) or x != 0
+
+
+_EXPANDED, _REDUCING = 1, 2
+_TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV}
+
+
+def _costly(order: list[UOp], mat: set) -> dict[UOp, bool]:
+  """For each node: does computing it in a kernel take a transcendental op (below it, up to the buffers and the nodes
+  that get buffers of their own)? A value that is only arithmetic on loads (a dequantized weight) stays fused."""
+  out: dict[UOp, bool] = {}
+  for n in order:
+    out[n] = n.op in _TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
+  return out
 
 
 def _is_contiguous_view(u: UOp) -> bool:

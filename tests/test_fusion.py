@@ -199,3 +199,18 @@ def test_codegen_walks_grow_linearly(monkeypatch):
   small, big = on_deep_stack(walks, 40), on_deep_stack(walks, 80)   # the passes recurse deeply, as in codegen
   assert small > 40 * 20, f"only {small} nodes walked: the count misses the passes"
   assert big < 2.5 * small, f"{small} nodes walked for 40 terms, {big} for 80: a pass grows faster than linearly"
+
+
+def test_costly_operand_of_a_product_is_stored_once():
+  """silu(g) @ W.T with one row of g: fused into the product, silu would run once per output row (768 times per
+  element); it is stored first (one kernel) and the product reads it. Elementwise consumers of costly values stay
+  fused (softmax is one kernel after its reductions). Values against numpy."""
+  r = np.random.default_rng(5)
+  g, w = r.standard_normal((1, 256)).astype(np.float32), r.standard_normal((96, 256)).astype(np.float32)
+  out = Tensor(g).silu() @ Tensor(w).T
+  items = out.schedule()
+  assert [i.bufs[0].size for i in items] == [256, 96], [(i.name, i.bufs[0].size) for i in items]
+  np.testing.assert_allclose(out.numpy(), (g / (1 + np.exp(-g))) @ w.T, rtol=1e-5, atol=1e-5)
+  x = r.standard_normal((8, 32)).astype(np.float32)
+  sm = Tensor(x).softmax(-1)
+  assert len(sm.schedule()) == 3, [i.name for i in sm.schedule()]     # max, sum, the normalized values

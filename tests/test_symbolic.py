@@ -217,3 +217,13 @@ def test_symbolic_sizes_on_emulated_gpus(emulated, device):
     want = np.zeros((8, 4), np.float32)
     want[k] = a[k]
     np.testing.assert_array_equal(cache.numpy(), want)
+
+
+def test_symbolic_matmul_with_broadcast_rows():
+  """A product over a symbolic number of keys with several query rows (attention scores in a batched decode): the
+  CPU's matmul packing leaves symbolic sizes alone."""
+  q, k = rand(4, 8), rand(16, 8, seed=1)
+  tq, tk = Tensor(q).realize(), Tensor(k).realize()
+  for n in (5, 9):
+    p = Variable("p", 1, 16).bind(n)
+    np.testing.assert_allclose((tq @ tk[:p].T).numpy(), q @ k[:n].T, rtol=1e-5, atol=1e-5)
