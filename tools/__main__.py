@@ -8,6 +8,7 @@
                                                     code from the file and run only with --allow-native-code
     baregrad profile -o out.json -- python s.py     Chrome/Perfetto trace of a run (PROFILE=out.json)
     baregrad viz -o out.html -- python s.py         UOp graphs of every kernel at every stage (VIZ=out.html)
+    baregrad llm MODEL.gguf --prompt TEXT [...]     generate text with a LLaMA or GPT-2 GGUF model; tokens/s
 
 TRACE_IOCTL=1 on any run logs every call through the kernel interface (mmap/munmap/mprotect/ioctl).
 """
@@ -69,6 +70,11 @@ def cmd_replay(args) -> int:
   return 1 if result.mismatches else 0
 
 
+def cmd_llm(args) -> int:
+  from .llm import run
+  return run(args)
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(prog="baregrad", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -94,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
   s.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
   s.add_argument("--top", type=int, default=10, help="kernels to list")
   s.add_argument("--no-check", action="store_true", help="do not compare final buffer contents")
+  from .llm import add_arguments as llm_arguments, DESCRIPTION as LLM_HELP
+  s = sub.add_parser("llm", help="generate text with a language model from a GGUF file (LLaMA, GPT-2)",
+                     description=LLM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+  llm_arguments(s)
   args = p.parse_args(argv)
   try: from baregrad.drivers import settings   # noqa: F401 -- validates every environment variable baregrad reads
   except ValueError as e:   # settings.SettingsError: names the variable, its value and the values it takes
@@ -101,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   if args.cmd in ("capture", "profile", "viz"): return _child(args.env_var, args.output, args.command)
   if args.cmd == "replay" and args.repeat < 1: p.error("--repeat must be at least 1")
-  return {"info": cmd_info, "smoke": cmd_smoke, "replay": cmd_replay}[args.cmd](args)
+  return {"info": cmd_info, "smoke": cmd_smoke, "replay": cmd_replay, "llm": cmd_llm}[args.cmd](args)
 
 
 if __name__ == "__main__":
