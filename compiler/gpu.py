@@ -270,7 +270,8 @@ def narrow_indices(ast: UOp) -> UOp:
   done: dict[UOp, UOp] = {}
   for n in ast.toposort():
     src = tuple(done[s] for s in n.src)
-    if n.dtype == dtypes.index:
+    if n.op is Ops.DEFINE_VAR: done[n] = UOp(Ops.CAST, dtypes.int32, (n,))   # (the argument stays 64-bit)
+    elif n.dtype == dtypes.index:
       arg = n.arg
       done[n] = UOp(n.op, dtypes.int32, src, arg)
     else: done[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
@@ -278,9 +279,15 @@ def narrow_indices(ast: UOp) -> UOp:
 
 
 def optimizable(ast: UOp) -> bool:
-  """Constant loop sizes and at least one global or reduce loop (else the kernel keeps the 1-D mapping)."""
+  """Constant loop sizes and at least one global or reduce loop (else the kernel keeps the 1-D mapping). A Variable
+  in an index (a KV cache written at start_pos) is fine; a loop of symbolic size is not (yet)."""
   rs = [u for u in ast.toposort() if u.op is Ops.RANGE]
-  return bool(rs) and all(r.src[0].op is Ops.CONST for r in rs) and not any(u.op is Ops.DEFINE_VAR for u in ast.toposort())
+  return bool(rs) and all(r.src[0].op is Ops.CONST for r in rs)
+
+
+def _broadcast_operand(ast: UOp, r: UOp) -> bool:
+  """Does some load of the kernel not depend on the global axis r (an operand every output along r reads again)?"""
+  return any(u.op is Ops.LOAD and r not in u.src[0].src[1].toposort() for u in ast.toposort())
 
 
 def gpu_opts(ast: UOp, device: str | None = None) -> list:
@@ -323,6 +330,12 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
       if _size(r) % n == 0 and rsize // n >= 8 and tryopt(Opt("GROUP", rl.index(r), n)): break
   elif reduces and not nested and rl:
     rsize = math.prod(_size(r) for r in rl)
+    if gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]):
+      # a matrix-vector product: every output reads all of x. A register tile of outputs per thread reads each x
+      # element once for all of them (global bytes 1 + 1/tile times the weight's, not 2x), keeping 8+ threads' work
+      amt = next((t for t in (32, 16, 8, 4) if _size(gl[-1]) % t == 0 and outputs // t >= (16 if t == 32 else 8)), None)
+      if amt: tryopt(Opt("UPCAST", len(gl) - 1, amt))
+      outputs = math.prod(_size(r) for r in _ranges(ast, "global"))
     if outputs < 4096 and rsize >= 64:
       # threads of a workgroup share the innermost reduce axis, each at least 16 elements of the whole reduction
       last = len(rl) - 1

@@ -76,10 +76,68 @@ def find_materialized(sink: UOp) -> list[UOp]:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): mat.add(n)
     if n.op is Ops.COPY: mat.add(n.src[0])
     if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1: mat.add(n)
-  # a reduce reached through a broadcast would be recomputed per broadcast element: give it a buffer. So does an
-  # elementwise value that costs transcendental ops and that a reduction reads through a broadcast (silu, gelu: the
-  # operand of a matrix-vector product, which every output row reads); elementwise consumers keep theirs fused
   costly = _costly(order, mat)
+  for _ in range(8):
+    _materialize_broadcast_reads(mat, costly)
+    # a value that holds a reduction (not stored yet) and is part of several kernels would compute that reduction
+    # again in each (a residual stream x + attn @ W, read by a norm's reduction, the norm and the next residual):
+    # stored once. (Users inside one kernel share it: the kernel computes a node once per index.)
+    shared = _in_several_kernels(order, mat, users) | _sibling_reductions(mat)
+    if not shared: break
+    mat |= shared
+  return [n for n in order if n in mat]
+
+
+SIBLING_MIN = 64    # reductions over fewer elements share a kernel (a loss's few sums): splitting costs more
+
+
+def _sibling_reductions(mat: set) -> set:
+  """A kernel that would hold several long reductions side by side (silu(x @ A) * (x @ B)) computes each in its own
+  loop, and the opts split or vectorize only one of them: all but the last get kernels (and buffers) of their own."""
+  out = set()
+  for root in mat:
+    tops, seen, stack = [], set(), [root]
+    while stack:
+      n = stack.pop()
+      for s in n.src:
+        if s in seen or s in mat or s.op is Ops.BUFFER: continue
+        seen.add(s)
+        if s.op is Ops.REDUCE_AXIS: tops.append(s)
+        else: stack.append(s)
+    long = [r for r in tops if _reduced_size(r) >= SIBLING_MIN]
+    if len(long) > 1: out.update(long[1:])
+  return out
+
+
+def _reduced_size(r: UOp) -> int:
+  from .shape import max_size
+  return max_size([r.src[0].shape[a] for a in r.arg[1]])
+
+
+def _in_several_kernels(order: list[UOp], mat: set, users: dict) -> set:
+  """The nodes (not stored) holding an unstored reduction that more than one kernel computes."""
+  holds: dict[UOp, bool] = {}
+  for n in order:
+    holds[n] = n.op not in (Ops.BUFFER, Ops.REDUCE_AXIS) and \
+      any((s.op is Ops.REDUCE_AXIS or holds[s]) and s not in mat for s in n.src)
+  cands = {n for n in order if holds[n] and users.get(n, 0) > 1 and n not in mat and n.op is not Ops.SINK}
+  if not cands: return set()
+  kernels: dict[UOp, int] = {}
+  for root in mat:
+    seen, stack = set(), [root]
+    while stack:
+      n = stack.pop()
+      for s in n.src:
+        if s in seen or s in mat or s.op is Ops.BUFFER: continue
+        seen.add(s); stack.append(s)
+        if s in cands: kernels[s] = kernels.get(s, 0) + 1
+  return {n for n, k in kernels.items() if k > 1}
+
+
+def _materialize_broadcast_reads(mat: set, costly: dict) -> None:
+  """A reduce reached through a broadcast would be recomputed per broadcast element: give it a buffer. So does an
+  elementwise value that costs transcendental ops and that a reduction reads through a broadcast (silu, gelu: the
+  operand of a matrix-vector product, which every output row reads); elementwise consumers keep theirs fused."""
   seen: set = set()
   stack = [(m, 0) for m in mat]            # flags: EXPANDED (read through a broadcast), REDUCING (below a reduce)
   while stack:
@@ -92,7 +150,6 @@ def find_materialized(sink: UOp) -> list[UOp]:
     if n.op is Ops.BUFFER: continue
     child = flags | (_EXPANDED if _is_expanding(n) else 0) | (_REDUCING if n.op is Ops.REDUCE_AXIS else 0)
     for s in n.src: stack.append((s, 0 if s in mat else child))
-  return [n for n in order if n in mat]
 
 
 def reshape_index(idx, new_shape, old_shape):

@@ -360,9 +360,15 @@ def bench_allreduce(results: dict):
       print(f"{name} x{n}: {got['path']}", file=sys.stderr)
 
 
+def bench_llm(results: dict):
+  from .bench_llm import bench_llm_cpu, bench_llm_emulated
+  bench_llm_cpu(results)
+  bench_llm_emulated(results)
+
+
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
            "opts": bench_matmul_opts, "emu": bench_emulated, "fused": bench_fused_first_realize,
-           "allreduce": bench_allreduce}
+           "allreduce": bench_allreduce, "llm": bench_llm}
 
 
 def main(argv=None):
