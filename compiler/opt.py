@@ -210,9 +210,14 @@ def reduce_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
 
 def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
   from .render_c import vector_renderable, VEC_DTYPES, INT_VEC_DTYPES
+  from .pattern import graph_rewrite
+  from .symbolic import symbolic
   try: ast = apply_opt(ast, opt)
   except OptError: return False
+  # simplified first, as the kernel will be: a lane index that divides out of an index or a gate (8 lanes inside a
+  # 32-element block) leaves no trace there
   r = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda u: u.arg[0])
+  ast = graph_rewrite(ast, symbolic)
   strides = dict(_index_strides(ast))
   dep, dts = {r}, set()
   for u in ast.toposort():
@@ -221,7 +226,8 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
       terms = strides[u]
       inside = any(t is not r and r in t.toposort() for t in terms)
       if r not in terms and not inside: continue      # the lanes cancel out of the index: a broadcast load
-      if len(u.src) != 2 or terms.get(r) != 1 or inside: return False
+      gated = len(u.src) == 3 and r in u.src[2].toposort()     # (a gate the same for every lane gates the vector)
+      if gated or terms.get(r) != 1 or inside: return False
     dep.add(u)
     if u.op in (Ops.INDEX, Ops.STORE, Ops.SINK): continue
     elif u.dtype in (dtypes.index, dtypes.int32, dtypes.int64) and u.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD):
@@ -231,6 +237,7 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
       if u.dtype not in VEC_DTYPES or (u.op is Ops.REDUCE and u.arg not in (Ops.ADD, Ops.MUL, Ops.MAX)): return False
       dts.add(u.dtype)
     elif not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]): return False
+    elif u.op is Ops.WHERE and not u.dtype.is_float and u.src[0] in dep: return False   # (integer lanes: a scalar choice)
     else: dts.update(d for d in (u.dtype, *(s.dtype for s in u.src)) if d in VEC_DTYPES)
   return len(dts) <= 1
 

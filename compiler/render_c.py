@@ -76,6 +76,7 @@ def vector_renderable(op: Ops, dtype: DType, src_dtypes) -> bool:
   """Whether a value computed by `op` (of `dtype` from operands of `src_dtypes`) can be one vector op per lane block:
   float arithmetic, comparisons and bool logic (masks), selects, bool -> float casts. compiler/opt.py asks this too,
   before it gives a kernel wide register tiles."""
+  if op in INT_VEC_OPS and dtype in _INT_LANES: return all(d in _INT_LANES for d in src_dtypes)   # (and, or, xor too)
   if op in MASK_OPS: return dtype.is_bool and all(d.is_bool or d in VEC_DTYPES for d in src_dtypes)
   if op is Ops.CAST:
     if all(d.is_bool for d in src_dtypes): return dtype in VEC_DTYPES
@@ -89,7 +90,8 @@ def vector_renderable(op: Ops, dtype: DType, src_dtypes) -> bool:
     src = src_dtypes[0]
     return src.itemsize == dtype.itemsize and all(d in VEC_DTYPES or d in INT_VEC_DTYPES for d in (src, dtype))
   if op in INT_VEC_OPS and dtype in _INT_LANES: return all(d in _INT_LANES for d in src_dtypes)
-  if op is Ops.WHERE: return dtype in VEC_DTYPES and src_dtypes[0].is_bool
+  if op is Ops.WHERE:   # (integer lanes: a condition the same for every lane picks a whole vector; callers check)
+    return (dtype in VEC_DTYPES or dtype in _INT_LANES) and src_dtypes[0].is_bool
   return op in VEC_OPS and dtype in VEC_DTYPES
 
 
@@ -201,7 +203,8 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
       return memo[u]
 
     def contiguous(idx: UOp) -> bool:
-      if len(idx.src) != 2: return False
+      # (a gate that is the same for every lane gates the whole vector: a padded region, one half of a stack)
+      if len(idx.src) == 3 and dep(idx.src[2]): return False
       terms, _ = index_linear(idx.src[1])
       return terms.get(r) == 1 and not any(t is not r and r in t.toposort() for t in terms)
 
@@ -228,6 +231,7 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
         if u.dtype in VEC_DTYPES: dts.add(u.dtype)
       elif u.op in VEC_OPS | MASK_OPS | INT_VEC_OPS | {Ops.CAST, Ops.BITCAST}:
         ok = vector_renderable(u.op, u.dtype, [s.dtype for s in u.src])
+        if u.op is Ops.WHERE and u.dtype in _INT_LANES and dep(u.src[0]): ok = False
         dts.update(d for d in [u.dtype, *(s.dtype for s in u.src)] if d in VEC_DTYPES)
       elif u.op is Ops.ACC_UPDATE:   # acc = acc op x (the step itself is ops of the body)
         acc = u.src[0]
@@ -398,6 +402,9 @@ class CRenderer:
     def vector_alu(u: UOp) -> str:
       """A value of a vector block with at least one vector operand, as GNU C vector operations."""
       op, src = u.op, u.src
+      if op is Ops.WHERE and u.dtype in _INT_LANES:
+        vt = vtype(u.dtype, lanes())
+        return f"({name_of(src[0])} ? ({vt})({as_lanes(src[1])}) : ({vt})({as_lanes(src[2])}))"   # (a scalar condition)
       if op is Ops.WHERE: return select(as_mask(src[0]), as_vector(src[1]), as_vector(src[2]))
       if op is Ops.CAST and src[0].dtype == dtypes.float16: return half_to_float(name_of(src[0]))
       if op is Ops.CAST and not src[0].dtype.is_bool:
@@ -500,7 +507,9 @@ class CRenderer:
         names[u] = name_of(u.src[1])      # rendered by LOAD/STORE
       elif op is Ops.LOAD and vec[0] is not None and idx_vec(u.src[0]):
         vvals.add(u); nm = f"v{counter[0]}"; counter[0] += 1; names[u] = nm
-        lines.append("  " * indent + f"const {vtype(u.dtype, vec[0].src[0].arg)} {nm} = {vref(u.src[0], u.dtype, 'const ')};")
+        load = vref(u.src[0], u.dtype, 'const ')
+        if len(u.src[0].src) == 3: load = f"({name_of(u.src[0].src[2])} ? {load} : ({vtype(u.dtype, lanes())}){{}})"
+        lines.append("  " * indent + f"const {vtype(u.dtype, vec[0].src[0].arg)} {nm} = {load};")
       elif op is Ops.STORE and vec[0] is not None and idx_vec(u.src[0]):
         idx, val, dt = u.src[0], u.src[1], u.src[1].dtype
         v = name_of(val) if is_vec(val) else f"({name_of(val)} - ({vtype(dt, lanes())}){{}})"
@@ -512,6 +521,7 @@ class CRenderer:
           vtypes[stream] = _STREAM_DEFS.format(name=stream, vt=vtype(dt, lanes()), ct=ctype(dt), bytes=lanes() * dt.itemsize,
                                                isa=isa, builtin=builtin, elt=elt)
           st = f"if ({flag}) {stream}(&{buf}[{name_of(idx.src[1])}], {v}); else {st}"
+        if len(idx.src) == 3: st = f"if ({name_of(idx.src[2])}) {{ {st} }}"
         lines.append("  " * indent + st)
       elif op is Ops.LOAD:
         idx = u.src[0]

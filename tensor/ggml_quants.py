@@ -185,19 +185,12 @@ def _f16(blocks: Tensor, at: int) -> Tensor:
   return (lo | (hi << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
 
 
-def _iota(like: Tensor, n: int, step: int, axis: int, ndim: int, dtype=None) -> Tensor:
-  """0, step, 2 step, ... (n values) on axis `axis` of an `ndim`-dim tensor of ones elsewhere, to broadcast against
-  a block tensor. An IOTA, not a buffer: the kernel computes each lane from its loop index."""
-  lanes = Tensor.arange(n, dtype=dtype or like.dtype, device=like.device)
-  if step != 1: lanes = lanes * step
-  return lanes.reshape(*([1] * axis), n, *([1] * (ndim - axis - 1)))
-
-
 def _fields(x: Tensor, n: int, width: int, axis: int) -> Tensor:
-  """Split each byte of x into n fields of `width` bits, the lowest first, on a new axis of size n at `axis`."""
-  shape = list(x.shape)
-  xs = x.reshape(*shape[:axis], 1, *shape[axis:]).expand(*shape[:axis], n, *shape[axis:])
-  return (xs >> _iota(x, n, width, axis, len(shape) + 1)) & ((1 << width) - 1)
+  """Split each byte of x into n fields of `width` bits, the lowest first, on a new axis of size n at `axis`: the
+  fields are stacked views with constant shifts, so each element's kernel code is one shift and one mask, and the
+  choice between fields is by position (a CPU kernel runs a row of one field as vector lanes)."""
+  mask = (1 << width) - 1
+  return Tensor.stack(*[(x >> (i * width)) & mask if i else x & mask for i in range(n)], dim=axis)
 
 
 def _k_scales(scales: Tensor) -> Tensor:
@@ -205,12 +198,11 @@ def _k_scales(scales: Tensor) -> Tensor:
   Axis 1 (j) picks A or B, the bytes with the low bits of sub-blocks 0..3 and the high bits of 4..7; for sub-blocks
   4..7 the low bits come from C, its low nibble for the scales, its high nibble for the mins."""
   nb = scales.shape[0]
-  ab = _bytes(scales, 0, 8).reshape(nb, 2, 1, 4).expand(nb, 2, 2, 4)          # [j, g, k]
-  c = _bytes(scales, 8, 4).reshape(nb, 1, 1, 4).expand(nb, 2, 2, 4)
-  shift = _iota(scales, 2, 4, 1, 4)                    # j: the low nibble of C for the scales, the high for the mins
-  first = _iota(scales, 2, 1, 2, 4, dtypes.int32) == 0  # g = 0: sub-blocks 0..3
-  late = ((c >> shift) & 15) | ((ab >> 2) & 0x30)
-  return first.where(ab & 63, late).reshape(nb, 2, 8)
+  ab = _bytes(scales, 0, 8).reshape(nb, 2, 4)                     # [j, k]: A for the scales, B for the mins
+  c = _bytes(scales, 8, 4).reshape(nb, 1, 4)
+  low_c = Tensor.stack(c & 15, c >> 4, dim=1).reshape(nb, 2, 4)   # j: the low nibble of C for the scales, high for mins
+  late = low_c | ((ab >> 2) & 0x30)                                # sub-blocks 4..7
+  return Tensor.stack(ab & 63, late, dim=2).reshape(nb, 2, 8)     # [j, g, k]: g = 0 for sub-blocks 0..3
 
 
 def dequantize(raw: Tensor, t, shape) -> Tensor:
