@@ -77,7 +77,7 @@ def find_materialized(sink: UOp) -> list[UOp]:
     if n.op is Ops.COPY: mat.add(n.src[0])
     if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1: mat.add(n)
   costly = _costly(order, mat)
-  for _ in range(8):
+  for _ in range(32):
     _materialize_broadcast_reads(mat, costly)
     # a value that holds a reduction (not stored yet) and is part of several kernels would compute that reduction
     # again in each (a residual stream x + attn @ W, read by a norm's reduction, the norm and the next residual):
@@ -131,7 +131,12 @@ def _in_several_kernels(order: list[UOp], mat: set, users: dict) -> set:
         if s in seen or s in mat or s.op is Ops.BUFFER: continue
         seen.add(s); stack.append(s)
         if s in cands: kernels[s] = kernels.get(s, 0) + 1
-  return {n for n, k in kernels.items() if k > 1}
+  shared = {n for n, k in kernels.items() if k > 1}
+  # the lowest ones first: once they are stored, the values above them may hold no reduction any more
+  below: dict[UOp, bool] = {}
+  for n in order:
+    below[n] = any((s in shared or below[s]) and s not in mat for s in n.src)
+  return {n for n in shared if not below[n]}
 
 
 def _materialize_broadcast_reads(mat: set, costly: dict) -> None:

@@ -145,9 +145,8 @@ def bench_llm_emulated(results: dict):
       path = os.path.join(tmp, f"llama_small_{ftype}.gguf")
       write_llama(path, ftype, SMALL)
       for dev in ("NV", "AMD"):
-        env = {**os.environ, "EMU": "1"}
-        out = subprocess.run([sys.executable, "-c", EMU_CHILD, path, dev], capture_output=True, text=True, env=env,
-                             timeout=1800)
+        out = subprocess.run([sys.executable, "-c", EMU_CHILD, path, dev], capture_output=True, text=True,
+                             timeout=1800)      # (the child sets EMU=1 itself: settings.override)
         if out.returncode != 0:
           raise RuntimeError(f"emulated {dev} LLM decode failed:\n{out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
