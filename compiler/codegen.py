@@ -144,7 +144,10 @@ def _tc_device(renderer) -> str | None:
 
 
 def search_opts(spec: KernelSpec, renderer) -> list:
-  """BEAM compiles and times candidates with get_program; the heuristic's choice is one of them."""
+  """BEAM compiles and times candidates with get_program; the heuristic's choice is one of them. A kernel with a loop
+  of symbolic size keeps the heuristic's choice: its time depends on the Variable's value, which a search cannot fix."""
+  if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in spec.ast.toposort()):
+    return _gpu.gpu_opts(spec.ast, _tc_device(renderer)) if getattr(renderer, "workgroups", False) else hand_coded_opts(spec.ast)
   if getattr(renderer, "workgroups", False):
     return beam_search(spec, BEAM, get_program, default=_gpu.gpu_opts(spec.ast, _tc_device(renderer)), moves=_gpu.gpu_actions)
   return beam_search(spec, BEAM, get_program, default=hand_coded_opts(spec.ast))

@@ -343,6 +343,10 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
       # the reduced axis is the contiguous one (a matrix-vector product x @ W.T reads W's rows in order): vector
       # lanes along it, a few outputs per step sharing the other operand's loads (x); the weight streams once
       opts.append(Opt("REDUCE_LANES", len(rl) - 1, rlanes))
+      # quantized blocks (byte loads): 4 steps of lanes unrolled, so a block's scale is loaded and converted once
+      # for its 32 elements rather than once per vector (the compiler merges the unrolled copies' scale loads)
+      if any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in nodes) and _size(rl[-1]) % (4 * rlanes) == 0:
+        opts.append(Opt("UNROLL", len(rl) - 1, 4))
       k = next((k for k in reversed(range(len(gl))) if sizes[k] % 4 == 0), None)
       if k is not None: picks[k] = 4
     elif not vector:

@@ -227,3 +227,15 @@ def test_symbolic_matmul_with_broadcast_rows():
   for n in (5, 9):
     p = Variable("p", 1, 16).bind(n)
     np.testing.assert_allclose((tq @ tk[:p].T).numpy(), q @ k[:n].T, rtol=1e-5, atol=1e-5)
+
+
+def test_beam_leaves_symbolic_loops_to_the_heuristic(monkeypatch):
+  """BEAM=2 on a kernel with a loop of symbolic size: the heuristic's choice (a search cannot time every value)."""
+  from baregrad.compiler import codegen
+  monkeypatch.setattr(codegen, "BEAM", 2)
+  codegen.clear_programs()
+  a = rand(8, 5)
+  x = Tensor(a).realize()
+  p = Variable("p", 0, 7).bind(3)
+  np.testing.assert_allclose(x[:p + 1].sum(0).numpy(), a[:4].sum(0), rtol=1e-6, atol=1e-6)
+  codegen.clear_programs()
