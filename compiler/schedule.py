@@ -4,7 +4,7 @@ Realized buffers are replaced by numbered slots first, so the same computation o
 case in eager loops) reuses the cached kernels and buffer plan without running rangeify again.
 """
 from __future__ import annotations
-import math, weakref
+import weakref
 from dataclasses import dataclass
 from .uop import UOp, Ops, MOVEMENT
 from .rangeify import BufferSlot, CopySpec

@@ -47,3 +47,22 @@ def pytest_runtest_protocol(item, nextitem):
   import helpers_capture
   with helpers_capture.recording(item):
     yield
+
+
+@pytest.fixture(scope="module")
+def emulated_gpus():
+  """The emulated AMD and NV devices (EMU=1) for a module's tests: opened here, closed after the module (those it
+  opened); skipped where a real GPU answers instead."""
+  from baregrad.drivers import settings
+  from baregrad.hcq.device import Device
+  before = set(Device._open)
+  with settings.override(EMU=1):
+    for d in ("AMD", "NV"):
+      dev = Device.get(d)
+      iface = dev.driver.kernel if d == "AMD" else dev.driver.k
+      if not iface.emulated: pytest.skip(f"{d} is a real GPU here; these tests use the emulated one")
+    yield
+  import gc
+  gc.collect()
+  for name, dev in list(Device._open.items()):
+    if name not in before: dev.close()

@@ -4,7 +4,6 @@ them, as in PyTorch; eager, inside @jit, on emulated GPUs and on several devices
 refused with an error. Every value is checked against numpy doing the same writes."""
 import numpy as np
 import pytest
-from baregrad.drivers import settings
 from baregrad.hcq import runtime
 from baregrad.hcq.device import Device
 from baregrad.tensor import Tensor
@@ -145,23 +144,8 @@ def test_assign_into_a_view_inside_jit():
   assert jstep.graph is not None      # replayed from the captured queues
 
 
-@pytest.fixture(scope="module")
-def emulated():
-  before = set(Device._open)
-  with settings.override(EMU=1):
-    for d in ("AMD", "NV"):
-      dev = Device.get(d)
-      iface = dev.driver.kernel if d == "AMD" else dev.driver.k
-      if not iface.emulated: pytest.skip(f"{d} is a real GPU here; these tests use the emulated one")
-    yield
-  import gc
-  gc.collect()
-  for name, dev in list(Device._open.items()):
-    if name not in before: dev.close()
-
-
 @pytest.mark.parametrize("device", ["AMD", "NV"])
-def test_writes_through_views_on_emulated_gpus(emulated, device):
+def test_writes_through_views_on_emulated_gpus(emulated_gpus, device):
   a = rand(3, 5)
   t = Tensor(a.copy(), device=device).realize()
   t.T[1:3, 0:2].assign(Tensor(np.ones((2, 2), np.float32), device=device)).realize()

@@ -26,8 +26,6 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 
 from baregrad.compiler import codegen
-from baregrad.drivers import settings
-from baregrad.hcq.device import Device
 from baregrad.tensor.gguf import write_gguf
 from baregrad.tensor.models import load_model, ModelError, ContextError, SamplingParams, sample
 from baregrad.tools.__main__ import main as baregrad_main
@@ -457,23 +455,8 @@ def test_llm_command_errors(tmp_path, llama, capsys):
 
 # ---------------------------------------------------------------- emulated GPUs
 
-@pytest.fixture(scope="module")
-def emulated():
-  before = set(Device._open)
-  with settings.override(EMU=1):
-    for d in ("AMD", "NV"):
-      dev = Device.get(d)
-      iface = dev.driver.kernel if d == "AMD" else dev.driver.k
-      if not iface.emulated: pytest.skip(f"{d} is a real GPU here; these tests use the emulated one")
-    yield
-  import gc
-  gc.collect()
-  for name, dev in list(Device._open.items()):
-    if name not in before: dev.close()
-
-
 @pytest.mark.parametrize("device", ["AMD", "NV"])
-def test_llama_on_emulated_gpus(emulated, device, tmp_path):
+def test_llama_on_emulated_gpus(emulated_gpus, device, tmp_path):
   """The emulators run each kernel instruction by instruction: a 1-layer model with grouped-query attention (2 query
   heads on 1 KV head), a 3-token prefill and three decode steps (compile, capture, replay)."""
   path = tmp_path / "tiny.gguf"

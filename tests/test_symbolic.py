@@ -9,7 +9,6 @@ from baregrad.tensor.tensor import Variable
 from baregrad.tensor.jit import jit
 from baregrad.tensor.nn import Linear, LayerNorm, Embedding
 from baregrad.compiler import codegen
-from baregrad.compiler.uop import UOp
 
 
 def rand(*shape, seed=0):
@@ -183,25 +182,8 @@ def test_jit_replay_checks_symbolic_views():
   with pytest.raises(JitError, match=r"\[6, 9\)"): f(v.bind(6))
 
 
-@pytest.fixture(scope="module")
-def emulated():
-  from baregrad.drivers import settings
-  from baregrad.hcq.device import Device
-  before = set(Device._open)
-  with settings.override(EMU=1):
-    for d in ("AMD", "NV"):
-      dev = Device.get(d)
-      iface = dev.driver.kernel if d == "AMD" else dev.driver.k
-      if not iface.emulated: pytest.skip(f"{d} is a real GPU here; these tests use the emulated one")
-    yield
-  import gc
-  gc.collect()
-  for name, dev in list(Device._open.items()):
-    if name not in before: dev.close()
-
-
 @pytest.mark.parametrize("device", ["AMD", "NV"])
-def test_symbolic_sizes_on_emulated_gpus(emulated, device):
+def test_symbolic_sizes_on_emulated_gpus(emulated_gpus, device):
   """Symbolic loops on a GPU: the launch covers the largest size, the threads past this value's end do nothing."""
   v = Variable("p", 0, 6)
   a = rand(8, 4)
