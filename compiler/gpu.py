@@ -330,17 +330,29 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
       if _size(r) % n == 0 and rsize // n >= 8 and tryopt(Opt("GROUP", rl.index(r), n)): break
   elif reduces and not nested and rl:
     rsize = math.prod(_size(r) for r in rl)
+    narrow = any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in nodes)
     if gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]):
       # a matrix-vector product: every output reads all of x. A register tile of outputs per thread reads each x
       # element once for all of them (global bytes 1 + 1/tile times the weight's, not 2x), keeping 8+ threads' work
-      amt = next((t for t in (32, 16, 8, 4) if _size(gl[-1]) % t == 0 and outputs // t >= (16 if t == 32 else 8)), None)
+      # (a weight of bytes, quantized blocks: x is 4x its bytes per element, so more outputs share each x load)
+      tiles = (64, 32, 16, 8, 4) if narrow else (32, 16, 8, 4)
+      amt = next((t for t in tiles if _size(gl[-1]) % t == 0 and outputs // t >= (4 if narrow else 16 if t == 32 else 8)),
+                 None)
       if amt: tryopt(Opt("UPCAST", len(gl) - 1, amt))
       outputs = math.prod(_size(r) for r in _ranges(ast, "global"))
     if outputs < 4096 and rsize >= 64:
-      # threads of a workgroup share the innermost reduce axis, each at least 16 elements of the whole reduction
+      # threads of a workgroup share the innermost reduce axis, each at least 16 elements of the whole reduction;
+      # quantized blocks in contiguous chunks per thread (GROUPTOP), so a block's scale is loaded once per thread
       last = len(rl) - 1
-      for n in (256, 128, 64, 32, 16, 8, 4):
-        if _size(rl[last]) % n == 0 and rsize // n >= 16 and tryopt(Opt("GROUP", last, n)): break
+      group = "GROUPTOP" if narrow else "GROUP"
+      # (a chunk of whole 32-element blocks where one divides so: every ggml block is a multiple of 32)
+      size = _size(rl[last])
+      ns = [n for n in (256, 128, 64, 32, 16, 8, 4) if size % n == 0 and rsize // n >= (32 if narrow else 16)]
+      if narrow: ns = [n for n in ns if (size // n) % 32 == 0] + [n for n in ns if (size // n) % 32]
+      n = next((n for n in ns if tryopt(Opt(group, last, n))), None)
+      # a chunk of several blocks: each block's 32 elements in one unrolled step, so its scale is loaded once
+      if narrow and n and (size // n) % 32 == 0 and size // n > 32:
+        tryopt(Opt("UNROLL", len(_ranges(ast, "reduce")) - 1, 32))
     elif outputs >= 4096 and len(gl) >= 2:
       # a tile of outputs per thread over the two innermost axes: 8x8 (64 accumulators, 16 loads per 64 fma) when the
       # axes are long enough to leave workgroups, else 4x4; then 16x16 threads, and the reduce staged through
