@@ -26,11 +26,14 @@ from .dtype import dtypes
 from .pattern import substitute
 from .symbolic import linear
 from .linearize import range_deps
-from .opt import Opt, OptError, apply_opt, _size
+from .opt import Opt, OptError, apply_opt, apply_opts, _size
 
 LOCAL_KINDS = ("local", "group", "warp")      # "warp": the lanes of a tensor core op (compiler/tc.py), always x
 MAX_THREADS = 1024                     # threads per workgroup: NV (CUDA guide, compute capability table), gfx11, Metal
 MAX_LOCAL_DIM = (1024, 1024, 64)       # NV block x, y, z (CUDA guide, "Maximum x-, y-, z-dimension of a block")
+# workgroup memory: the least of the GPUs': Metal 32 KiB (Apple4+ feature set tables), NV 48 KiB static (PTX ISA / ptxas
+# "uses too much shared data", 0xc000), AMD 64 KiB LDS (RDNA3 ISA guide)
+MAX_SHARED_BYTES = 32768
 MAX_GRID_YZ = 65535                    # NV grid y, z (same table); x is 2^31 - 1
 
 
@@ -163,15 +166,19 @@ def _group(ast: UOp, locals_: list[UOp]) -> UOp:
         new = UOp(Ops.REDUCE, new.dtype, (load,) + tuple(js.values()), new.arg)
     done[node] = new
   out = substitute(done[ast], {UOp(Ops.BARRIER, None, (), ("level", lv)): b for lv, b in barrier_of.items()})
-  # only the threads with group index 0 store
+  # only the threads with group index 0 store, and only they load what the stored value reads after the reduction
+  # (an epilogue's operand: a residual, the other factor of a product), not the threads whose results are dropped
   first = None
   for r in groups: first = (r < 1) if first is None else (first & (r < 1))
+  def gated(idx: UOp) -> UOp: return idx.replace(src=(idx.src[0], idx.src[1], first if len(idx.src) == 2 else idx.src[2] & first))
+  # (what every thread must load stays: the partials, and the copies into workgroup memory that STAGE shares out)
+  partials = {u for b in out.toposort() if b.op is Ops.BARRIER for u in b.toposort()}
+  loads = {u: u.replace(src=(gated(u.src[0]),) + u.src[1:]) for st in out.src if st.op is Ops.STORE
+           for u in st.src[1].toposort() if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM and u not in partials}
   gates = {}
   for st in out.src:
     if st.op is Ops.STORE:
-      idx = st.src[0]
-      valid = first if len(idx.src) == 2 else (idx.src[2] & first)
-      gates[st] = st.replace(src=(idx.replace(src=(idx.src[0], idx.src[1], valid)), st.src[1]))
+      gates[st] = st.replace(src=(gated(st.src[0]), substitute(st.src[1], loads) if loads else st.src[1]))
   return out.replace(src=tuple(gates.get(s, s) for s in out.src))
 
 
@@ -240,6 +247,8 @@ def to_workgroups(ast: UOp) -> UOp:
   if math.prod(sizes) > MAX_THREADS: raise OptError(f"workgroup of {math.prod(sizes)} threads; at most {MAX_THREADS}")
   if any(s > m for s, m in zip(sizes, MAX_LOCAL_DIM)): raise OptError(f"workgroup {sizes} exceeds {MAX_LOCAL_DIM}")
   ast = _group(ast, locals_)
+  shared = sum(u.dtype.itemsize * u.arg[1] for u in ast.toposort() if u.op is Ops.DEFINE_LOCAL)
+  if shared > MAX_SHARED_BYTES: raise OptError(f"{shared} bytes of workgroup memory; at most {MAX_SHARED_BYTES}")
   mapping = {r: UOp(Ops.SPECIAL, dtypes.index, (), (f"lid{i}", r.src[0].arg)) for i, r in enumerate(locals_)}
   gl = list(reversed(_ranges(ast, "global")))          # innermost first: x
   gsz = [r.src[0].arg for r in gl]
@@ -298,6 +307,7 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
   nodes = ast.toposort()
   if any(u.op is Ops.RANGE and u.src[0].op is not Ops.CONST for u in nodes): return []
   opts: list = []
+  base = ast
   def tryopt(o) -> bool:
     nonlocal ast
     try: ast = apply_opt(ast, o)
@@ -322,7 +332,8 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
   rl = _ranges(ast, "reduce")
   inner = {v for u in reduces for v in u.src[0].toposort() if v is not u and v.op is Ops.REDUCE}
   top = [u for u in reduces if u not in inner]
-  if reduces and nested and len(top) == 1 and outputs < 4096:
+  matvec = False
+  if reduces and nested and len(top) == 1 and outputs < 4096 and len(top[0].src) > 1:
     # nested reductions (a loss: a sum over rows of a function of a sum over columns): threads share the outer one
     r = max(top[0].src[1:], key=lambda r: r.arg[0])
     rsize = math.prod(_size(x) for x in top[0].src[1:])
@@ -332,6 +343,7 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
     rsize = math.prod(_size(r) for r in rl)
     narrow = any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in nodes)
     if gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]):
+      matvec = True
       # a matrix-vector product: every output reads all of x. A register tile of outputs per thread reads each x
       # element once for all of them (global bytes 1 + 1/tile times the weight's, not 2x), keeping 8+ threads' work
       # (a weight of bytes, quantized blocks: x is 4x its bytes per element, so more outputs share each x load)
@@ -377,13 +389,24 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
     if threads >= 64 or len(_ranges(ast, *LOCAL_KINDS)) >= 3: break
     size = _size(_ranges(ast, "global")[axis])
     want = max(1, min(256 // threads, 16 if len(gl) > 1 and axis != len(gl) - 1 else 256))
+    # a grouped reduction's partials: one word per thread and output of its tile in workgroup memory (<= 16 KiB)
+    if _ranges(ast, "group"): want = max(1, min(want, 4096 // (threads * math.prod(_size(r) for r in _ranges(ast, "upcast")))))
     n = next((n for n in (256, 128, 64, 32, 16, 8, 4, 2) if n <= want and size % n == 0), None)
     if n is None and size > 64 and threads == 1:
       n = 64 if tryopt(Opt("PADTO", axis, 64)) else None
     if n is not None and n > 1 and tryopt(Opt("LOCAL", axis, n)): threads *= n
-  try: to_workgroups(ast)
-  except OptError: return []      # never a choice that cannot be mapped (the kernel runs unoptimized instead)
-  return opts
+  if matvec and _ranges(ast, "local"):
+    # the workgroup's threads along the outputs read the same x: staged through workgroup memory, x is read from
+    # global once per workgroup (not once per row of threads): a quantized weight's 1.06 bytes per element against
+    # x's 4 made that 6% of the traffic
+    size = _size(_ranges(ast, "reduce")[-1])
+    next((True for t in (32, 16, 8, size) if size % t == 0 and t <= 64 and tryopt(Opt("STAGE", len(_ranges(ast, "reduce")) - 1, t))), None)
+  # never a choice that cannot be mapped: the longest prefix of the opts that maps (no opts: the kernel unoptimized)
+  for k in range(len(opts), 0, -1):
+    try: to_workgroups(ast if k == len(opts) else apply_opts(base, opts[:k]))
+    except OptError: continue
+    return opts[:k]
+  return []
 
 
 def gpu_actions(ast: UOp) -> list:

@@ -72,10 +72,14 @@ def find_materialized(sink: UOp) -> list[UOp]:
   mat: set[UOp] = set()
   for out in sink.src:
     if out.base.op is not Ops.BUFFER or not _is_contiguous_view(out): mat.add(out)
+  views: dict[UOp, set] = {}     # the movement views each node is read through (RoPE reads a product's two halves)
+  for n in reversed(order):
+    for s in n.src: views.setdefault(s, set()).update(views.get(n, set()) if n.op in MOVEMENT else {s})
   for n in order:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): mat.add(n)
     if n.op is Ops.COPY: mat.add(n.src[0])
-    if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1: mat.add(n)
+    # a reduction read twice, or through two views (one kernel would compute it once per view): stored once
+    if n.op is Ops.REDUCE_AXIS and (users.get(n, 0) > 1 or len(views.get(n, ())) > 1): mat.add(n)
   costly = _costly(order, mat)
   for _ in range(32):
     _materialize_broadcast_reads(mat, costly)
@@ -200,12 +204,25 @@ _EXPANDED, _REDUCING = 1, 2
 _TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV}
 
 
+MANY_READS = 3      # float reads that make an elementwise value worth storing once (RoPE: x, its pair, cos, sin)
+
+
 def _costly(order: list[UOp], mat: set) -> dict[UOp, bool]:
-  """For each node: does computing it in a kernel take a transcendental op (below it, up to the buffers and the nodes
-  that get buffers of their own)? A value that is only arithmetic on loads (a dequantized weight) stays fused."""
+  """For each node: does computing it in a kernel take a transcendental op, or MANY_READS reads of float data (below
+  it, up to the buffers and the nodes that get buffers of their own)? Recomputed per broadcast element, each read is
+  memory traffic (a rotated query read once per key position reads the query, its pair, cos and sin). A value that is
+  arithmetic on few loads, or on integer fields (a dequantized weight: bytes and a scale), stays fused."""
   out: dict[UOp, bool] = {}
+  reads: dict[UOp, frozenset | None] = {}      # the views of stored data a node reads; None: an integer read
   for n in order:
-    out[n] = n.op in _TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
+    # (a reduction counts as one read: read through a broadcast it gets a buffer; computed in place it costs more)
+    if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or n in mat or (n.op in MOVEMENT and (n.src[0].op is Ops.BUFFER or n.src[0] in mat)):
+      reads[n] = frozenset((n,)) if n.dtype.is_float else None
+    else:
+      rs = [reads.get(s, frozenset()) for s in n.src]
+      reads[n] = None if any(r is None for r in rs) else frozenset().union(*rs)
+    many = n.op in ELEMENTWISE and reads[n] is not None and len(reads[n]) >= MANY_READS
+    out[n] = many or n.op in _TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
   return out
 
 

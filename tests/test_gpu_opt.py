@@ -257,3 +257,41 @@ def test_tensor_cores(device, dt):
   # a float32 matmul or an odd size does not match a tensor core
   with pytest.raises(OptError, match="TC"):
     gpu.apply_gpu_opts(last_kernel(lambda x, y: x @ y, [(16, 16), (16, 16)], device)[0].ast, [Opt("TC", 0, 0)], device)
+
+
+def test_quantized_matvec_reads_each_weight_byte_about_once(device):
+  """(NV and AMD: counted by their emulators.) A Q8_0 weight (`gguf`'s quantizer) times a vector, dequantized in the
+  kernel: a tile of outputs per thread, whole 32-element blocks per thread, x staged through workgroup memory once
+  per workgroup, a residual read only by the threads that store. Global loads <= 1.03x the quantized bytes plus the
+  residual's; the result is numpy's product with gguf's dequantization."""
+  gguf = pytest.importorskip("gguf")
+  from baregrad.drivers.emu import counters
+  from baregrad.tensor.ggml_quants import dequantize
+  from baregrad.compiler.dtype import dtypes
+  if device == "METAL": pytest.skip("the emulated Metal has no counters")
+  M, K = 512, 256
+  r = rng(7)
+  raw = gguf.quants.quantize(f32(r, M, K), gguf.GGMLQuantizationType.Q8_0)
+  x, res = f32(r, 1, K), f32(r, 1, M)
+  W = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8, device=device), "Q8_0", (M, K))
+  y = Tensor(x, device=device) @ W.T + Tensor(res, device=device)
+  items = y.schedule()
+  run_schedule(items[:-1], sync=True)
+  counters.reset()
+  run_schedule(items[-1:], sync=True)
+  c = counters.total()
+  want = x @ gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(M, K).T + res
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+  args = 8 * 64 * M if device == "AMD" else 0       # AMD: each wave's scalar loads of the kernel arguments (bounded)
+  assert c.global_load_bytes <= 1.03 * raw.nbytes + res.nbytes + args, (c.global_load_bytes, raw.nbytes)
+
+
+def test_sibling_reductions_with_a_staged_and_a_grouped_one(device):
+  """silu(x @ A) * (x @ B) with short rows: both reductions share one kernel, one grouped across threads and one
+  staged through workgroup memory; every thread takes part in the staging copy (only the stores are the first
+  group thread's)."""
+  r = rng(8)
+  x, a, b = f32(r, 3, 16), f32(r, 16, 16), f32(r, 16, 16)
+  got = ((Tensor(x, device=device) @ Tensor(a, device=device)).silu() * (Tensor(x, device=device) @ Tensor(b, device=device))).numpy()
+  g = x @ a
+  np.testing.assert_allclose(got, g / (1 + np.exp(-g)) * (x @ b), rtol=1e-5, atol=1e-5)
