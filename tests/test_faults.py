@@ -142,8 +142,8 @@ def test_write_pointer_beyond_the_ring_faults_the_queue(dev, monkeypatch):
   if dev.name == "AMD":
     ring = dev.driver.compute
     ring.doorbell[0] = (ring.rptr + ring.dwords + 8) * 4 // ring.unit
-    want = (r"queue overrun: write pointer 0x10008 is 0x10008 dwords ahead of the read pointer 0x0, more than the "
-            r"ring's 0x10000 dwords")
+    want = (r"queue overrun: write pointer 0x10008 is 0x10008 dwords ahead of the read pointer 0x0: a ring of "
+            r"0x10000 dwords holds at most 0xffff")
   else:
     ch = dev.driver.channels["compute"]
     np.frombuffer(dev.driver.view(ch.userd.addr + pb.USERD_GP_PUT, 4), np.uint32)[0] = 5000

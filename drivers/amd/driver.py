@@ -261,7 +261,7 @@ class AMDDriver:
     doorbell = db_addr + (args.doorbell_offset & (DOORBELL_PAGE - 1))
     unit, nop = (4, pm4.nop) if queue_type == kfd.QUEUE_TYPE_COMPUTE else (1, sdma.nop)
     r = Ring(f"{self.name} {kind} queue {args.queue_id}", ring.addr, self.view(ring.addr, ring_size), ring_size, self.view(rw.addr, 16),
-             self.view(doorbell, 8), unit, nop, self.timeout)
+             self.view(doorbell, 8), unit, nop, self.timeout, rptr_wraps=queue_type == kfd.QUEUE_TYPE_COMPUTE)
     r.queue_id, r.kind, r.memories = args.queue_id, kind, memories
     return r
 

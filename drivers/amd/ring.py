@@ -1,10 +1,14 @@
 """A user-mode hardware queue: ring buffer, read/write pointers, 64-bit doorbell.
 
-The ring is a power-of-two number of bytes of GPU memory. Pointers are 64-bit and only grow (the position in
-the ring is `pointer mod size`); the PM4 compute queue counts them in dwords, the SDMA queue in bytes (KFD's
-convention for gfx9+ user queues with 64-bit doorbells). The engine writes the read pointer back to memory; the
-driver writes the write pointer to memory and then to the doorbell. A packet never straddles the end of the
-ring: the space before the wrap is filled with NOP dwords first.
+The ring is a power-of-two number of bytes of GPU memory. The write pointer is 64-bit and only grows (the position
+in the ring is `pointer mod size`); the PM4 compute queue counts it in dwords, the SDMA queue in bytes (KFD's
+convention for gfx9+ user queues with 64-bit doorbells). The engine writes the read pointer back to memory: the SDMA
+engine as a 64-bit byte count that only grows, the PM4 engine as a 32-bit dword offset that wraps at the ring size
+(kfdtest PM4Queue.cpp RptrWhenConsumed: "On PM4 queues Rptr is always 32-bit in dword units and wraps at queue
+size"; amdkfd kfd_kernel_queue.c kq_acquire_packet_buffer), which this side extends to a monotonic count by the
+distance it moved. The ring holds at most size - 1 dwords of commands: rptr == wptr means empty (kfd_kernel_queue.c,
+kfdtest BaseQueue::PlacePacket). The driver writes the write pointer to memory and then to the doorbell. A packet
+never straddles the end of the ring: the space before the wrap is filled with NOP dwords first.
 """
 from __future__ import annotations
 import time
@@ -16,10 +20,11 @@ class RingFull(TimeoutError):
 
 
 class Ring:
-  def __init__(self, name: str, base: int, ring_view, size: int, rw_view, doorbell_view, unit: int, nop, timeout: float = 30.0):
+  def __init__(self, name: str, base: int, ring_view, size: int, rw_view, doorbell_view, unit: int, nop, timeout: float = 30.0,
+               rptr_wraps: bool = False):
     """ring_view/rw_view/doorbell_view: writable buffers over the ring, the read/write pointer page (rptr at byte 0,
     wptr at byte 8) and this queue's 8-byte doorbell. unit: bytes per pointer step (4 = dwords, 1 = bytes).
-    nop(n): n dwords of NOP for this engine."""
+    nop(n): n dwords of NOP for this engine. rptr_wraps: the engine writes back a 32-bit offset into the ring (PM4)."""
     self.name, self.base, self.size, self.unit, self.nop, self.timeout = name, base, size, unit, nop, timeout
     self.ring = np.frombuffer(ring_view, dtype=np.uint32)
     self.ptrs = np.frombuffer(rw_view, dtype=np.uint64, count=2)
@@ -28,16 +33,27 @@ class Ring:
     self.wptr = 0                 # in dwords
     self.last_packet_at = 0       # dword index (monotonic) of the last packet written
     self.labels: dict[int, str] = {}   # dword index (monotonic) of a packet -> what it runs (fault reports name it)
+    self.rptr_wraps = rptr_wraps
+    self._rptr, self._reported = 0, 0  # (rptr_wraps) the monotonic read pointer, the offset last read back
 
   @property
-  def rptr(self) -> int: return int(self.ptrs[0]) * self.unit // 4
+  def rptr(self) -> int:
+    """The engine's read pointer in dwords, counted from the start (monotonic)."""
+    if not self.rptr_wraps: return int(self.ptrs[0]) * self.unit // 4
+    reported = int(self.ptrs[0]) & 0xFFFFFFFF
+    if reported >= self.dwords:
+      raise RuntimeError(f"{self.name}: the engine reported read pointer {reported:#x}, past the ring's {self.dwords:#x} "
+                         f"dwords: the read-pointer page is not what the engine writes")
+    # the engine never passes the write pointer and the ring never holds a whole lap: the distance is unambiguous
+    self._rptr += (reported - self._reported) % self.dwords
+    self._reported = reported
+    return self._rptr
 
   def _reserve(self, n: int):
-    if n > self.dwords: raise ValueError(f"{self.name}: a packet of {n} dwords does not fit in a ring of {self.dwords}")
-    if self.wptr + n - self.rptr <= self.dwords: return
+    if self.wptr + n - self.rptr < self.dwords: return      # (at most size - 1 dwords in flight)
     self.commit()                 # the engine frees space only by running what is already written
     start, delay = time.monotonic(), 1e-5
-    while self.wptr + n - self.rptr > self.dwords:
+    while self.wptr + n - self.rptr >= self.dwords:
       if time.monotonic() - start > self.timeout:
         raise RingFull(f"{self.name}: ring full for {self.timeout:.3g} s: {n} more dwords do not fit in the ring of "
                        f"{self.dwords} dwords (read pointer {self.rptr}, write pointer {self.wptr} dwords): the engine "
@@ -47,6 +63,9 @@ class Ring:
   def write(self, packets: list[list[int]], labels: dict | None = None) -> None:
     """Append packets (lists of dwords) and ring the doorbell once (and before waiting for space).
     labels: packet index -> what the packet runs, kept by ring position for fault reports."""
+    for p in packets:
+      if len(p) >= self.dwords:
+        raise ValueError(f"{self.name}: a packet of {len(p)} dwords does not fit in a ring of {self.dwords} (at most {self.dwords - 1})")
     for k, p in enumerate(packets):
       pos = self.wptr % self.dwords
       if pos + len(p) > self.dwords:           # no packet straddles the wrap

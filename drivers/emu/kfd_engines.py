@@ -188,9 +188,11 @@ class EngineQueue(threading.Thread):
       delay = 1e-5
       self.pickup_epoch = self.kfd.doorbell_picked_up()
       try:
-        if wptr - self.rptr > self.ring_dwords:     # the ring cannot hold that much: what is there is not the commands
+        # the ring holds at most size - 1 dwords: rptr == wptr means empty (kfd_kernel_queue.c; kfdtest BaseQueue)
+        if wptr - self.rptr >= self.ring_dwords:
           raise QueueError(f"queue overrun: write pointer {wptr:#x} is {wptr - self.rptr:#x} dwords ahead of the read "
-                           f"pointer {self.rptr:#x}, more than the ring's {self.ring_dwords:#x} dwords")
+                           f"pointer {self.rptr:#x}: a ring of {self.ring_dwords:#x} dwords holds at most "
+                           f"{self.ring_dwords - 1:#x}")
         while self.rptr < wptr and not self.stopping:
           pos = self.rptr % self.ring_dwords
           size = self.execute(self.ring, pos, f"ring dword {pos:#x}")
@@ -207,7 +209,10 @@ class EngineQueue(threading.Thread):
         self.kfd.raise_exception(f"{self.describe()}: internal error at ring dword {self.rptr % self.ring_dwords:#x}: {self.dead}")
 
   def _write_rptr(self):
-    self.write(self.rptr_addr, (self.rptr * 4 // self.unit).to_bytes(8, "little"))
+    """What the engine writes back: SDMA a 64-bit byte count that only grows (kfdtest SDMAQueue.cpp Rptr); PM4 a
+    32-bit dword offset that wraps at the ring size (kfdtest PM4Queue.cpp RptrWhenConsumed; kfd_kernel_queue.c)."""
+    if self.unit == 4: self.write(self.rptr_addr, (self.rptr % self.ring_dwords).to_bytes(4, "little"))
+    else: self.write(self.rptr_addr, (self.rptr * 4 // self.unit).to_bytes(8, "little"))
 
   def run_buffer(self, base: int, ndwords: int, where: str):
     """Execute an indirect buffer."""

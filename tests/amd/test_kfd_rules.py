@@ -1,4 +1,4 @@
-"""Five rules of the real amdgpu/amdkfd stack, each enforced by the emulated KFD + gfx1100 (drivers/emu/kfd_*.py) and
+"""Rules of the real amdgpu/amdkfd stack, each enforced by the emulated KFD + gfx1100 (drivers/emu/kfd_*.py) and
 kept by the driver (drivers/amd/driver.py). Each driver-level test here fails with the driver's earlier behaviour.
 
   10. SDMA FENCE with MTYPE UC (sdma_v6_0_ring_emit_fence, amdgpu/sdma_v6_0.c: SDMA_PKT_FENCE_HEADER_MTYPE(0x3)):
@@ -12,6 +12,9 @@ kept by the driver (drivers/amd/driver.py). Each driver-level test here fails wi
       COMPUTE_PGM_RSRC1.PRIV"; gfx11 context save/restore).
   14. WAIT_REG_MEM64 (no Linux code emits it for gfx11): no 32-bit WAIT_REG_MEM sequence is correct for 64-bit
       signals that grow by any step, so the driver keeps WAIT_REG_MEM64 in one form and the emulator accepts only that.
+  A1. The PM4 engine writes its read pointer back as a 32-bit dword offset that wraps at the ring size (kfdtest
+      PM4Queue.cpp RptrWhenConsumed; amdkfd kfd_kernel_queue.c kq_acquire_packet_buffer); SDMA as a 64-bit byte count.
+  A7. A ring holds at most size - 1 dwords: rptr == wptr means empty (kfd_kernel_queue.c; kfdtest BaseQueue).
 """
 import errno, re, time, types
 import numpy as np
@@ -310,3 +313,39 @@ def test_emulator_refuses_other_wait_reg_mem64_forms(drv, fields, what):
   if "addr_lo" in fields: fields = {"addr_lo": (sig.addr & 0xFFFFFFFF) + 4}
   _stops(drv, "compute", pm4.packet("WAIT_REG_MEM64", **{**args, **fields}),
          rf"WAIT_REG_MEM64 other than a 64-bit '>=' .*{what}.*only the driver's form is accepted")
+
+
+# ==== the PM4 read pointer wraps (A1), a ring holds at most size - 1 dwords (A7) ====================================
+
+def test_compute_ring_laps_many_times(drv):
+  """The PM4 engine writes back a 32-bit dword offset that wraps at the ring size (kfdtest PM4Queue.cpp
+  RptrWhenConsumed; amdkfd kfd_kernel_queue.c), the SDMA engine a 64-bit byte count (SDMAQueue.cpp): on a 1024-dword
+  compute ring, 400 submissions (about ten laps) all run, and the emulated engine wrote back offsets inside the ring.
+  (A driver that reads the offset as a monotonic pointer sees a full ring after the first lap: RingFull.)"""
+  old = drv.compute
+  drv._ioctl("DESTROY_QUEUE", queue_id=old.queue_id)
+  for mem in old.memories: drv.free(mem)
+  drv.timeout = 3
+  drv.compute = drv._create_queue("compute", kfd.QUEUE_TYPE_COMPUTE, 4096)
+  sig = drv.alloc(4096)
+  for i in range(1, 401): drv.submit("compute", drv.encode("compute", [("signal", _sig(sig.addr), i)]))
+  assert drv.wait_value(sig.addr, 400, 10)
+  ring = drv.compute
+  assert ring.wptr > 8 * ring.dwords and ring.rptr == ring.wptr
+  assert int(ring.ptrs[0]) < ring.dwords          # what the engine wrote: an offset into the ring
+  # the copy ring's read pointer stays a growing byte count
+  drv.submit("copy", drv.encode("copy", [("signal", _sig(sig.addr + 16), 1)]))
+  assert drv.wait_value(sig.addr + 16, 1, 10)
+  assert int(drv.copy.ptrs[0]) == drv.copy.wptr * 4
+
+
+def test_a_ring_never_holds_a_whole_lap(drv):
+  """The engine refuses a write pointer a whole ring ahead of its read pointer (rptr == wptr means empty), and the
+  driver never writes that much: a packet of size - 1 dwords is the most that fits."""
+  ring = drv.compute
+  with pytest.raises(ValueError, match="does not fit"): ring.write([[0] * ring.dwords])
+  engine = _engine(drv, ring)
+  ring.ptrs[1] = ring.doorbell[0] = ring.wptr + ring.dwords         # a whole lap ahead, by hand
+  assert _poll(lambda: drv.kernel.fault() is not None)
+  assert "holds at most" in drv.kernel.fault(), drv.kernel.fault()
+  assert engine.dead
