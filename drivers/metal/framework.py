@@ -11,7 +11,7 @@ members, so nothing in the driver asks which it has:
                              exception on a Mac ends the process)
 """
 from __future__ import annotations
-import importlib, os, platform, sys
+import importlib, platform, sys
 from typing import Protocol
 import cffi
 from .. import settings
@@ -69,8 +69,18 @@ def available() -> tuple[bool, str]:
     return True, ""
   if sys.platform != "darwin":
     return False, f"Metal needs macOS (this is {platform.system()}); EMU=1 DEV=METAL runs the emulated Metal framework"
-  if not os.path.exists(METAL): return False, f"{METAL} does not exist"
+  # since macOS 11 the system frameworks live only in the dyld shared cache: no file at METAL's path exists, yet
+  # dlopen finds it (Apple, macOS Big Sur 11.0.1 release notes: "system-provided libraries ... a copy of the library
+  # is no longer present on the file system ... check for library presence by attempting to dlopen() the path").
+  # So dlopen decides; its error is the reason.
+  try: _dlopen(METAL)
+  except OSError as e: return False, f"dlopen({METAL}) failed: {e}"
   return True, ""
+
+
+def _dlopen(path: str):
+  import ctypes
+  return ctypes.CDLL(path)
 
 
 def frameworks() -> Frameworks:
