@@ -5,6 +5,7 @@ broadcast again (or read by several users) is materialized into its own buffer; 
 Each kernel is an AST `SINK(STORE(INDEX(PARAM 0, idx), value))` over PARAMs, RANGEs and DEFINE_VARs.
 """
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass, field
 from .uop import UOp, Ops, MOVEMENT, ELEMENTWISE, identity_for
 from .dtype import dtypes
@@ -220,7 +221,8 @@ def _costly(order: list[UOp], mat: set) -> dict[UOp, bool]:
       reads[n] = frozenset((n,)) if n.dtype.is_float else None
     else:
       rs = [reads.get(s, frozenset()) for s in n.src]
-      reads[n] = None if any(r is None for r in rs) else frozenset().union(*rs)
+      # (at most MANY_READS kept: whether there are that many is all that is asked, and chains stay linear)
+      reads[n] = None if any(r is None for r in rs) else frozenset(itertools.islice(frozenset().union(*rs), MANY_READS))
     many = n.op in ELEMENTWISE and reads[n] is not None and len(reads[n]) >= MANY_READS
     out[n] = many or n.op in _TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
   return out
