@@ -11,7 +11,7 @@ kfdtest BaseQueue::PlacePacket). The driver writes the write pointer to memory a
 never straddles the end of the ring: the space before the wrap is filled with NOP dwords first.
 """
 from __future__ import annotations
-import time
+import threading, time
 import numpy as np
 
 
@@ -35,19 +35,21 @@ class Ring:
     self.labels: dict[int, str] = {}   # dword index (monotonic) of a packet -> what it runs (fault reports name it)
     self.rptr_wraps = rptr_wraps
     self._rptr, self._reported = 0, 0  # (rptr_wraps) the monotonic read pointer, the offset last read back
+    self._rptr_lock = threading.Lock()  # (a waiter's fault report reads it beside the submitting thread)
 
   @property
   def rptr(self) -> int:
     """The engine's read pointer in dwords, counted from the start (monotonic)."""
     if not self.rptr_wraps: return int(self.ptrs[0]) * self.unit // 4
-    reported = int(self.ptrs[0]) & 0xFFFFFFFF
-    if reported >= self.dwords:
-      raise RuntimeError(f"{self.name}: the engine reported read pointer {reported:#x}, past the ring's {self.dwords:#x} "
-                         f"dwords: the read-pointer page is not what the engine writes")
-    # the engine never passes the write pointer and the ring never holds a whole lap: the distance is unambiguous
-    self._rptr += (reported - self._reported) % self.dwords
-    self._reported = reported
-    return self._rptr
+    with self._rptr_lock:
+      reported = int(self.ptrs[0]) & 0xFFFFFFFF
+      if reported >= self.dwords:
+        raise RuntimeError(f"{self.name}: the engine reported read pointer {reported:#x}, past the ring's "
+                           f"{self.dwords:#x} dwords: the read-pointer page is not what the engine writes")
+      # the engine never passes the write pointer and the ring never holds a whole lap: the distance is unambiguous
+      self._rptr += (reported - self._reported) % self.dwords
+      self._reported = reported
+      return self._rptr
 
   def _reserve(self, n: int):
     if self.wptr + n - self.rptr < self.dwords: return      # (at most size - 1 dwords in flight)
