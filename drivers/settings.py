@@ -11,7 +11,8 @@ An unset or empty variable takes its default. The values are attributes of this 
 
     DEBUG, BEAM, OPT, EMU, DEV, TIMEOUT, THREADS   the user's knobs (see SETTINGS for each one's values)
     PLAN_CACHE, PROGRAM_CACHE, SPLIT_REDUCE        sizes of caches and of the reduce split
-    PTX_MAX_STEPS, EMU_LOG, TRACE_IOCTL            emulator and kernel-interface debugging
+    PTX_MAX_STEPS, EMU_LOG, EMU_SMALL_BAR,         emulator and kernel-interface debugging
+    TRACE_IOCTL
     CAPTURE, PROFILE, VIZ, TRACE_IOCTL_FILE        output files of the tools (None when unset)
     CACHE, BAREGRAD_CACHE, XDG_CACHE_HOME          the on-disk cache of compiled kernels
     CC, PTXAS                                      the external compilers
@@ -94,6 +95,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
   Setting("PTX_MAX_STEPS", _integer(1), 5_000_000, "an integer >= 1 (instruction dispatches the PTX emulator runs "
                                                    "per launch before it calls the kernel a runaway)"),
   Setting("EMU_LOG", _flag, False, "0 or 1 (1: the emulated KFD prints its kernel log on stderr)"),
+  Setting("EMU_SMALL_BAR", _flag, False, "0 or 1 (1: the emulated AMD GPU has a small BAR: the host can map only "
+                                         "part of its VRAM, as on a machine without Resizable BAR)"),
   Setting("TRACE_IOCTL", _flag, False, "0 or 1 (1: log every call through the kernel interface)"),
   Setting("TRACE_IOCTL_FILE", _text, None, "a file path (where TRACE_IOCTL=1 writes; default stderr)"),
   Setting("CAPTURE", _text, None, "a file path (record every queue submission there, e.g. run.bgq)"),
@@ -153,6 +156,7 @@ PROGRAM_CACHE: int = _values["PROGRAM_CACHE"]
 SPLIT_REDUCE: int = _values["SPLIT_REDUCE"]
 PTX_MAX_STEPS: int = _values["PTX_MAX_STEPS"]
 EMU_LOG: bool = _values["EMU_LOG"]
+EMU_SMALL_BAR: bool = _values["EMU_SMALL_BAR"]
 TRACE_IOCTL: bool = _values["TRACE_IOCTL"]
 TRACE_IOCTL_FILE: str | None = _values["TRACE_IOCTL_FILE"]
 CAPTURE: str | None = _values["CAPTURE"]

@@ -31,7 +31,7 @@ from . import kfd, pm4, sdma
 from .codeobj import RSRC1_PRIV
 from .kfd import ffi as kfd_ffi
 from .ring import Ring
-from .topology import gpu_nodes, GPUNode, PAGE
+from .topology import gpu_nodes, pick_node, GPUNode, PAGE
 
 # EMU=1: the emulated KFD + gfx1100 serves /dev/kfd (registered here so drivers/kernel.py needs no AMD knowledge)
 kernel_mod.EMULATORS.setdefault("AMD", ("baregrad.drivers.emu.kfd_kernel", "EmulatedKFD"))
@@ -42,6 +42,7 @@ MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0
 DOORBELL_PAGE = 8192            # 1024 64-bit doorbells per process on gfx9+ (libhsakmt's doorbell mapping size)
 TIMESTAMP_HZ = 100_000_000      # gfx11 GPU clock counter (RELEASE_MEM DATA_SEL 3, SDMA TIMESTAMP): 100 MHz
 KFD_MIN_RUNTIME_ENABLE = (1, 14)
+TARGETS = ("gfx1100",)          # what compiler/render_amd.py assembles for (codeobj.py writes the code object's target)
 LDS_GRANULE = 512               # COMPUTE_PGM_RSRC2.LDS_SIZE unit on gfx7..gfx11 (128 dwords)
 RSRC2_LDS_SHIFT, RSRC2_LDS_BITS = 15, 9
 # SDMA FENCE MTYPE 3, uncached: sdma_v6_0_ring_emit_fence (amdgpu/sdma_v6_0.c) writes every fence with
@@ -51,6 +52,7 @@ SDMA_MTYPE_UC = 3
 # kfd_events.c: each signal event has a 64-bit slot in the event page; "the signaler will write a 1 before sending an
 # interrupt", and the interrupt handler ignores an event whose slot still reads UNSIGNALED_EVENT_SLOT (all ones)
 EVENT_SLOT_SIGNALED = 1
+ERROR_PAYLOAD_OFFSET = 64       # where in a queue's read/write-pointer page the kernel ORs its error codes
 
 
 class AMDError(RuntimeError):
@@ -101,6 +103,59 @@ class BoundQueue:
   label: str = "a bound queue"        # what it runs, for fault reports
 
 
+_kernels: dict = {}
+
+
+def _process_kernel():
+  """The kernel interface this process's AMD devices use: one per process (the emulated KFD, like amdkfd, keeps
+  per-process state across device opens), a new one in a forked child."""
+  key = (os.getpid(), kernel_mod.emulated())
+  if key not in _kernels: _kernels[key] = kernel_mod.interface("AMD")
+  return _kernels[key]
+
+
+class KFDProcess:
+  """What amdkfd keeps per process, opened once and kept until the process ends: /dev/kfd, the render node bound by
+  ACQUIRE_VM, the runtime state, the event page with its signal event, the doorbell page mapping.
+
+  amdkfd has one kfd_process per process (per mm, not per open file), "freed when the mm is released"
+  (kfd_process.c create_process); closing /dev/kfd only drops a reference (kfd_release). A second ACQUIRE_VM with
+  another render-node file fails with EBUSY, a second event page with EINVAL ("Event page is already set",
+  kfd_kmap_event_page), a second RUNTIME_ENABLE with EBUSY -- so a device closed and opened again in one process
+  must reuse all of these (libhsakmt likewise never closes its /dev/kfd, openclose.c). `AMDDriver.close` destroys
+  only its queues, events and buffers."""
+  _open: dict = {}               # (pid, kernel interface id) -> KFDProcess
+
+  @classmethod
+  def get(cls, kernel, node: GPUNode, ioctl) -> "KFDProcess":
+    key = (os.getpid(), id(kernel))
+    proc = cls._open.get(key)
+    if proc is None or proc.kernel is not kernel:
+      proc = cls._open[key] = cls(kernel, ioctl)
+    proc.bind(node, ioctl)
+    return proc
+
+  def __init__(self, kernel, ioctl):
+    self.kernel = kernel
+    self.kfd_fd = kernel.open("/dev/kfd")
+    ver = ioctl("GET_VERSION", fd=self.kfd_fd)
+    self.version = (ver.major_version, ver.minor_version)
+    self.drm_fds: dict[int, int] = {}          # gpu_id -> the render-node fd ACQUIRE_VM bound
+    self.runtime_enabled = False
+    self.event_page: Memory | None = None      # allocated by the first driver (its alloc), never freed
+    self.queue_event = self.queue_event_slot = None
+    self.doorbells: dict[int, tuple[int, int]] = {}   # gpu_id -> (mapping address, mmap offset)
+
+  def bind(self, node: GPUNode, ioctl):
+    if node.gpu_id not in self.drm_fds:
+      fd = self.kernel.open(node.render_node)
+      ioctl("ACQUIRE_VM", fd=self.kfd_fd, drm_fd=fd, gpu_id=node.gpu_id)
+      self.drm_fds[node.gpu_id] = fd
+    if self.version >= KFD_MIN_RUNTIME_ENABLE and not self.runtime_enabled:
+      ioctl("RUNTIME_ENABLE", fd=self.kfd_fd, r_debug=0, mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
+      self.runtime_enabled = True
+
+
 class AMDDriver:
   name = "AMD"
   timestamp_hz = TIMESTAMP_HZ
@@ -111,67 +166,88 @@ class AMDDriver:
       if not kernel_mod.emulated() and not os.path.exists("/dev/kfd"):
         raise AMDError("DEV=AMD: /dev/kfd does not exist on this machine (no amdgpu kernel driver with KFD, or no AMD GPU). "
                        "Run with EMU=1 DEV=AMD to use the emulated gfx1100, or use DEV=CPU.")
-      kernel = kernel_mod.interface("AMD")
+      kernel = _process_kernel()
     self.kernel, self.timeout = kernel, timeout
-    self.kfd_fd = kernel.open("/dev/kfd")
-    ver = self._ioctl("GET_VERSION")
-    self.version = (ver.major_version, ver.minor_version)
     nodes = gpu_nodes(kernel)
     if not nodes: raise AMDError("AMD: KFD topology lists no GPU node (/sys/devices/virtual/kfd/kfd/topology/nodes/*/gpu_id)")
-    self.node: GPUNode = nodes[0]
+    try: self.node: GPUNode = pick_node(nodes, TARGETS)
+    except ValueError as e: raise AMDError(f"AMD: {e}. Use DEV=CPU, or EMU=1 DEV=AMD for the emulated gfx1100.") from None
     self.gpu_id = self.node.gpu_id
     self.target = self.node.target     # gfx1100: what the programs are assembled for
-    self.drm_fd = kernel.open(self.node.render_node)
-    self._ioctl("ACQUIRE_VM", drm_fd=self.drm_fd, gpu_id=self.gpu_id)
-    if self.version >= KFD_MIN_RUNTIME_ENABLE:
-      self._ioctl("RUNTIME_ENABLE", r_debug=0, mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK)
+    self.large_bar = self.node.large_bar
+    self.process = KFDProcess.get(kernel, self.node, self._ioctl)
+    self.kfd_fd, self.drm_fd, self.version = self.process.kfd_fd, self.process.drm_fds[self.gpu_id], self.process.version
     self.memory: dict[int, Memory] = {}
     self.fault: str | None = None
     self.fault_fatal = False       # memory faults are; a queue error resets the queues instead
     self._stalled = False
-    # events: one signal event for queue interrupts, and the exception events faults arrive on. A dGPU's event page is
+    # events: one signal event for queue interrupts (process-wide, with the event page), the exception events faults
+    # arrive on, and the queue-error event the compute queue's context-save-area header names. A dGPU's event page is
     # memory user mode allocates and hands to amdkfd (its handle in event_page_offset) with the first CREATE_EVENT
     # (kfd_ioctl_create_event -> kfd_kmap_event_page, amdkfd/kfd_chardev.c + kfd_events.c); the GPU writes an event's
     # slot there before it interrupts. amdkfd maps it through amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel (a GTT BO) and
-    # refuses to free it (kfd_ioctl_free_memory_of_gpu: -EPERM): it lives until /dev/kfd is closed.
-    self.event_page = self.alloc(kfd.SIGNAL_EVENT_LIMIT * 8, "gtt")
-    del self.memory[self.event_page.addr]
-    event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=self.event_page.handle)
-    self.queue_event = event.event_id
-    self.queue_event_slot = self.event_page.addr + 8 * event.event_slot_index
+    # refuses to free it (kfd_ioctl_free_memory_of_gpu: -EPERM): it lives as long as the process.
+    proc = self.process
+    if proc.event_page is None:
+      page = self.alloc(kfd.SIGNAL_EVENT_LIMIT * 8, "gtt")
+      del self.memory[page.addr]
+      event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=page.handle)
+      proc.event_page, proc.queue_event = page, event.event_id
+      proc.queue_event_slot = page.addr + 8 * event.event_slot_index
+    self.event_page, self.queue_event, self.queue_event_slot = proc.event_page, proc.queue_event, proc.queue_event_slot
     self.memory_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_MEMORY, auto_reset=0,
                                     node_id=self.node.index).event_id
     self.hw_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_HW_EXCEPTION, auto_reset=0,
                                 node_id=self.node.index).event_id
-    self.doorbells = None
+    self.error_event = self._new_error_event()
+    self.doorbells = proc.doorbells.get(self.gpu_id)
     self.compute = self._create_queue("compute", kfd.QUEUE_TYPE_COMPUTE, 1 << 18)
     self.copy = self._create_queue("copy", kfd.QUEUE_TYPE_SDMA, 1 << 18)
     self.queue_types = {"compute": kfd.QUEUE_TYPE_COMPUTE, "copy": kfd.QUEUE_TYPE_SDMA}
     self.programs: dict[int, LoadedProgram] = {}
     self._stage = None             # GTT staging buffer + signal of copyin/copyout, made on first use
 
+  def _new_error_event(self) -> int:
+    """The signal event amdkfd sets when a compute queue stops on an error (its id goes into the queue's context-save
+    header, `_fill_cwsr_header`); not auto-reset: it stays set until the queues are recreated."""
+    return self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=0).event_id
+
   # ---- ioctls ----
-  def _ioctl(self, name: str, **fields):
+  def _ioctl(self, name: str, fd: int | None = None, **fields):
     args = kfd.new_args(name, **fields)
-    self.kernel.ioctl(self.kfd_fd, kfd.REQUEST[name], args, name=f"AMDKFD_IOC_{name}",
+    self.kernel.ioctl(self.kfd_fd if fd is None else fd, kfd.REQUEST[name], args, name=f"AMDKFD_IOC_{name}",
                       fields=lambda: kfd.fields(args))
     return args
 
   # ---- memory ----
-  def alloc(self, nbytes: int, domain: str = "vram", executable: bool = False) -> Memory:
+  def alloc(self, nbytes: int, domain: str = "vram", executable: bool = True) -> Memory:
+    """`nbytes` the queues address at the same address the host maps them (hcq's memory: tensors, code, kernel
+    arguments, signals). domain "vram": VRAM the host maps (PUBLIC) -- on a machine without a large BAR, where
+    amdkfd refuses that, GTT instead; "gtt": system memory; "device": VRAM only the GPU touches (no PUBLIC, no host
+    mapping: the EOP buffer). Every allocation is executable, as the references allocate queue memory (kfdtest
+    `isExec` buffers, ROCr AllocateExecutable, libhsakmt allocate_exec_aligned_memory): rings and indirect buffers
+    are fetched from it."""
+    if domain == "vram" and not self.large_bar: domain = "gtt"
     size = max(PAGE, (nbytes + PAGE - 1) // PAGE * PAGE)
     k = self.kernel
     va = k.mmap(0, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)     # reserve the GPU VA
     flags = kfd.ALLOC_WRITABLE | kfd.ALLOC_NO_SUBSTITUTE | (kfd.ALLOC_EXECUTABLE if executable else 0)
-    flags |= kfd.ALLOC_VRAM | kfd.ALLOC_PUBLIC if domain == "vram" else kfd.ALLOC_GTT | kfd.ALLOC_COHERENT | kfd.ALLOC_UNCACHED
+    flags |= {"vram": kfd.ALLOC_VRAM | kfd.ALLOC_PUBLIC, "device": kfd.ALLOC_VRAM,
+              "gtt": kfd.ALLOC_GTT | kfd.ALLOC_COHERENT | kfd.ALLOC_UNCACHED}[domain]
     try:
       args = self._ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=size, gpu_id=self.gpu_id, flags=flags)
     except OSError as e:
       k.munmap(va, size)
       if e.errno == 12: raise MemoryError(f"AMD: out of {domain.upper()} allocating {size} bytes") from None
+      if e.errno == 22 and domain == "vram":
+        raise AMDError(f"AMD: the kernel refused host-visible VRAM ({size} bytes, KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC): "
+                       f"amdkfd allows it only when the whole VRAM is CPU-visible (kfd_ioctl_alloc_memory_of_gpu: \"Alloc "
+                       f"host visible vram on small bar is not allowed\"). Enable Resizable BAR (\"Re-Size BAR "
+                       f"Support\" and \"Above 4G Decoding\" in the firmware setup)") from None
       raise
-    off = args.mmap_offset
-    k.mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self.drm_fd, off - (1 << 64) if off >> 63 else off)
+    if domain != "device":       # device-only VRAM keeps its PROT_NONE reservation: the host never maps it
+      off = args.mmap_offset
+      k.mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, self.drm_fd, off - (1 << 64) if off >> 63 else off)
     ids = kfd_ffi.new("uint32_t[1]", [self.gpu_id])
     self._ioctl("MAP_MEMORY_TO_GPU", handle=args.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
     mem = Memory(va, nbytes, size, args.handle, domain)
@@ -241,41 +317,61 @@ class AMDDriver:
   # ---- queues ----
   def _create_queue(self, kind: str, queue_type: int, ring_size: int) -> Ring:
     ring = self.alloc(ring_size, "gtt")
-    rw = self.alloc(PAGE, "gtt")                           # rptr at +0, wptr at +8 (one page BO, as KFD checks)
+    rw = self.alloc(PAGE, "gtt")        # rptr at +0, wptr at +8 (one page BO, as KFD checks); error payload at +64
     extra, memories = {}, [ring, rw]
     if queue_type == kfd.QUEUE_TYPE_COMPUTE:
-      eop = self.alloc(self.node.eop_buffer_size, "vram")
-      cwsr = self.alloc(self.node.cwsr_total, "vram")
+      # the EOP buffer only the CP touches: device VRAM, not host-visible (libhsakmt allocates it in VRAM); the
+      # context-save area in system memory, whose header the host fills and amdkfd reads with get_user (libhsakmt
+      # "Allocating GTT for CWSR", queues.c handle_concrete_asic)
+      eop = self.alloc(self.node.eop_buffer_size, "device")
+      cwsr = self.alloc(self.node.cwsr_total, "gtt")
+      self._fill_cwsr_header(cwsr, rw.addr + ERROR_PAYLOAD_OFFSET)
       memories += [eop, cwsr]
       extra = dict(eop_buffer_address=eop.addr, eop_buffer_size=eop.size, ctx_save_restore_address=cwsr.addr,
                    ctx_save_restore_size=self.node.cwsr_size, ctl_stack_size=self.node.ctl_stack_size)
     args = self._ioctl("CREATE_QUEUE", ring_base_address=ring.addr, ring_size=ring_size, gpu_id=self.gpu_id,
                        queue_type=queue_type, queue_percentage=kfd.MAX_QUEUE_PERCENTAGE, queue_priority=7,
                        read_pointer_address=rw.addr, write_pointer_address=rw.addr + 8, **extra)
-    if self.doorbells is None:
+    if self.doorbells is None:   # the process's doorbell page of this GPU, mapped once (it stays with the process)
       base = args.doorbell_offset & ~(DOORBELL_PAGE - 1)
       # mmap offsets with the top bits set (KFD's mmap type) go to libc's signed off_t as negative numbers
       signed = base - (1 << 64) if base >> 63 else base
       self.doorbells = (self.kernel.mmap(0, DOORBELL_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, self.kfd_fd, signed), base)
+      self.process.doorbells[self.gpu_id] = self.doorbells
     db_addr, db_base = self.doorbells
     doorbell = db_addr + (args.doorbell_offset & (DOORBELL_PAGE - 1))
     unit, nop = (4, pm4.nop) if queue_type == kfd.QUEUE_TYPE_COMPUTE else (1, sdma.nop)
     r = Ring(f"{self.name} {kind} queue {args.queue_id}", ring.addr, self.view(ring.addr, ring_size), ring_size, self.view(rw.addr, 16),
              self.view(doorbell, 8), unit, nop, self.timeout, rptr_wraps=queue_type == kfd.QUEUE_TYPE_COMPUTE)
     r.queue_id, r.kind, r.memories = args.queue_id, kind, memories
+    r.error_payload = np.frombuffer(self.view(rw.addr + ERROR_PAYLOAD_OFFSET, 8), np.uint64)
     return r
+
+  def _fill_cwsr_header(self, cwsr: Memory, payload_addr: int):
+    """The context-save-area header amdkfd reads when the queue stops on an error (struct
+    kfd_context_save_area_header, kfd_ioctl.h; filled as libhsakmt queues.c fill_cwsr_header does): the error
+    event's id and the qword the kernel ORs the error's KFD_EC_MASK into (kfd_process.c send_exception_work_handler).
+    Left zero, a bad packet or an illegal instruction only suspends the queue and a waiter learns nothing."""
+    header = np.frombuffer(self.view(cwsr.addr, 40), np.uint8)
+    header[:] = 0
+    words = header.view(np.uint32)
+    words[kfd.CSA_DEBUG_OFFSET // 4] = self.node.cwsr_size          # the debugger area follows the save area
+    words[kfd.CSA_DEBUG_SIZE // 4] = self.node.debug_memory_size
+    header[kfd.CSA_ERR_PAYLOAD_ADDR:kfd.CSA_ERR_PAYLOAD_ADDR + 8].view(np.uint64)[0] = payload_addr
+    words[kfd.CSA_ERR_EVENT_ID // 4] = self.error_event
 
   def _reset_queues(self):
     """After a queue error: destroy and recreate both queues (what they still held is dropped, as a queue reset does)
-    and the hardware-exception event, which stays signaled once set (amdkfd resets only signal events)."""
+    and the exception events, which stay signaled once set (amdkfd resets only auto-reset events)."""
+    for event in (self.hw_event, self.error_event): self._ioctl("DESTROY_EVENT", event_id=event)
+    self.hw_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_HW_EXCEPTION, auto_reset=0,
+                                node_id=self.node.index).event_id
+    self.error_event = self._new_error_event()
     for kind, queue_type in self.queue_types.items():
       old = self.ring_of(kind)
       self._ioctl("DESTROY_QUEUE", queue_id=old.queue_id)
       for mem in old.memories: self.free(mem)
       setattr(self, kind, self._create_queue(kind, queue_type, old.size))
-    self._ioctl("DESTROY_EVENT", event_id=self.hw_event)
-    self.hw_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_HW_EXCEPTION, auto_reset=0,
-                                node_id=self.node.index).event_id
     self.fault, self._stalled = None, False
 
   def ring_of(self, kind: str) -> Ring: return self.copy if kind == "copy" else self.compute
@@ -444,13 +540,11 @@ class AMDDriver:
   def hdp_flush(kind: str) -> list[int]:
     """The HDP flush that starts every submission: the host's writes to VRAM (through the BAR) may still be in the HDP
     when the doorbell rings. gfx_v11_0_ring_emit_hdp_flush (amdgpu/gfx_v11_0.c) for the compute queue: WAIT_REG_MEM
-    write-wait-write on GPU_HDP_FLUSH_REQ / _DONE, "==", engine ME (0), poll interval 0x20; sdma_v6_0_ring_emit_hdp_flush
-    (amdgpu/sdma_v6_0.c) for the copy queue: POLL_REGMEM HDP_FLUSH, "==", DONE << 2, REQ << 2, retry 0xfff, interval 10.
-    ref_and_mask covers every pipe / engine a KFD queue can be on (pm4.HDP_FLUSH_COMPUTE / HDP_FLUSH_SDMA)."""
-    if kind == "copy":
-      return sdma.packet("POLL_REGMEM", hdp_flush=1, func=sdma.FUNC["=="], addr_lo=pm4.HDP_FLUSH_DONE << 2,
-                         addr_hi=pm4.HDP_FLUSH_REQ << 2, value=pm4.HDP_FLUSH_SDMA, mask=pm4.HDP_FLUSH_SDMA, interval=10,
-                         retry_count=0xFFF)
+    write-wait-write on GPU_HDP_FLUSH_REQ / _DONE, "==", engine ME (0), poll interval 0x20, ref_and_mask covering every
+    pipe a KFD compute queue can be on (pm4.HDP_FLUSH_COMPUTE). The copy queue is an unprivileged user SDMA queue, where
+    amdgpu's register form (sdma_v6_0_ring_emit_hdp_flush, for its privileged rings) does not apply: it uses the
+    firmware packet ROCr's user-mode SDMA blits use (sdma.HDP_FLUSH_PACKET)."""
+    if kind == "copy": return list(sdma.HDP_FLUSH_PACKET)
     return pm4.packet("WAIT_REG_MEM", function=pm4.FUNC["=="], mem_space=0, operation=pm4.WAIT_REG_MEM_WRITE_WAIT_WRITE,
                       engine=0, addr_lo=pm4.HDP_FLUSH_REQ, addr_hi=pm4.HDP_FLUSH_DONE, reference=pm4.HDP_FLUSH_COMPUTE,
                       mask=pm4.HDP_FLUSH_COMPUTE, poll_interval=0x20)
@@ -464,7 +558,9 @@ class AMDDriver:
 
   # ---- bound queues (JIT replay): the packets stay in GPU memory, a submit is one indirect-buffer packet ----
   def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
-    flat = encoded.words
+    flat = list(encoded.words)
+    if kind == "copy":       # an SDMA IB is padded to a multiple of 8 dwords (sdma_v6_0_ring_pad_ib)
+      flat += sdma.nop(-len(flat) % sdma.IB_ALIGN_DWORDS) if flat else sdma.nop(sdma.IB_ALIGN_DWORDS)
     mem = self.alloc(4 * max(len(flat), 1), "gtt")
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(flat), 1)), dtype=np.uint32)
     view[:len(flat)] = np.array(flat, dtype=np.uint64).astype(np.uint32)
@@ -476,12 +572,13 @@ class AMDDriver:
     if self.fault: self.check_faults(self.name)
     for i, v in patch: bound.words[i] = v
     addr = bound.memory.addr
-    if kind == "copy":
+    if kind == "copy":       # the INDIRECT ends on an 8-dword ring boundary (sdma_v6_0_ring_emit_ib)
       p = sdma.packet("INDIRECT", ib_base_lo=addr & 0xFFFFFFFF, ib_base_hi=addr >> 32, ib_size=bound.ndwords)
+      self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label}, end_align={1: sdma.IB_ALIGN_DWORDS})
     else:
       p = pm4.packet("INDIRECT_BUFFER", ib_base_lo=addr & 0xFFFFFFFC, ib_base_hi=(addr >> 32) & 0xFFFF,
                      ib_size=bound.ndwords, valid=1)
-    self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label})     # the kernel arguments hcq patched are VRAM
+      self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label})   # the kernel arguments hcq patched are VRAM
 
   # ---- waiting ----
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
@@ -504,22 +601,26 @@ class AMDDriver:
                   timeout=max(1, min(int(left * 1000), 50)))
 
   def _poll_exceptions(self) -> bool:
-    """Non-blocking look at the memory-fault and hardware-exception events; records a fault message."""
-    events = kfd_ffi.new("struct kfd_event_data[2]")
-    events[0].event_id, events[1].event_id = self.memory_event, self.hw_event
-    args = self._ioctl("WAIT_EVENTS", events_ptr=int(kfd_ffi.cast("uintptr_t", events)), num_events=2, wait_for_all=0,
+    """Non-blocking look at the memory-fault, queue-error and hardware-exception events; records a fault message."""
+    events = kfd_ffi.new("struct kfd_event_data[3]")
+    events[0].event_id, events[1].event_id, events[2].event_id = self.memory_event, self.error_event, self.hw_event
+    args = self._ioctl("WAIT_EVENTS", events_ptr=int(kfd_ffi.cast("uintptr_t", events)), num_events=3, wait_for_all=0,
                        timeout=0)
     if args.wait_result != kfd.WAIT_COMPLETE: return False
     mem = events[0].memory_exception_data
     detail = self.kernel.fault()     # the emulated KFD's dmesg line (drivers/emu/README.md); None from the real kernel
     detail = f"; dmesg: {detail}" if detail else ""
+    errors = {ring.kind: int(ring.error_payload[0]) for ring in (self.compute, self.copy) if int(ring.error_payload[0])}
     if mem.va or mem.failure.NotPresent or mem.failure.ReadOnly:
       what = ("page not present" if mem.failure.NotPresent else "write to read-only page" if mem.failure.ReadOnly
               else "no-execute" if mem.failure.NoExecute else "fault")
       self.fault = f"GPU memory fault at address {mem.va:#x} ({what}, gpu_id {mem.gpu_id}){self._queue_report()}{detail}"
       self.fault_fatal = True
+    elif errors:     # the queue-error event of the context-save header: amdkfd ORed the error codes into the payload
+      names = "; ".join(f"{kind} queue: {', '.join(kfd.exception_names(bits))}" for kind, bits in errors.items())
+      self.fault = f"GPU queue error ({names}){self._queue_report()}{detail}"
     else:
-      self.fault = f"GPU hardware exception (queue reset){self._queue_report()}{detail}"
+      self.fault = f"GPU hardware exception (GPU reset){self._queue_report()}{detail}"
     return True
 
   def _queue_report(self, verb: str = "stopped at") -> str:
@@ -572,21 +673,17 @@ class AMDDriver:
     return False
 
   def close(self):
+    """Destroy this device's queues, events and buffers. The process's KFD state (/dev/kfd, the render node bound by
+    ACQUIRE_VM, the event page, the doorbell mapping) stays for the next device opened in this process (KFDProcess)."""
     for ring in (self.compute, self.copy):
       try: self._ioctl("DESTROY_QUEUE", queue_id=ring.queue_id)
+      except OSError: pass
+    for event in (self.memory_event, self.hw_event, self.error_event):
+      try: self._ioctl("DESTROY_EVENT", event_id=event)
       except OSError: pass
     for mem in list(self.memory.values()):      # the queues are gone: nothing reads this memory any more
       try: self.free(mem)
       except OSError: pass
-    if self.doorbells is not None:
-      try: self.kernel.munmap(self.doorbells[0], DOORBELL_PAGE)
-      except OSError: pass
-      self.doorbells = None
-    try:
-      self.kernel.close(self.drm_fd); self.kernel.close(self.kfd_fd)
-    except OSError: pass
-    try: self.kernel.munmap(self.event_page.addr, self.event_page.size)    # amdkfd freed the BO with the process
-    except OSError: pass
 
   @classmethod
   def probe(cls) -> dict:

@@ -105,6 +105,37 @@ ALLOC_KINDS = ALLOC_VRAM | ALLOC_GTT | ALLOC_USERPTR | ALLOC_DOORBELL | ALLOC_MM
 # kfd_ioctl_runtime_enable_args.mode_mask
 RUNTIME_ENABLE_MODE_ENABLE_MASK, RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK = 1, 2
 
+# struct kfd_context_save_area_header (kfd_ioctl.h, interface 1.14): the first 40 bytes of a compute queue's
+# context-save area, which user mode fills before CREATE_QUEUE (libhsakmt queues.c fill_cwsr_header). amdkfd reads
+# err_payload_addr and err_event_id from it when a queue error reaches the runtime (kfd_process.c
+# send_exception_work_handler: *err_payload |= KFD_EC_MASK(code), then kfd_set_event(err_event_id)).
+CSA_CONTROL_STACK_OFFSET, CSA_CONTROL_STACK_SIZE, CSA_WAVE_STATE_OFFSET, CSA_WAVE_STATE_SIZE = 0, 4, 8, 12
+CSA_DEBUG_OFFSET, CSA_DEBUG_SIZE, CSA_ERR_PAYLOAD_ADDR, CSA_ERR_EVENT_ID = 16, 20, 24, 32
+# enum kfd_dbg_trap_exception_code (kfd_ioctl.h); KFD_EC_MASK(code) = 1 << (code - 1)
+EXCEPTION_CODES = {1: "EC_QUEUE_WAVE_ABORT", 2: "EC_QUEUE_WAVE_TRAP", 3: "EC_QUEUE_WAVE_MATH_ERROR",
+                   4: "EC_QUEUE_WAVE_ILLEGAL_INSTRUCTION", 5: "EC_QUEUE_WAVE_MEMORY_VIOLATION",
+                   6: "EC_QUEUE_WAVE_APERTURE_VIOLATION", 16: "EC_QUEUE_PACKET_DISPATCH_DIM_INVALID",
+                   17: "EC_QUEUE_PACKET_DISPATCH_GROUP_SEGMENT_SIZE_INVALID", 18: "EC_QUEUE_PACKET_DISPATCH_CODE_INVALID",
+                   19: "EC_QUEUE_PACKET_RESERVED", 20: "EC_QUEUE_PACKET_UNSUPPORTED",
+                   21: "EC_QUEUE_PACKET_DISPATCH_WORK_GROUP_SIZE_INVALID", 22: "EC_QUEUE_PACKET_DISPATCH_REGISTER_INVALID",
+                   23: "EC_QUEUE_PACKET_VENDOR_UNSUPPORTED", 30: "EC_QUEUE_PREEMPTION_ERROR", 31: "EC_QUEUE_NEW"}
+EC = {name: code for code, name in EXCEPTION_CODES.items()}
+
+
+def ec_mask(code: int) -> int: return 1 << (code - 1)
+
+
+def exception_names(payload: int) -> list[str]:
+  """The exception codes set in a queue's error payload (bits KFD_EC_MASK(code))."""
+  return [EXCEPTION_CODES.get(b + 1, f"exception code {b + 1}") for b in range(64) if payload >> b & 1]
+
+
+# mem_banks/<n>/properties heap_type (kfd_topology.h HSA_MEM_HEAP_TYPE_*): a dGPU's VRAM bank is FB_PUBLIC when the
+# host can map all of it (a large / resizable BAR), FB_PRIVATE when only part is CPU-visible (kfd_crat.c
+# kfd_create_vcrat_image_gpu: local_mem_size_private != 0). amdkfd refuses VRAM|PUBLIC allocations then
+# (kfd_chardev.c kfd_ioctl_alloc_memory_of_gpu: "Alloc host visible vram on small bar is not allowed", -EINVAL).
+HEAP_TYPE_SYSTEM, HEAP_TYPE_FB_PUBLIC, HEAP_TYPE_FB_PRIVATE = 0, 1, 2
+
 
 def new_args(name: str, **fields):
   """A zeroed argument struct for ioctl `name`, with `fields` filled in."""

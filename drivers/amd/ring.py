@@ -62,26 +62,36 @@ class Ring:
                        f"is not consuming commands")
       time.sleep(delay); delay = min(delay * 2, 1e-3)
 
-  def write(self, packets: list[list[int]], labels: dict | None = None) -> None:
+  def write(self, packets: list[list[int]], labels: dict | None = None, end_align: dict | None = None) -> None:
     """Append packets (lists of dwords) and ring the doorbell once (and before waiting for space).
-    labels: packet index -> what the packet runs, kept by ring position for fault reports."""
+    labels: packet index -> what the packet runs, kept by ring position for fault reports.
+    end_align: packet index -> n: NOPs go before that packet so that it ends on an n-dword boundary of the ring
+    (an SDMA INDIRECT must end on an 8-dword boundary, sdma_v6_0_ring_emit_ib)."""
     for p in packets:
       if len(p) >= self.dwords:
         raise ValueError(f"{self.name}: a packet of {len(p)} dwords does not fit in a ring of {self.dwords} (at most {self.dwords - 1})")
     for k, p in enumerate(packets):
+      align = (end_align or {}).get(k, 1)
+      while True:
+        pos = self.wptr % self.dwords
+        pad = -(self.wptr + len(p)) % align
+        if pos + pad + len(p) <= self.dwords: break
+        self._nops(self.dwords - pos)          # no packet straddles the wrap (the ring size is a multiple of align)
+      self._nops(pad)
       pos = self.wptr % self.dwords
-      if pos + len(p) > self.dwords:           # no packet straddles the wrap
-        pad = self.dwords - pos
-        self._reserve(pad)
-        self.ring[pos:] = self.nop(pad)
-        self.wptr += pad
-        pos = 0
       self._reserve(len(p))
       self.ring[pos:pos + len(p)] = p
       self.last_packet_at = self.wptr
       if labels and k in labels: self._label(labels[k])
       self.wptr += len(p)
     self.commit()
+
+  def _nops(self, n: int):
+    if n <= 0: return
+    self._reserve(n)
+    pos = self.wptr % self.dwords
+    self.ring[pos:pos + n] = self.nop(n)
+    self.wptr += n
 
   def _label(self, text: str):
     if len(self.labels) >= 1024:     # keep the packets the engine has not passed yet

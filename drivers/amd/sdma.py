@@ -40,6 +40,14 @@ PACKETS: dict[str, tuple[int, int, list[list[tuple[str, int, int]]]]] = {
   "COND_EXE": (9, 0, [HEADER, [("addr_lo", 0, 32)], [("addr_hi", 0, 32)], [("reference", 0, 32)], [("exec_count", 0, 14)]]),
 }
 BY_OPCODE = {(op, sub): name for name, (op, sub, _) in PACKETS.items()}
+# The HDP flush a user-mode SDMA queue issues: ROCr runtime/hsa-runtime/core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH
+# (amd_blit_sdma.cpp BuildHdpFlushCommand copies it as is; "Version of gfx9 sDMA microcode introducing
+# SDMA_PKT_HDP_FLUSH" 0x1A5). Its header is POLL_REGMEM's opcode with no HDP_FLUSH bit: the register form of
+# sdma_v6_0_ring_emit_hdp_flush is for amdgpu's privileged kernel rings.
+HDP_FLUSH_PACKET = [0x8, 0x0, 0x80000000, 0x0, 0x0, 0x0]
+# SDMA indirect buffers: the INDIRECT packet ends on an 8-dword ring boundary and the IB is a multiple of 8 dwords
+# (sdma_v6_0_ring_emit_ib, sdma_v6_0_ring_pad_ib)
+IB_ALIGN_DWORDS = 8
 
 
 def packet(name: str, **fields) -> list:

@@ -34,6 +34,13 @@ class GPUNode:
   index: int
   gpu_id: int
   props: dict = field(default_factory=dict)
+  heap_types: tuple = ()       # heap_type of each mem_banks/<n> (kfd.HEAP_TYPE_*: 1 FB_PUBLIC, 2 FB_PRIVATE)
+
+  @property
+  def large_bar(self) -> bool:
+    """The host can map all of the VRAM (a large / resizable BAR): the VRAM bank is FB_PUBLIC, not FB_PRIVATE
+    (kfd_crat.c kfd_create_vcrat_image_gpu). Without one, amdkfd refuses VRAM the host maps (PUBLIC)."""
+    return 2 not in self.heap_types
 
   @property
   def gfx_version(self) -> int: return self.props["gfx_target_version"]
@@ -90,6 +97,22 @@ def gpu_nodes(kernel) -> list[GPUNode]:
   while kernel.exists(f"{TOPOLOGY}/nodes/{i}"):
     base = f"{TOPOLOGY}/nodes/{i}"
     gpu_id = int(kernel.read_text(f"{base}/gpu_id").strip() or 0)
-    if gpu_id: nodes.append(GPUNode(i, gpu_id, parse_properties(kernel.read_text(f"{base}/properties"))))
+    if gpu_id:
+      heaps, b = [], 0
+      while kernel.exists(f"{base}/mem_banks/{b}/properties"):
+        heaps.append(parse_properties(kernel.read_text(f"{base}/mem_banks/{b}/properties")).get("heap_type", 1))
+        b += 1
+      nodes.append(GPUNode(i, gpu_id, parse_properties(kernel.read_text(f"{base}/properties")), tuple(heaps)))
     i += 1
   return nodes
+
+
+def pick_node(nodes: list[GPUNode], targets: tuple[str, ...]) -> GPUNode:
+  """The first node whose gfx target is one of `targets`. KFD lists GPU nodes in PCI probe order and an APU's
+  integrated GPU (a Ryzen 7000's gfx1036) is a node too, so the first node is not necessarily the one the programs
+  are assembled for. ValueError naming every node when none fits."""
+  for node in nodes:
+    if node.props.get("gfx_target_version") and node.target in targets: return node
+  have = ", ".join(f"node {n.index} {n.target if n.props.get('gfx_target_version') else '(no gfx target)'}" for n in nodes)
+  raise ValueError(f"no KFD GPU node is a {' or '.join(targets)} (the targets baregrad assembles for); the topology "
+                   f"has {have or 'no GPU node'}")

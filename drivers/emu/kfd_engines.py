@@ -18,6 +18,11 @@ Rules from the Linux sources the engines enforce (each cited where it is checked
   * SDMA FENCE without MTYPE UC writes the GPU L2, not memory: the host sees it only after a GL2 write-back.
   * Interrupts: amdkfd ignores one whose event slot still reads UNSIGNALED (kfd_kernel.py signal_interrupt).
   * COMPUTE_PGM_RSRC1.PRIV must be set on a dispatch (gfx11 context save/restore).
+  * SDMA: the HDP is flushed with ROCr's user-mode firmware packet (the register form is for privileged rings); an
+    INDIRECT ends on an 8-dword ring boundary with a 32-byte-aligned IB of a multiple of 8 dwords (sdma_v6_0.c).
+  * Commands are fetched only from BOs allocated executable (rings, indirect buffers).
+  * Errors: a memory fault signals the memory-exception events; a compute queue's other errors reach the process
+    through its context-save-area header (kfd_kernel.py send_exception_to_runtime); an SDMA queue's only the log.
   * A workgroup must fit: its waves' VGPRs (COMPUTE_PGM_RSRC1.VGPRS) on one WGP and its LDS in 64 KiB (rdna3.py
     check_launch, LaunchError), as the hardware could never launch it; the RDNA3 emulator also refuses LDS accesses
     of two waves of a workgroup with no s_barrier between (rdna3_mem.LDSOrder).
@@ -53,15 +58,20 @@ SDMA_OP_NAMES = {v: k for k, v in sdma.OP.items()}
 # SDMA FENCE MTYPE: sdma_v6_0_ring_emit_fence (amdgpu/sdma_v6_0.c) writes its fences with
 # SDMA_PKT_FENCE_HEADER_MTYPE(0x3) /* Ucached(UC) */; the other (cached) MTYPEs can leave the value in the GPU's L2
 SDMA_MTYPE_UC = 3
+# ROCr's user-mode SDMA HDP flush (runtime/hsa-runtime/core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH, used by
+# amd_blit_sdma.cpp BuildHdpFlushCommand): a POLL_REGMEM-opcode packet the SDMA firmware (gfx9 microcode >= 0x1A5)
+# treats as "flush the HDP" for an unprivileged queue; exactly these six dwords
+HDP_FLUSH_PACKET = sdma.HDP_FLUSH_PACKET
 # the GPU_HDP_FLUSH_REQ/DONE client bits that exist (nbio_4_3_0_sh_mask.h: CP0-CP9, SDMA0, SDMA1)
 HDP_FLUSH_CLIENTS = sum(pm4.HDP_FLUSH_BITS.values())
 
 
 class QueueError(Exception):
-  """Stops a queue: `message` names the packet; `va` is set for memory faults."""
-  def __init__(self, message: str, va: int | None = None):
+  """Stops a queue: `message` names the packet; `va` is set for memory faults; `code` is the exception code amdkfd
+  reports to the runtime for it (kfd_ioctl.h enum kfd_dbg_trap_exception_code)."""
+  def __init__(self, message: str, va: int | None = None, code: int = kfd_abi.EC["EC_QUEUE_PACKET_UNSUPPORTED"]):
     super().__init__(message)
-    self.va = va
+    self.va, self.code = va, code
 
 
 class Stopped(Exception):
@@ -87,6 +97,7 @@ class EngineQueue(threading.Thread):
     self.ring_base, self.ring_dwords = ring_base, ring_size // 4
     self.rptr_addr, self.wptr_addr, self.doorbell = rptr_addr, wptr_addr, doorbell
     self.rptr = 0                 # dwords, monotonic
+    self.csa_addr = 0             # the context-save area (compute queues; CREATE_QUEUE sets it)
     self.stopping = False
     self.dead: str | None = None
     self.packets_done = 0
@@ -140,8 +151,8 @@ class EngineQueue(threading.Thread):
     raise QueueError(f"{where}: {what} reads VRAM at {addr:#x} (BO at {bo.va:#x}) with no HDP flush since the doorbell: "
                      f"what the host wrote there through the BAR may still sit in the HDP and the GPU would read stale "
                      f"bytes. Start the submission with an HDP flush (PM4: WAIT_REG_MEM write-wait-write of "
-                     f"GPU_HDP_FLUSH_REQ/DONE as gfx_v11_0_ring_emit_hdp_flush; SDMA: POLL_REGMEM HDP_FLUSH as "
-                     f"sdma_v6_0_ring_emit_hdp_flush)")
+                     f"GPU_HDP_FLUSH_REQ/DONE as gfx_v11_0_ring_emit_hdp_flush; SDMA: the user-mode firmware packet "
+                     f"SDMA_PKT_HDP_FLUSH of ROCr's sdma_registers.h)")
 
   def hdp_flush_registers(self, req: int, done: int, func: int, ref: int, mask: int, what: str, where: str):
     """The HDP flush handshake: write ref_and_mask to GPU_HDP_FLUSH_REQ, wait for GPU_HDP_FLUSH_DONE & mask == ref
@@ -188,6 +199,7 @@ class EngineQueue(threading.Thread):
       delay = 1e-5
       self.pickup_epoch = self.kfd.doorbell_picked_up()
       try:
+        self.check_executable(self.ring_base, "the ring", f"ring dword {self.rptr % self.ring_dwords:#x}")
         # the ring holds at most size - 1 dwords: rptr == wptr means empty (kfd_kernel_queue.c; kfdtest BaseQueue)
         if wptr - self.rptr >= self.ring_dwords:
           raise QueueError(f"queue overrun: write pointer {wptr:#x} is {wptr - self.rptr:#x} dwords ahead of the read "
@@ -203,10 +215,11 @@ class EngineQueue(threading.Thread):
         return
       except QueueError as e:
         self.dead = str(e)
-        self.kfd.raise_exception(f"{self.describe()}: {e}", e.va)
+        self.kfd.raise_exception(f"{self.describe()}: {e}", e.va, queue=self, code=e.code)
       except Exception as e:      # an emulator bug: still stop the queue and tell the process
         self.dead = f"{type(e).__name__}: {e}"
-        self.kfd.raise_exception(f"{self.describe()}: internal error at ring dword {self.rptr % self.ring_dwords:#x}: {self.dead}")
+        self.kfd.raise_exception(f"{self.describe()}: internal error at ring dword {self.rptr % self.ring_dwords:#x}: "
+                                 f"{self.dead}", queue=self)
 
   def _write_rptr(self):
     """What the engine writes back: SDMA a 64-bit byte count that only grows (kfdtest SDMAQueue.cpp Rptr); PM4 a
@@ -214,8 +227,20 @@ class EngineQueue(threading.Thread):
     if self.unit == 4: self.write(self.rptr_addr, (self.rptr % self.ring_dwords).to_bytes(4, "little"))
     else: self.write(self.rptr_addr, (self.rptr * 4 // self.unit).to_bytes(8, "little"))
 
+  def check_executable(self, addr: int, what: str, where: str):
+    """Commands are fetched from executable memory. Every reference allocates ring and indirect buffers with the
+    executable flag (kfdtest BaseQueue/PM4Queue buffers `isExec`, ROCr AllocateExecutable for SDMA rings, libhsakmt
+    allocate_exec_aligned_memory for queue memory); no source says a gfx11 CP or SDMA fetch ignores the PTE's
+    EXECUTABLE bit, so the emulated engines refuse command fetches from a BO allocated without it."""
+    bo = self.kfd.mapping_of(addr)
+    if bo is not None and not bo.flags & kfd_abi.ALLOC_EXECUTABLE:
+      raise QueueError(f"{where}: {what} at {addr:#x} is in a BO allocated without KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE "
+                       f"(ring and indirect buffers are allocated executable by every reference: kfdtest, ROCr, "
+                       f"libhsakmt)")
+
   def run_buffer(self, base: int, ndwords: int, where: str):
     """Execute an indirect buffer."""
+    self.check_executable(base, "the indirect buffer", where)
     self.check_hdp(base, "the indirect buffer fetch", where)
     with self.kfd.lock:
       try: words = self.kfd.memory.array(base, np.uint32, ndwords).copy()
@@ -380,8 +405,10 @@ class ComputeQueue(EngineQueue):
         rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm, counters=run)
       except (MemoryFault, rdna3.EmulatorError, ValueError) as e:   # ValueError: a block or LDS no workgroup can have
         notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))     # where in the kernel: pc and instruction
+        code = kfd_abi.EC["EC_QUEUE_PACKET_DISPATCH_WORK_GROUP_SIZE_INVALID" if isinstance(e, ValueError) else
+                          "EC_QUEUE_WAVE_ILLEGAL_INSTRUCTION"]
         raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of kernel {name!r} at {pgm:#x}: {e}{notes}",
-                         getattr(e, "address", None)) from None
+                         getattr(e, "address", None), code) from None
     self.kfd.counters.record(run)     # before the packets after the dispatch (RELEASE_MEM) run
 
 
@@ -412,14 +439,15 @@ class SDMAQueue(EngineQueue):
     # the SDMA_TRAP interrupt: kfd_int_process_v11.c passes context_id0 & 0xfffffff with 28 valid id bits
     elif name == "TRAP": self.kfd.signal_interrupt(f["int_context"] & 0xFFFFFFF, 28)
     elif name == "POLL_REGMEM":
-      if f["hdp_flush"]:               # sdma_v6_0_ring_emit_hdp_flush: DONE << 2 in addr_lo, REQ << 2 in addr_hi
-        if f["mem_poll"] or f["addr_lo"] & 3 or f["addr_hi"] & 3:
-          raise QueueError(f"{where}: POLL_REGMEM HDP_FLUSH with MEM_POLL {f['mem_poll']} or unaligned register "
-                           f"addresses {f['addr_lo']:#x} / {f['addr_hi']:#x} (sdma_v6_0_ring_emit_hdp_flush: register "
-                           f"byte addresses, MEM_POLL 0)")
-        self.hdp_flush_registers(f["addr_hi"] >> 2, f["addr_lo"] >> 2, f["func"], f["value"], f["mask"],
-                                 "POLL_REGMEM", where)
+      if [int(w) for w in words[pos:pos + size]] == HDP_FLUSH_PACKET:
+        self.kfd.hdp_flush()           # the firmware's user-mode HDP flush (see HDP_FLUSH_PACKET)
         return size
+      if f["hdp_flush"]:
+        raise QueueError(f"{where}: POLL_REGMEM with HDP_FLUSH set (the register handshake of "
+                         f"sdma_v6_0_ring_emit_hdp_flush) on a user queue: amdgpu emits it on its own rings, which run "
+                         f"privileged (RB_PRIV, sdma_v6_0_gfx_resume); a KFD SDMA queue is not (kfd_mqd_manager_v11.c "
+                         f"update_mqd_sdma). User mode flushes the HDP with the firmware packet "
+                         f"{[hex(w) for w in HDP_FLUSH_PACKET]} (ROCr sdma_registers.h SDMA_PKT_HDP_FLUSH)")
       if not f["mem_poll"]: raise QueueError(f"{where}: POLL_REGMEM on a register is not emulated")
       self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["func"], f["value"], where)
     elif name == "COND_EXE":           # the next exec_count dwords run only if the dword equals the reference
@@ -428,7 +456,15 @@ class SDMAQueue(EngineQueue):
     elif name == "TIMESTAMP": self.write(f["addr_hi"] << 32 | f["addr_lo"] & ~7, self.kfd.clock().to_bytes(8, "little"))
     elif name == "INDIRECT":
       if nested: raise QueueError(f"{where}: SDMA INDIRECT inside an indirect buffer")
-      self.run_buffer(f["ib_base_hi"] << 32 | f["ib_base_lo"], f["ib_size"], where)
+      base = f["ib_base_hi"] << 32 | f["ib_base_lo"]
+      # sdma_v6_0_ring_emit_ib (amdgpu/sdma_v6_0.c): "IB packet must end on a 8 DW boundary" (it NOP-pads the ring
+      # first) and the IB base is 32-byte aligned; sdma_v6_0_ring_pad_ib pads every IB to a multiple of 8 dwords
+      if (pos + size) % 8 or base % 32 or f["ib_size"] % 8:
+        raise QueueError(f"{where}: SDMA INDIRECT (IB at {base:#x}, {f['ib_size']} dwords) ending at ring dword "
+                         f"{(pos + size) % self.ring_dwords:#x}: the packet must end on an 8-dword boundary, the IB base "
+                         f"be 32-byte aligned and its size a multiple of 8 dwords (sdma_v6_0_ring_emit_ib, "
+                         f"sdma_v6_0_ring_pad_ib)")
+      self.run_buffer(base, f["ib_size"], where)
     else:
       raise QueueError(f"{where}: SDMA packet {name} is not emulated")
     return size

@@ -46,6 +46,7 @@ OLD_USER_MODE_SLOTS = 256                      # allocate_event_notification_slo
 GPU_ID = 0xE1A5
 RENDER_MINOR = 128
 VRAM_BYTES = 24 << 30
+VISIBLE_VRAM_SMALL_BAR = 256 << 20             # the classic PCI BAR a machine without Resizable BAR maps
 # A Radeon RX 7900 XTX (Navi31, gfx1100) as amdkfd describes it (kfd_topology.c node_show order)
 GPU_PROPERTIES = [
   ("cpu_cores_count", 0), ("simd_count", 192), ("mem_banks_count", 1), ("caches_count", 206), ("io_links_count", 1),
@@ -58,9 +59,25 @@ GPU_PROPERTIES = [
   ("fw_version", 2080), ("capability", 671588992), ("debug_prop", 1495), ("sdma_fw_version", 20),
   ("unique_id", 0x3F1A2B3C4D5E6F70), ("num_xcc", 1), ("max_engine_clk_ccompute", 2200),
 ]
+# The Ryzen 7000 integrated GPU (Raphael, gfx1036) a desktop with a 7900 XTX also has: amdkfd lists it as a GPU node
+# too, in PCI probe order, here before the dGPU (the driver must pick the node whose target it compiles for). It is
+# only topology: an ioctl naming its gpu_id is refused (EINVAL), the emulator runs gfx1100 only.
+IGPU_ID, IGPU_RENDER_MINOR = 0x7A3B, 129
+IGPU_PROPERTIES = [
+  ("cpu_cores_count", 0), ("simd_count", 4), ("mem_banks_count", 1), ("caches_count", 4), ("io_links_count", 1),
+  ("p2p_links_count", 0), ("cpu_core_id_base", 0), ("simd_id_base", 2147487808), ("max_waves_per_simd", 16),
+  ("lds_size_in_kb", 64), ("gds_size_in_kb", 0), ("num_gws", 0), ("wave_front_size", 32), ("array_count", 1),
+  ("simd_arrays_per_engine", 1), ("cu_per_simd_array", 2), ("simd_per_cu", 2), ("max_slots_scratch_cu", 32),
+  ("gfx_target_version", 100306), ("vendor_id", 4098), ("device_id", 5710), ("location_id", 4352), ("domain", 0),
+  ("drm_render_minor", IGPU_RENDER_MINOR), ("hive_id", 0), ("num_sdma_engines", 1), ("num_sdma_xgmi_engines", 0),
+  ("num_sdma_queues_per_engine", 2), ("num_cp_queues", 8), ("max_engine_clk_fcompute", 2200), ("local_mem_size", 0),
+  ("fw_version", 2080), ("capability", 671588992), ("debug_prop", 1495), ("sdma_fw_version", 20),
+  ("unique_id", 0), ("num_xcc", 1), ("max_engine_clk_ccompute", 5000),
+]
 CPU_PROPERTIES = [("cpu_cores_count", 16), ("simd_count", 0), ("mem_banks_count", 1), ("caches_count", 0),
                   ("io_links_count", 1), ("cpu_core_id_base", 0), ("gfx_target_version", 0), ("vendor_id", 0),
                   ("device_id", 0), ("drm_render_minor", 0)]
+GPU_NODE = 2                                   # the gfx1100's topology node index
 
 
 class BO:
@@ -87,8 +104,13 @@ class EmulatedKFD:
   """The kernel interface, served by an emulated amdkfd and gfx1100."""
   emulated = True
 
-  def __init__(self):
+  def __init__(self, small_bar: bool | None = None):
+    """small_bar: the host can map only VISIBLE_VRAM_SMALL_BAR of the VRAM (no Resizable BAR); default EMU_SMALL_BAR."""
+    self.small_bar = settings.EMU_SMALL_BAR if small_bar is None else small_bar
     self.paths: dict[int, str] = {}
+    self.file_ids: dict[int, int] = {}         # fd -> which open file it is (a new number for every open)
+    self.next_file_id = 1
+    self.drm_file: int | None = None           # the render-node file ACQUIRE_VM bound (pdd->drm_file)
     self.opener_pid: int | None = None         # the process that opened /dev/kfd
     self.files = self._sysfs()
     self.lock = threading.RLock()              # guards `memory` (GPU mappings) against the engine threads
@@ -98,7 +120,6 @@ class EmulatedKFD:
     self.by_offset: dict[int, BO] = {}
     self.next_handle, self.next_offset = 1, 1 << 32
     self.vram_used = 0
-    self.drm_fd = None
     self.runtime_enabled = False
     self.events: dict[int, Event] = {}
     self.event_page = None                     # np.uint64 signal slots (p->signal_page) once there is one
@@ -119,14 +140,20 @@ class EmulatedKFD:
   def _sysfs(self) -> dict[str, str]:
     base = f"{TOPOLOGY}/nodes"
     props = lambda items: "".join(f"{k} {v}\n" for k, v in items)
+    heap = kfd.HEAP_TYPE_FB_PRIVATE if self.small_bar else kfd.HEAP_TYPE_FB_PUBLIC
+    bank = lambda heap_type, size: f"heap_type {heap_type}\nsize_in_bytes {size}\nflags 0\nwidth 384\nmem_clk_max 1250\n"
     return {f"{TOPOLOGY}/generation_id": "1\n", f"{TOPOLOGY}/system_properties": "platform_oem 0\nplatform_id 0\nplatform_rev 0\n",
             f"{base}/0/gpu_id": "0\n", f"{base}/0/name": "\n", f"{base}/0/properties": props(CPU_PROPERTIES),
-            f"{base}/1/gpu_id": f"{GPU_ID}\n", f"{base}/1/name": "gfx1100\n", f"{base}/1/properties": props(GPU_PROPERTIES),
-            f"{base}/1/mem_banks/0/properties": f"heap_type 1\nsize_in_bytes {VRAM_BYTES}\nflags 0\nwidth 384\nmem_clk_max 1250\n"}
+            f"{base}/1/gpu_id": f"{IGPU_ID}\n", f"{base}/1/name": "gfx1036\n", f"{base}/1/properties": props(IGPU_PROPERTIES),
+            f"{base}/1/mem_banks/0/properties": bank(kfd.HEAP_TYPE_FB_PUBLIC, 512 << 20),
+            f"{base}/{GPU_NODE}/gpu_id": f"{GPU_ID}\n", f"{base}/{GPU_NODE}/name": "gfx1100\n",
+            f"{base}/{GPU_NODE}/properties": props(GPU_PROPERTIES),
+            f"{base}/{GPU_NODE}/mem_banks/0/properties": bank(heap, VRAM_BYTES)}
 
   def exists(self, path: str) -> bool:
     path = path.rstrip("/")
-    return path in ("/dev/kfd", f"/dev/dri/renderD{RENDER_MINOR}") or path in self.files or \
+    return path in ("/dev/kfd", f"/dev/dri/renderD{RENDER_MINOR}", f"/dev/dri/renderD{IGPU_RENDER_MINOR}") or \
+      path in self.files or \
       any(p.startswith(path + "/") for p in self.files)
 
   def read_text(self, path: str) -> str:
@@ -134,23 +161,37 @@ class EmulatedKFD:
     raise FileNotFoundError(errno.ENOENT, f"emulated KFD: no such file {path!r}")
 
   def open(self, path: str, flags: int = 0) -> int:
-    if path not in ("/dev/kfd", f"/dev/dri/renderD{RENDER_MINOR}"):
+    if path not in ("/dev/kfd", f"/dev/dri/renderD{RENDER_MINOR}", f"/dev/dri/renderD{IGPU_RENDER_MINOR}"):
       self._fail(errno.ENOENT, f"open({path!r})")
     fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)      # a real descriptor number, unique in the process
     self.paths[fd] = path
+    self.file_ids[fd] = self.next_file_id
+    self.next_file_id += 1
     if path == "/dev/kfd": self.opener_pid = os.getpid()
     kernel_mod.log("open", path=path, flags=flags, result=fd)
     return fd
 
   def close(self, fd: int) -> None:
+    """Closing a file. Closing /dev/kfd drops only the file's reference to the process's kfd_process, which lives
+    until the process's mm goes (kfd_chardev.c kfd_release -> kfd_unref_process; kfd_process.c create_process: "the
+    kfd_process is fully operational and will be freed when the mm is released"): queues, buffers, events, the
+    event page, the bound render node and the runtime state all stay (`process_exit` ends them)."""
     path = self.paths.pop(fd, None)
     if path is None: self._fail(errno.EBADF, f"close({fd})")
+    self.file_ids.pop(fd, None)
     os.close(fd)
-    if path == "/dev/kfd": self.shutdown()
     kernel_mod.log("close", fd=fd, result=0)
 
+  def process_exit(self):
+    """The process's mm goes: amdkfd stops its queues and releases its buffer objects (kfd_process_notifier_release)."""
+    self.shutdown()
+    for fd in list(self.paths):
+      try: os.close(fd)
+      except OSError: pass
+    self.paths.clear(); self.file_ids.clear()
+
   def shutdown(self):
-    """Closing /dev/kfd: the queues stop and the process's buffer objects are released (as the kernel does)."""
+    """Stop the queues and release the process's buffer objects (as the kernel does when the process ends)."""
     for q in list(self.queues.values()): q.stop()
     self.queues.clear()
     with self.lock:
@@ -164,7 +205,7 @@ class EmulatedKFD:
         os.close(self.doorbell_page[0]); self.doorbell_page = (None, self.doorbell_page[1])
 
   def __del__(self):
-    try: self.shutdown()
+    try: self.process_exit()
     except Exception: pass
 
   def _fail(self, code: int, what: str):
@@ -218,9 +259,19 @@ class EmulatedKFD:
   def _ioctl_acquire_vm(self, a):
     if not self._gpu(a.gpu_id): return errno.EINVAL
     if self.paths.get(a.drm_fd) != f"/dev/dri/renderD{RENDER_MINOR}": return errno.EINVAL
-    if self.drm_fd is not None: return 0 if self.drm_fd == a.drm_fd else errno.EBUSY
-    self.drm_fd = a.drm_fd
+    # kfd_ioctl_acquire_vm (kfd_chardev.c): "if (pdd->drm_file) ret = pdd->drm_file == drm_file ? 0 : -EBUSY;" -- the
+    # pdd keeps the first render-node file for the process's lifetime: a second open of the render node is refused
+    if self.drm_file is not None:
+      if self.drm_file == self.file_ids.get(a.drm_fd): return 0
+      self.log("kfd: ACQUIRE_VM with another render-node file: this process's VM is already bound to the first one")
+      return errno.EBUSY
+    self.drm_file = self.file_ids[a.drm_fd]
     return 0
+
+  @property
+  def drm_fd(self):
+    """Whether ACQUIRE_VM bound this process to the GPU (memory and queues need it: kfd_bind_process_to_device)."""
+    return self.drm_file
 
   def _ioctl_runtime_enable(self, a):
     if a.mode_mask & kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK:
@@ -250,6 +301,11 @@ class EmulatedKFD:
         bo = BO(self.next_handle, a.va_addr, size, a.flags, host=a.mmap_offset)
       else:
         if kinds == kfd.ALLOC_VRAM and self.vram_used + size > VRAM_BYTES: return errno.ENOMEM
+        # kfd_ioctl_alloc_memory_of_gpu (kfd_chardev.c): VRAM the host maps (PUBLIC) needs a large BAR
+        # (!kfd_dev_is_large_bar -> "Alloc host visible vram on small bar is not allowed", -EINVAL)
+        if kinds == kfd.ALLOC_VRAM and a.flags & kfd.ALLOC_PUBLIC and self.small_bar:
+          self.log("kfd: Alloc host visible vram on small bar is not allowed")
+          return errno.EINVAL
         memfd = os.memfd_create(f"amdgpu-bo-{self.next_handle}", os.MFD_CLOEXEC)
         os.ftruncate(memfd, size)
         bo = BO(self.next_handle, a.va_addr, size, a.flags, memfd, _mmap.mmap(memfd, size))
@@ -470,14 +526,48 @@ class EmulatedKFD:
       self.event_page[e.id] = UNSIGNALED_SLOT                   # acknowledge_signal
       e.signaled = True
 
-  def raise_exception(self, message: str, va: int | None = None):
-    """A queue hit a VM fault (va given) or a fatal error: log it, signal the exception events."""
+  def raise_exception(self, message: str, va: int | None = None, queue=None, code: int | None = None):
+    """A queue stopped: log it, then tell the process the way amdkfd does. A GPU VM fault (va given) signals the
+    memory-exception events (kfd_signal_vm_fault_event). A compute queue's error (a bad packet, a wave's illegal
+    instruction) reaches the runtime through the queue's context-save-area header (`send_exception_to_runtime`).
+    An SDMA queue's packet error reaches no process: amdgpu handles SDMA illegal-instruction interrupts for its own
+    rings only (sdma_v6_0_process_illegal_inst_irq), so only the kernel log shows it and the waiter times out."""
     self.log(message)
+    if va is not None:
+      with self.cond:
+        for e in self.events.values():
+          if e.type == kfd.EVENT_MEMORY: e.signaled, e.memory_exception = True, (va, 1, 0)
+        self.cond.notify_all()
+    elif queue is not None and queue.kind == "compute":
+      self.send_exception_to_runtime(queue, code or kfd.EC["EC_QUEUE_PACKET_UNSUPPORTED"])
+
+  def send_exception_to_runtime(self, queue, code: int):
+    """kfd_send_exception_to_runtime -> send_exception_work_handler (kfd_process.c, Linux 6.4+): with the runtime
+    enabled, read `err_payload_addr` and `err_event_id` from the queue's context-save-area header with get_user (the
+    header must be memory the process maps), OR KFD_EC_MASK(code) into the payload and kfd_set_event(err_event_id).
+    A header user mode left zero (event 0, no payload) reports nothing: the queue is just suspended."""
+    if not self.runtime_enabled:
+      self.log(f"kfd: queue {queue.queue_id} exception {kfd.EXCEPTION_CODES.get(code, code)}: runtime not enabled")
+      return
+    def user_bytes(addr: int, n: int):
+      bo = self.mapping_of(addr)
+      if bo is None or (bo.flags & kfd.ALLOC_VRAM and not bo.flags & kfd.ALLOC_PUBLIC) or addr + n > bo.va + bo.size:
+        return None                       # get_user faults: no host mapping there
+      return bo
+    header = queue.csa_addr
+    if user_bytes(header, 40) is None:
+      self.log(f"kfd: queue {queue.queue_id}: get_user of the context-save-area header at {header:#x} failed")
+      return
+    with self.lock:
+      payload = int.from_bytes(self.memory.read(header + kfd.CSA_ERR_PAYLOAD_ADDR, 8), "little")
+      event_id = int.from_bytes(self.memory.read(header + kfd.CSA_ERR_EVENT_ID, 4), "little")
+      if payload and user_bytes(payload, 8) is not None:
+        cur = int.from_bytes(self.memory.read(payload, 8), "little") | kfd.ec_mask(code)
+        self.memory.write(payload, cur.to_bytes(8, "little"))
     with self.cond:
-      for e in self.events.values():
-        if va is not None and e.type == kfd.EVENT_MEMORY:
-          e.signaled, e.memory_exception = True, (va, 1, 0)
-        if va is None and e.type == kfd.EVENT_HW_EXCEPTION: e.signaled = True
+      e = self.events.get(event_id)
+      if e is None: return                # kfd_set_event: no such event (0 when the header was never filled)
+      e.signaled = True
       self.cond.notify_all()
 
   def fault(self) -> str | None:
@@ -520,7 +610,7 @@ class EmulatedKFD:
         return False
       return True
     from baregrad.drivers.amd.topology import GPUNode
-    node = GPUNode(1, GPU_ID, dict(GPU_PROPERTIES))
+    node = GPUNode(GPU_NODE, GPU_ID, dict(GPU_PROPERTIES))
     if not (exact(a.write_pointer_address, PAGE, "write pointer") and exact(a.read_pointer_address, PAGE, "read pointer")
             and exact(a.ring_base_address, a.ring_size, "ring")): return errno.EINVAL
     if a.queue_type == kfd.QUEUE_TYPE_COMPUTE:
@@ -539,6 +629,7 @@ class EmulatedKFD:
     doorbell[0] = 0
     cls = kfd_engines.ComputeQueue if a.queue_type == kfd.QUEUE_TYPE_COMPUTE else kfd_engines.SDMAQueue
     q = cls(self, queue_id, a.ring_base_address, a.ring_size, a.read_pointer_address, a.write_pointer_address, doorbell)
+    q.csa_addr = a.ctx_save_restore_address
     self.queues[queue_id] = q
     q.start()
     a.queue_id = queue_id
@@ -571,6 +662,12 @@ class EmulatedKFD:
       if bo is None or length > bo.size or bo.memfd is None:
         self._log_mmap(addr, length, prot, flags, fd, offset, MAP_FAILED)
         self._fail(errno.EINVAL, f"mmap(length={length:#x}, fd={fd} {path}, offset={offset:#x}): no such BO")
+      # amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu gives VRAM without PUBLIC AMDGPU_GEM_CREATE_NO_CPU_ACCESS, and
+      # amdgpu_gem_object_mmap refuses such a BO (-EPERM): the host cannot map device-only VRAM
+      if bo.flags & kfd.ALLOC_VRAM and not bo.flags & kfd.ALLOC_PUBLIC:
+        self._log_mmap(addr, length, prot, flags, fd, offset, MAP_FAILED)
+        self._fail(errno.EPERM, f"mmap(length={length:#x}, fd={fd} {path}, offset={offset:#x}): VRAM BO allocated "
+                                f"without PUBLIC (NO_CPU_ACCESS) cannot be mapped by the host")
       target_fd, target_off = bo.memfd, 0
     else:
       self._fail(errno.EBADF, f"mmap(fd={fd})")

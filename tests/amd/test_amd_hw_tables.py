@@ -515,11 +515,11 @@ def test_copy_queue_words(drv):
 HDP_FLUSH_PM4 = [P3("WAIT_REG_MEM", 5), WAIT_REG_MEM_MEM_SPACE(0) | WAIT_REG_MEM_OPERATION(1) | WAIT_REG_MEM_FUNCTION(3) |
                  WAIT_REG_MEM_ENGINE(0), NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_REQ,
                  NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_DONE, HDP_COMPUTE_MASK, HDP_COMPUTE_MASK, 0x20]
-# [sdmac] sdma_v6_0_ring_emit_hdp_flush: OP(POLL_REGMEM) | HDP_FLUSH(1) | FUNC(3); done << 2; req << 2; ref; mask;
-# RETRY_COUNT(0xfff) | INTERVAL(10) ([sdma] POLL_REGMEM_HEADER hdp_flush @26, func @28)
-HDP_FLUSH_SDMA = [SDMA_HDR("POLL_REGMEM") | 1 << 26 | SDMA_FUNC["=="] << 28,
-                  (NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_DONE) << 2,
-                  (NBIO_BASE_SEG2 + regBIF_BX_PF0_GPU_HDP_FLUSH_REQ) << 2, HDP_SDMA_MASK, HDP_SDMA_MASK, 10 | 0xFFF << 16]
+# a user-mode SDMA queue flushes the HDP with ROCr's firmware packet (ROCR-Runtime
+# runtime/hsa-runtime/core/inc/sdma_registers.h SDMA_PKT_HDP_FLUSH, copied as is by amd_blit_sdma.cpp
+# BuildHdpFlushCommand): {0x8, 0x0, 0x80000000, 0x0, 0x0, 0x0}. Not the register form of sdma_v6_0_ring_emit_hdp_flush
+# (HDP_FLUSH bit 26 set), which amdgpu uses on its privileged rings only
+HDP_FLUSH_SDMA = [0x8, 0x0, 0x80000000, 0x0, 0x0, 0x0]
 
 
 def test_submit_starts_with_an_hdp_flush(drv):
@@ -539,14 +539,20 @@ def test_bound_queue_submit_words(drv):
   for kind, flush in (("compute", HDP_FLUSH_PM4), ("copy", HDP_FLUSH_SDMA)):
     bound = drv.bind(kind, drv.encode(kind, [("barrier",)]))
     ring = drv.ring_of(kind)
+    start = ring.wptr % ring.dwords
     drv.submit_bound(kind, bound, [])
     at = ring.last_packet_at % ring.dwords
-    assert list(ring.ring[at - len(flush):at]) == flush           # the flush right before the indirect buffer
+    assert list(ring.ring[start:start + len(flush)]) == flush     # the flush first, then the indirect buffer
     addr = bound.memory.addr
     if kind == "compute":   # INDIRECT_BUFFER: base (dword aligned), base hi, VALID | IB_SIZE
+      assert at == start + len(flush)
       assert list(ring.ring[at:at + 4]) == [P3("INDIRECT_BUFFER", 2), lo(addr), hi(addr), 1 << 23 | bound.ndwords]
     else:                   # SDMA INDIRECT: base lo/hi, IB_SIZE, CSA address 0
       assert list(ring.ring[at:at + 6]) == [SDMA_HDR("INDIRECT"), lo(addr), hi(addr), bound.ndwords, 0, 0]
+      # sdma_v6_0_ring_emit_ib: "IB packet must end on a 8 DW boundary" (NOPs before it), the IB base 32-byte aligned;
+      # sdma_v6_0_ring_pad_ib: the IB a multiple of 8 dwords, padded with NOPs
+      assert (at + 6) % 8 == 0 and addr % 32 == 0 and bound.ndwords % 8 == 0
+      assert all(int(w) & 0xFF == 0 for w in ring.ring[start + len(flush):at][:1])   # the gap is a NOP
 
 
 def test_ring_nops():

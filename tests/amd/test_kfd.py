@@ -379,7 +379,8 @@ def test_unknown_packet_stops_the_queue_with_its_name(drv):
   from baregrad.drivers.amd.driver import GPUFault
   drv.compute.write([[pm4.header(0x99, 2), 0, 0]])
   assert _poll(lambda: drv.kernel.fault() is not None)              # the engine stopped on the packet
-  with pytest.raises(GPUFault, match=r"hardware exception.*compute queue \d+ stopped at ring dword 0x0: OPCODE_0x99"):
+  with pytest.raises(GPUFault, match=r"queue error \(compute queue: EC_QUEUE_PACKET_UNSUPPORTED\).*compute queue \d+ "
+                                     r"stopped at ring dword 0x0: OPCODE_0x99"):
     drv.check_faults("AMD")
   assert any("unknown PM4 packet OPCODE_0x99" in line for line in drv.kernel.kmsg)
 

@@ -15,6 +15,20 @@ kept by the driver (drivers/amd/driver.py). Each driver-level test here fails wi
   A1. The PM4 engine writes its read pointer back as a 32-bit dword offset that wraps at the ring size (kfdtest
       PM4Queue.cpp RptrWhenConsumed; amdkfd kfd_kernel_queue.c kq_acquire_packet_buffer); SDMA as a 64-bit byte count.
   A7. A ring holds at most size - 1 dwords: rptr == wptr means empty (kfd_kernel_queue.c; kfdtest BaseQueue).
+  A2. Without a large BAR amdkfd refuses host-visible (PUBLIC) VRAM (kfd_ioctl_alloc_memory_of_gpu) and the host
+      cannot map other VRAM (NO_CPU_ACCESS, amdgpu_gem_object_mmap): the EOP buffer is device-only VRAM, the
+      context-save area system memory, and on a small-BAR GPU what the host touches lives in GTT.
+  A3. One kfd_process per process, alive until the process ends (kfd_process.c create_process; kfd_release only
+      unrefs): a second ACQUIRE_VM with another render-node file is EBUSY, a second event page EINVAL, a second
+      RUNTIME_ENABLE EBUSY; a device closed and opened again reuses them.
+  A4. A user SDMA queue flushes the HDP with ROCr's firmware packet SDMA_PKT_HDP_FLUSH (sdma_registers.h); the register
+      form of sdma_v6_0_ring_emit_hdp_flush is for amdgpu's privileged rings.
+  A5. SDMA INDIRECT ends on an 8-dword ring boundary, its IB 32-byte aligned and padded to 8 dwords
+      (sdma_v6_0_ring_emit_ib, sdma_v6_0_ring_pad_ib).
+  A6. A compute queue's errors reach the process through the context-save-area header user mode fills
+      (err_event_id, err_payload_addr: kfd_process.c send_exception_work_handler; libhsakmt fill_cwsr_header).
+  A8. The GPU node is picked by gfx target: KFD lists GPU nodes in PCI probe order, an APU's iGPU among them.
+  AR2. Ring and indirect buffers are allocated executable, as every reference does (kfdtest, ROCr, libhsakmt).
 """
 import errno, re, time, types
 import numpy as np
@@ -349,3 +363,202 @@ def test_a_ring_never_holds_a_whole_lap(drv):
   assert _poll(lambda: drv.kernel.fault() is not None)
   assert "holds at most" in drv.kernel.fault(), drv.kernel.fault()
   assert engine.dead
+
+
+# ==== A2. small BAR ==================================================================================================
+
+@pytest.fixture
+def small_bar(monkeypatch):
+  monkeypatch.setattr(settings, "EMU", True)
+  from baregrad.drivers.amd.driver import AMDDriver
+  from baregrad.drivers.emu.kfd_kernel import EmulatedKFD
+  d = AMDDriver(kernel=EmulatedKFD(small_bar=True), timeout=10)
+  yield d
+  d.close()
+
+
+def test_small_bar_refuses_host_visible_vram(small_bar):
+  d = small_bar
+  assert not d.large_bar and not d.node.large_bar
+  va = 1 << 44
+  args = kfd.new_args("ALLOC_MEMORY_OF_GPU", va_addr=va, size=4096, gpu_id=d.gpu_id,
+                      flags=kfd.ALLOC_VRAM | kfd.ALLOC_PUBLIC | kfd.ALLOC_WRITABLE)
+  with pytest.raises(OSError) as e: d.kernel.ioctl(d.kfd_fd, kfd.REQUEST["ALLOC_MEMORY_OF_GPU"], args)
+  assert e.value.errno == errno.EINVAL
+  assert any("Alloc host visible vram on small bar is not allowed" in line for line in d.kernel.kmsg)
+
+
+def test_host_cannot_map_device_only_vram(drv):
+  """VRAM allocated without PUBLIC is NO_CPU_ACCESS: mmap of its offset is refused (EPERM)."""
+  va = drv.kernel.mmap(0, 4096, 0, 0x22, -1, 0)
+  args = drv._ioctl("ALLOC_MEMORY_OF_GPU", va_addr=va, size=4096, gpu_id=drv.gpu_id, flags=kfd.ALLOC_VRAM | kfd.ALLOC_WRITABLE)
+  with pytest.raises(OSError) as e: drv.kernel.mmap(va, 4096, 3, 0x11, drv.drm_fd, args.mmap_offset)
+  assert e.value.errno == errno.EPERM
+  drv._ioctl("FREE_MEMORY_OF_GPU", handle=args.handle)
+  drv.kernel.munmap(va, 4096)
+
+
+def test_queue_buffers_are_where_the_references_put_them(drv):
+  """EOP: device-only VRAM; context-save area: system memory the host fills and amdkfd reads with get_user."""
+  eop, cwsr = drv.compute.memories[2:4]
+  assert (eop.domain, cwsr.domain) == ("device", "gtt")
+
+
+def test_small_bar_device_computes(small_bar, monkeypatch):
+  """The device works on a small-BAR GPU: host-visible memory in GTT, the kernels' results right."""
+  from baregrad.hcq.device import Device
+  from baregrad.tensor import Tensor
+  from baregrad.compiler import codegen, schedule
+  dev = Device("AMD", small_bar)
+  monkeypatch.setitem(Device._open, "AMD", dev)
+  monkeypatch.setattr(codegen, "_programs", {})
+  monkeypatch.setattr(schedule, "_plans", {})
+  a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(8, dtype=np.float32).reshape(4, 2)
+  np.testing.assert_allclose((Tensor(a, device="AMD") @ Tensor(b, device="AMD") + 1).numpy(), a @ b + 1)
+  assert {m.domain for m in small_bar.memory.values()} <= {"gtt", "device"}
+
+
+def test_public_vram_refusal_names_resizable_bar(small_bar):
+  small_bar.large_bar = True                    # as if the topology had claimed a large BAR
+  from baregrad.drivers.amd.driver import AMDError
+  with pytest.raises(AMDError, match="Enable Resizable BAR"): small_bar.alloc(4096)
+
+
+# ==== A3. one KFD process per process ================================================================================
+
+def test_device_reopens_in_the_same_process(monkeypatch):
+  monkeypatch.setattr(settings, "EMU", True)
+  from baregrad.drivers.amd.driver import AMDDriver
+  first = AMDDriver(timeout=10)
+  k = first.kernel
+  first.close()
+  second = AMDDriver(timeout=10)                # ACQUIRE_VM, the event page, RUNTIME_ENABLE are not repeated
+  try:
+    assert second.kernel is k and second.kfd_fd == first.kfd_fd and second.event_page is first.event_page
+    sig = second.alloc(4096, "gtt")
+    second.submit("compute", second.encode("compute", [("signal", _sig(sig.addr), 3)]))
+    assert second.wait_value(sig.addr, 3, 5), second.kernel.fault()
+  finally:
+    second.close()
+
+
+def test_kfd_process_outlives_its_files(drv):
+  """What amdkfd refuses on a second try in one process (the old driver repeated all three on reopen)."""
+  k = drv.kernel
+  from baregrad.drivers.emu.kfd_kernel import RENDER_MINOR
+  drm = k.open(f"/dev/dri/renderD{RENDER_MINOR}")
+  try:
+    def refused(name, **fields):
+      with pytest.raises(OSError) as e: drv._ioctl(name, **fields)
+      return e.value.errno
+    assert refused("ACQUIRE_VM", drm_fd=drm, gpu_id=drv.gpu_id) == errno.EBUSY
+    assert refused("RUNTIME_ENABLE", mode_mask=kfd.RUNTIME_ENABLE_MODE_ENABLE_MASK) == errno.EBUSY
+    page = drv.alloc(kfd.SIGNAL_EVENT_LIMIT * 8, "gtt")
+    assert refused("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=page.handle) == errno.EINVAL
+  finally:
+    k.close(drm)
+
+
+# ==== A4. SDMA HDP flush =============================================================================================
+
+def test_emulator_refuses_the_privileged_sdma_hdp_flush(drv):
+  """The register form of sdma_v6_0_ring_emit_hdp_flush, which the driver used before."""
+  reg = sdma.packet("POLL_REGMEM", hdp_flush=1, func=sdma.FUNC["=="], addr_lo=pm4.HDP_FLUSH_DONE << 2,
+                    addr_hi=pm4.HDP_FLUSH_REQ << 2, value=pm4.HDP_FLUSH_SDMA, mask=pm4.HDP_FLUSH_SDMA, interval=10,
+                    retry_count=0xFFF)
+  _stops(drv, "copy", reg, r"HDP_FLUSH set .* privileged .*SDMA_PKT_HDP_FLUSH")
+
+
+def test_copy_queue_flushes_with_the_firmware_packet(drv):
+  assert drv.hdp_flush("copy") == [0x8, 0x0, 0x80000000, 0x0, 0x0, 0x0]       # ROCr sdma_registers.h
+
+
+# ==== A5. SDMA INDIRECT alignment ====================================================================================
+
+def test_emulator_refuses_a_misaligned_sdma_indirect(drv):
+  ib = drv.alloc(4096, "gtt")
+  np.frombuffer(drv.view(ib.addr, 32), np.uint32)[:] = sdma.nop(8)
+  drv.copy.write([sdma.nop(3)])                 # the INDIRECT then ends at dword 9
+  _stops(drv, "copy", sdma.packet("INDIRECT", ib_base_lo=ib.addr & 0xFFFFFFFF, ib_base_hi=ib.addr >> 32, ib_size=8),
+         r"INDIRECT .* must end on an 8-dword boundary")
+
+
+def test_emulator_refuses_an_unpadded_sdma_ib(drv):
+  ib = drv.alloc(4096, "gtt")
+  np.frombuffer(drv.view(ib.addr, 12), np.uint32)[:] = sdma.nop(3)
+  drv.copy.write([sdma.nop(2)])                 # aligned end, but a 3-dword IB
+  _stops(drv, "copy", sdma.packet("INDIRECT", ib_base_lo=ib.addr & 0xFFFFFFFF, ib_base_hi=ib.addr >> 32, ib_size=3),
+         r"size a multiple of 8 dwords")
+
+
+def test_bound_copy_queue_replays_from_any_ring_position(drv):
+  src, dst, sig = drv.alloc(4096, "gtt"), drv.alloc(4096, "gtt"), drv.alloc(4096, "gtt")
+  np.frombuffer(drv.view(src.addr, 64), np.uint8)[:] = np.arange(64)
+  bound = drv.bind("copy", drv.encode("copy", [("copy", dst.addr, src.addr, 64)]))
+  assert bound.ndwords % 8 == 0
+  for k in range(1, 20):
+    drv.copy.write([sdma.nop(k % 7 + 1)])       # every ring offset mod 8
+    drv.submit_bound("copy", bound, [])
+    drv.submit("copy", drv.encode("copy", [("signal", _sig(sig.addr), k)]))
+    assert drv.wait_value(sig.addr, k, 5), drv.kernel.fault()
+  assert (np.frombuffer(drv.view(dst.addr, 64), np.uint8) == np.arange(64)).all()
+
+
+# ==== A6. queue errors through the context-save-area header ==========================================================
+
+def test_queue_error_is_reported_at_once(drv):
+  """A bad PM4 packet: amdkfd ORs EC_QUEUE_PACKET_UNSUPPORTED into the header's payload and sets its event."""
+  from baregrad.drivers.amd.driver import QueueReset
+  sig = drv.alloc(4096, "gtt")
+  drv.compute.write([[pm4.header(0x99, 2), 0, 0]])
+  start = time.monotonic()
+  assert not drv.wait_value(sig.addr, 1, 20)
+  assert time.monotonic() - start < 1.0                     # not the timeout
+  assert kfd.exception_names(int(drv.compute.error_payload[0])) == ["EC_QUEUE_PACKET_UNSUPPORTED"]
+  with pytest.raises(QueueReset, match=r"queue error \(compute queue: EC_QUEUE_PACKET_UNSUPPORTED\)"):
+    drv.check_faults("AMD")
+
+
+def test_empty_cwsr_header_reports_nothing(drv):
+  """With the header left zero (as the driver had it) the queue only stops: no event, no payload."""
+  cwsr = drv.compute.memories[3]
+  np.frombuffer(drv.view(cwsr.addr, 40), np.uint8)[:] = 0
+  drv.compute.write([[pm4.header(0x99, 2), 0, 0]])
+  assert _poll(lambda: drv.kernel.fault() is not None)
+  time.sleep(0.05)
+  assert not drv._poll_exceptions() and int(drv.compute.error_payload[0]) == 0
+
+
+def test_wave_error_code(drv):
+  """An illegal instruction in a wave reports EC_QUEUE_WAVE_ILLEGAL_INSTRUCTION."""
+  p = _hand_program(drv)
+  drv.view(p.handle.pgm_addr, 4)[:] = b"\xff\xff\xff\xff"
+  args, sig = drv.alloc(64), drv.alloc(4096, "gtt")
+  drv.submit("compute", drv.encode("compute", [("exec", p, args.addr, (1, 1, 1), (64, 1, 1)), ("signal", _sig(sig.addr), 1)]))
+  assert not drv.wait_value(sig.addr, 1, 5)
+  assert kfd.exception_names(int(drv.compute.error_payload[0])) == ["EC_QUEUE_WAVE_ILLEGAL_INSTRUCTION"]
+
+
+# ==== A8. node choice ================================================================================================
+
+def test_driver_picks_the_gfx1100_node(drv):
+  from baregrad.drivers.amd.topology import gpu_nodes
+  nodes = gpu_nodes(drv.kernel)
+  assert [n.target for n in nodes] == ["gfx1036", "gfx1100"]   # the iGPU is listed first
+  assert drv.node.target == "gfx1100" and drv.node is not nodes[0] and drv.gpu_id == nodes[1].gpu_id
+
+
+def test_no_matching_node_is_named():
+  from baregrad.drivers.amd.topology import GPUNode, pick_node
+  with pytest.raises(ValueError, match=r"no KFD GPU node is a gfx1100.*node 1 gfx1036"):
+    pick_node([GPUNode(1, 5, {"gfx_target_version": 100306})], ("gfx1100",))
+
+
+# ==== AR2. executable command buffers ================================================================================
+
+def test_emulator_refuses_commands_from_non_executable_memory(drv):
+  ib = drv.alloc(4096, "gtt", executable=False)
+  np.frombuffer(drv.view(ib.addr, 16), np.uint32)[:] = pm4.nop(4)
+  _stops(drv, "compute", drv.hdp_flush("compute") + pm4.packet("INDIRECT_BUFFER", ib_base_lo=ib.addr & 0xFFFFFFFC,
+                                                               ib_base_hi=ib.addr >> 32, ib_size=4, valid=1),
+         r"indirect buffer at .* without KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE")
