@@ -238,12 +238,14 @@ class Device:
     with Device.lock:
       self.synchronize()
       if hooks.active: hooks.installed.on_copyin(self, buf, mv)   # CAPTURE: records the host write
-      self.driver.view(buf.addr, buf.nbytes)[:] = mv
+      self.driver.copyin(buf.addr, mv)            # by the path that is fast for where the memory lives
 
   def copyout(self, out: memoryview, buf):
     with Device.lock:
       self.synchronize()
-      memoryview(out).cast("B")[:] = self.driver.view(buf.addr, buf.nbytes)
+      mv = memoryview(out).cast("B")
+      if mv.nbytes != buf.nbytes: raise ValueError(f"copyout of a {buf.nbytes}-byte buffer into {mv.nbytes} bytes")
+      self.driver.copyout(mv, buf.addr)
 
   def __repr__(self): return f"<Device {self.name}>"
 

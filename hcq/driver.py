@@ -46,6 +46,17 @@ class Driver(Protocol):
     """A writable buffer over `nbytes` of this driver's memory at `addr`."""
     ...
 
+  def copyin(self, dst_addr: int, data) -> None:
+    """Write the bytes of `data` into this driver's memory at `dst_addr`, by the path that is fast for where that
+    memory lives (a GPU's video memory: its copy engine and pinned staging, not host stores through the BAR).
+    hcq calls it with the device idle (no queued work touches the bytes)."""
+    ...
+
+  def copyout(self, out, src_addr: int) -> None:
+    """Read len(out) bytes of this driver's memory at `src_addr` into `out` (writable), by the fast path (a GPU's
+    video memory: its copy engine into pinned staging, never uncached host reads through the BAR)."""
+    ...
+
   def map_host(self, addr: int, nbytes: int):
     """Let the queues address page-aligned host memory another device allocated, at its host address.
     NotImplementedError where the device addresses only memory its own driver allocated."""

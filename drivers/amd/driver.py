@@ -279,40 +279,68 @@ class AMDDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
-  # ---- host <-> device copies through the SDMA queue (a GTT staging buffer, chunk by chunk) ----
-  STAGING = 4 << 20
+  # ---- host <-> device copies: VRAM through the SDMA queue and GTT staging, system memory by the CPU ----
+  STAGING = 4 << 20               # bytes per staging buffer (two: the host fills one while SDMA moves the other)
+  STAGE_MIN = 64 << 10            # smaller copies of VRAM go through the BAR (a packet round trip costs more)
 
   def _staging(self):
     if self._stage is None:
-      self._stage = (self.alloc(self.STAGING, "gtt"), self.alloc(PAGE, "gtt"))
+      self._stage = ([self.alloc(self.STAGING, "gtt"), self.alloc(self.STAGING, "gtt")], self.alloc(PAGE, "gtt"))
       self._stage_value = 0
     return self._stage
 
-  def _sdma_copy_sync(self, dst: int, src: int, nbytes: int):
-    stage, sig = self._staging()
+  def _in_vram(self, addr: int, nbytes: int) -> bool:
+    """Whether [addr, addr + nbytes) lies in host-visible VRAM this driver allocated (reads of it cross the BAR
+    uncached, tens of MB/s; writes are write-combined)."""
+    for mem in self.memory.values():
+      if mem.addr <= addr and addr + nbytes <= mem.addr + mem.size: return mem.domain == "vram"
+    return False
+
+  def _sdma_chunk(self, dst: int, src: int, nbytes: int) -> int:
+    """Queue one SDMA copy and the staging signal after it; the signal value to wait for."""
+    _, sig = self._staging()
     self._stage_value += 1
     self.submit("copy", self.encode("copy", [("copy", dst, src, nbytes), ("signal", sig, self._stage_value)]))
-    if not self.wait_value(sig.addr, self._stage_value, self.timeout):
+    return self._stage_value
+
+  def _sdma_wait(self, value: int, what: str):
+    _, sig = self._staging()
+    if not self.wait_value(sig.addr, value, self.timeout):
       self.check_faults(self.name)
-      raise QueueTimeout(f"{self.name}: SDMA copy of {nbytes} bytes {src:#x} -> {dst:#x} did not finish in {self.timeout} s")
+      raise QueueTimeout(f"{self.name}: SDMA {what} did not finish in {self.timeout} s")
 
   def copyin(self, dst_addr: int, data) -> None:
-    """Host bytes -> device memory: staged in GTT, moved by SDMA COPY_LINEAR."""
+    """Host bytes -> device memory. VRAM: staged in GTT and moved by SDMA COPY_LINEAR, two staging buffers in turn so
+    that the host's copy of one chunk overlaps the engine's copy of the previous; other memory: by the CPU."""
     mv = memoryview(data).cast("B")
-    stage, _ = self._staging()
-    for off in range(0, mv.nbytes, self.STAGING):
-      n = min(self.STAGING, mv.nbytes - off)
+    if mv.nbytes < self.STAGE_MIN or not self._in_vram(dst_addr, mv.nbytes):
+      self.view(dst_addr, mv.nbytes)[:] = mv
+      return
+    stages, _ = self._staging()
+    pending = [0, 0]                   # the signal value each staging buffer's last copy completes with
+    for k, off in enumerate(range(0, mv.nbytes, self.STAGING)):
+      n, stage = min(self.STAGING, mv.nbytes - off), stages[k % 2]
+      if pending[k % 2]: self._sdma_wait(pending[k % 2], f"copy of {n} bytes to {dst_addr + off:#x}")
       self.view(stage.addr, n)[:] = mv[off:off + n]
-      self._sdma_copy_sync(dst_addr + off, stage.addr, n)
+      pending[k % 2] = self._sdma_chunk(dst_addr + off, stage.addr, n)
+    self._sdma_wait(max(pending), f"copy of {mv.nbytes} bytes to {dst_addr:#x}")
 
   def copyout(self, out, src_addr: int) -> None:
-    """Device memory -> host bytes, through the SDMA queue and the GTT staging buffer."""
+    """Device memory -> host bytes. VRAM: SDMA copies into GTT staging, the next chunk moving while the host reads
+    the last one (the host never reads VRAM through the BAR); other memory: by the CPU."""
     mv = memoryview(out).cast("B")
-    stage, _ = self._staging()
-    for off in range(0, mv.nbytes, self.STAGING):
-      n = min(self.STAGING, mv.nbytes - off)
-      self._sdma_copy_sync(stage.addr, src_addr + off, n)
-      mv[off:off + n] = self.view(stage.addr, n)
+    if mv.nbytes < self.STAGE_MIN or not self._in_vram(src_addr, mv.nbytes):
+      mv[:] = self.view(src_addr, mv.nbytes)
+      return
+    stages, _ = self._staging()
+    chunks = [(off, min(self.STAGING, mv.nbytes - off)) for off in range(0, mv.nbytes, self.STAGING)]
+    queued = {0: self._sdma_chunk(stages[0].addr, src_addr, chunks[0][1])}
+    for k, (off, n) in enumerate(chunks):
+      if k + 1 < len(chunks):            # the next chunk into the other buffer, while this one is read
+        noff, nn = chunks[k + 1]
+        queued[k + 1] = self._sdma_chunk(stages[(k + 1) % 2].addr, src_addr + noff, nn)
+      self._sdma_wait(queued.pop(k), f"copy of {n} bytes from {src_addr + off:#x}")
+      mv[off:off + n] = self.view(stages[k % 2].addr, n)
 
   # ---- queues ----
   def _create_queue(self, kind: str, queue_type: int, ring_size: int) -> Ring:
@@ -516,15 +544,18 @@ class AMDDriver:
       out.packet(sdma.packet("COND_EXE", addr_lo=lo32(addr + 4), addr_hi=hi32(addr + 4), reference=hi32(value),
                              exec_count=len(lo_poll)) + lo_poll)
     else:
-      # WAIT_REG_MEM64 (PAL's PM4_MEC_WAIT_REG_MEM64, pm4.py): a 64-bit ">=" of the 8-byte-aligned signal. No Linux code
-      # emits it for gfx11, but no 32-bit form amdgpu uses is correct for hcq's signals, whose 64-bit values grow by any
-      # step: a CP WAIT_REG_MEM (gfx_v11_0_wait_reg_mem) compares one dword and cannot branch. The low word alone passes
-      # early across every 2**32 boundary (low word of 2**32 - 1 >= low word of 2**32 + 3); "high >= then low >=" never
-      # passes early but stalls for good whenever the signal is already an epoch ahead with a smaller low word (waiting
-      # for 0x3_fffffffc with the signal at 0x4_fffffffb: test_sync_fuzz seed 7 deadlocks so); amdgpu's own "==" on a
-      # 32-bit seq (gfx_v11_0_ring_emit_pipeline_sync) needs the waited value to be the signal's latest. The SDMA queue's
-      # COND_EXE (an equality branch, above) has no PM4 counterpart (COND_EXEC only tests a dword for non-zero). So the
-      # driver keeps this one packet, in this one form, which is all the emulated CP accepts (kfd_engines.py).
+      # WAIT_REG_MEM64 (PAL's PM4_MEC_WAIT_REG_MEM64, pm4.py): a 64-bit ">=" of the 8-byte-aligned signal. The gfx11 MEC
+      # runs it: IREE's AMDGPU HAL waits on its 64-bit epoch signals with it on gfx1100 (iree-org/iree
+      # runtime/src/iree/hal/drivers/amdgpu/physical_device_capabilities.c: WAIT_REG_MEM64 is among the "packet families
+      # validated on the local gfx1100 bring-up system" and selects the PM4_WAIT_REG_MEM64 wait-barrier strategy;
+      # util/pm4_emitter.h iree_hal_amdgpu_pm4_emit_wait_reg_mem64: 9 dwords, memory space, 64-bit reference and mask,
+      # poll interval 4), executed from PM4 indirect buffers by the same MEC firmware as a KFD PM4 queue. No 32-bit form
+      # amdgpu uses is correct for hcq's signals, whose 64-bit values grow by any step: a CP WAIT_REG_MEM
+      # (gfx_v11_0_wait_reg_mem) compares one dword and cannot branch. The low word alone passes early across every
+      # 2**32 boundary (low word of 2**32 - 1 >= low word of 2**32 + 3); "high >= then low >=" never passes early but
+      # stalls for good whenever the signal is already an epoch ahead with a smaller low word (waiting for 0x3_fffffffc
+      # with the signal at 0x4_fffffffb: test_sync_fuzz seed 7 deadlocks so). So the driver keeps this one packet, in
+      # this one form, which is all the emulated CP accepts (kfd_engines.py).
       out.packet(pm4.packet("WAIT_REG_MEM64", function=pm4.FUNC[">="], mem_space=1, addr_lo=lo32(addr), addr_hi=hi32(addr),
                             reference=lo32(value), reference_hi=hi32(value), mask=0xFFFFFFFF, mask_hi=0xFFFFFFFF,
                             poll_interval=4))

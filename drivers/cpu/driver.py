@@ -86,6 +86,15 @@ class CPUDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
+  def copyin(self, dst_addr: int, data) -> None:
+    """Host bytes into this device's memory: it is host memory, a plain copy."""
+    mv = memoryview(data).cast("B")
+    self.view(dst_addr, mv.nbytes)[:] = mv
+
+  def copyout(self, out, src_addr: int) -> None:
+    mv = memoryview(out).cast("B")
+    mv[:] = self.view(src_addr, mv.nbytes)
+
   # ---- programs ----
   def compile(self, src: str) -> bytes:
     flags = KERNEL_FLAGS

@@ -26,8 +26,8 @@ Rules from the Linux sources the engines enforce (each cited where it is checked
   * A workgroup must fit: its waves' VGPRs (COMPUTE_PGM_RSRC1.VGPRS) on one WGP and its LDS in 64 KiB (rdna3.py
     check_launch, LaunchError), as the hardware could never launch it; the RDNA3 emulator also refuses LDS accesses
     of two waves of a workgroup with no s_barrier between (rdna3_mem.LDSOrder).
-  * WAIT_REG_MEM64: no Linux code emits it for gfx11's MEC (its firmware support is known from PAL only); the one
-    form the driver needs is accepted, any other is refused.
+  * WAIT_REG_MEM64: no Linux code emits it for gfx11's MEC; IREE's AMDGPU HAL uses it on gfx1100 (validated there,
+    physical_device_capabilities.c); the one form the driver needs is accepted, any other is refused.
 
 The engines are strict: what they do not model stops the queue with a message naming it, instead of being skipped.
 A PM4 opcode other than the ones below, a SET_SH_REG of a register outside pm4.REGISTERS, an SDMA op/sub_op other
@@ -286,9 +286,10 @@ class ComputeQueue(EngineQueue):
                          f"is not emulated")
       else: self.poll_memory(f["addr_hi"] << 32 | f["addr_lo"] & ~3, f["mask"], f["function"], f["reference"], where)
     elif name == "WAIT_REG_MEM64":
-      # no Linux code emits WAIT_REG_MEM64 for gfx11 (amdgpu waits with WAIT_REG_MEM, gfx_v11_0_wait_reg_mem): the MEC
-      # firmware's support is known only from PAL's packet definition. The emulated CP takes just the one form the driver
-      # needs (a 64-bit >= on an 8-byte-aligned memory qword, full masks: driver.py `_wait` says why) and refuses the rest
+      # no Linux code emits WAIT_REG_MEM64 for gfx11; IREE's AMDGPU HAL does, validated on gfx1100 hardware
+      # (iree-org/iree runtime/src/iree/hal/drivers/amdgpu/physical_device_capabilities.c, util/pm4_emitter.h). The
+      # emulated CP takes the one form the driver needs (a 64-bit >= on an 8-byte-aligned memory qword, full masks:
+      # driver.py `_wait` says why) and refuses the rest, which it does not model
       addr, mask, ref = pm4.wait64_operands(f)
       form = (f["mem_space"], f["operation"], f["function"], f["cache_policy"], mask, f["addr_lo"] & 7)
       if form != (1, 0, pm4.FUNC[">="], 0, 2**64 - 1, 0):

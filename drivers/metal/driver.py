@@ -165,6 +165,15 @@ class MetalDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
+  def copyin(self, dst_addr: int, data) -> None:
+    """Host bytes into this device's memory: it is shared storage (unified memory), a plain copy."""
+    mv = memoryview(data).cast("B")
+    self.view(dst_addr, mv.nbytes)[:] = mv
+
+  def copyout(self, out, src_addr: int) -> None:
+    mv = memoryview(out).cast("B")
+    mv[:] = self.view(src_addr, mv.nbytes)
+
   def map_host(self, addr: int, nbytes: int):
     """Host pages as an MTLBuffer (newBufferWithBytesNoCopy: page-aligned memory, no copy)."""
     buf = self.rt.send(self.device, "newBufferWithBytesNoCopy:length:options:deallocator:", objc_ffi.cast("void *", addr),

@@ -443,6 +443,15 @@ class NVDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
+  def copyin(self, dst_addr: int, data) -> None:
+    """Host bytes into this driver's memory: pinned host memory (OS descriptors) today, so a plain copy."""
+    mv = memoryview(data).cast("B")
+    self.view(dst_addr, mv.nbytes)[:] = mv
+
+  def copyout(self, out, src_addr: int) -> None:
+    mv = memoryview(out).cast("B")
+    mv[:] = self.view(src_addr, mv.nbytes)
+
   def map_host(self, addr: int, nbytes: int) -> NVMemory:
     """Let the GPU address host memory another device allocated (page-aligned), at its host address, as this driver
     maps its own: the pages as an OS descriptor (RM pins them) mapped by UVM at the same GPU virtual address. The
