@@ -366,8 +366,61 @@ def bench_llm(results: dict):
   bench_llm_emulated(results)
 
 
+GPU_MEMORY_CHILD = r"""
+import json, sys, time, numpy as np
+from baregrad.tensor import Tensor
+from baregrad.drivers.emu import counters
+from baregrad.hcq.device import Device
+dev = Device.get(Device.default())
+rng = np.random.default_rng(0)
+an, bn = rng.standard_normal((256, 256), dtype=np.float32), rng.standard_normal((256, 256), dtype=np.float32)
+a, b = Tensor(an).realize(), Tensor(bn).realize()
+dev.synchronize()
+out = {}
+for name, f, ref in (("add", lambda: a + b, an + bn), ("matmul", lambda: a @ b, an @ bn)):
+  counters.reset()
+  r = f().realize(); dev.synchronize()
+  t = counters.total()
+  assert np.allclose(r.numpy(), ref, rtol=1e-3, atol=1e-3), name
+  out[name] = [t.global_bytes, t.global_system_bytes]
+k = getattr(dev.driver, "kernel", None)
+engine0 = getattr(k, "copy_engine_bytes", 0)
+x = rng.integers(0, 256, 64 << 20, dtype=np.uint8)
+t = time.perf_counter(); buf = Tensor(x).realize(); dev.synchronize(); t_in = time.perf_counter() - t
+t = time.perf_counter(); y = buf.numpy(); t_out = time.perf_counter() - t
+assert (y == x).all(), "64 MiB round trip differs"
+out["roundtrip"] = [t_in, t_out, getattr(k, "copy_engine_bytes", 0) - engine0]
+print(json.dumps(out))
+"""
+
+
+def bench_gpu_memory(results: dict):
+  """Where the emulated GPUs' kernels find tensor data (drivers/emu/memory.py counts each kernel's global bytes by
+  where they live): the fraction of an add's and a 256 matmul's global traffic in system memory (the goal is 0:
+  tensors in the GPU's own memory), and a 64 MiB host->device->host round trip: seconds each way and its path (the
+  copy engine through staging, or the CPU). AMD also with a small BAR (EMU_SMALL_BAR=1, where host-visible memory is
+  system memory)."""
+  for name, kind, extra in (("amd_emu", "AMD", {}), ("amd_emu_small_bar", "AMD", {"EMU_SMALL_BAR": "1"}),
+                            ("nv_emu", "NV", {})):
+    env = dict(os.environ, EMU="1", DEV=kind, **extra)
+    out = subprocess.run([sys.executable, "-c", GPU_MEMORY_CHILD], env=env, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+      print(f"{name} gpu memory child failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+      continue
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    for op in ("add", "matmul"):
+      total, system = got[op]
+      results[f"{name}.{op}.system_memory_fraction"] = system / max(total, 1)
+    t_in, t_out, engine = got["roundtrip"]
+    results[f"{name}.roundtrip_64mib.to_device_s"], results[f"{name}.roundtrip_64mib.to_host_s"] = t_in, t_out
+    path = ("copy engine (SDMA) through GTT staging" if engine >= 2 * (64 << 20) else
+            "CPU copy (the tensor is in system memory)" if got["add"][1] else "CPU copy")
+    print(f"{name}: 64 MiB round trip {64 / 1.048576 / t_in:.0f} MB/s in, {64 / 1.048576 / t_out:.0f} MB/s out: {path}",
+          file=sys.stderr)
+
+
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
-           "opts": bench_matmul_opts, "emu": bench_emulated, "fused": bench_fused_first_realize,
+           "opts": bench_matmul_opts, "emu": bench_emulated, "gpumem": bench_gpu_memory, "fused": bench_fused_first_realize,
            "allreduce": bench_allreduce, "llm": bench_llm}
 
 

@@ -23,6 +23,9 @@ What one kernel run (one NV launch / one AMD DISPATCH_DIRECT) counts:
     barrier  bar.sync / barrier.sync; s_barrier
     other    the rest: s_waitcnt, s_nop, s_delay_alu, membar/fence, ld.param (a constant-bank operand in SASS),
              per-thread private memory (PTX .local, AMD scratch_*), s_dcache_inv
+- Where global bytes live: `global_system_bytes` is the part of the vectorized global loads and stores (memory.py
+  gather/scatter: what the lanes move; scalar and atomic traffic included where the emulator routes it there) that
+  hit system memory (GTT, pinned host pages) instead of the GPU's own memory.
 - Bytes: per executing thread (active lane) x access width, loads and stores apart, for global memory and for shared
   memory / LDS: a b128 load by 32 lanes moves 512 bytes; an AMD scalar load moves its width once per wave. An atomic
   reads and writes its width (both counted). Private memory (.local, scratch), parameters and LDS-free DS
@@ -45,7 +48,8 @@ from baregrad.drivers import settings
 
 CLASSES = ("alu", "global", "shared", "branch", "barrier", "other")
 ALU, GLOBAL, SHARED, BRANCH, BARRIER, OTHER = range(len(CLASSES))
-BYTE_FIELDS = ("global_load_bytes", "global_store_bytes", "shared_load_bytes", "shared_store_bytes")
+BYTE_FIELDS = ("global_load_bytes", "global_store_bytes", "shared_load_bytes", "shared_store_bytes",
+               "global_system_bytes")
 
 
 @dataclass
@@ -57,6 +61,7 @@ class KernelCounters:
   global_store_bytes: int = 0
   shared_load_bytes: int = 0
   shared_store_bytes: int = 0
+  global_system_bytes: int = 0     # of the global bytes, those in system memory (across the bus; memory.py traffic)
   kernels: int = 1
 
   @property

@@ -170,6 +170,7 @@ class EngineQueue(threading.Thread):
 
   def copy(self, dst: int, src: int, nbytes: int):
     with self.kfd.lock:
+      self.kfd.copy_engine_bytes += nbytes
       try:
         s = self.kfd.memory.array(src, np.uint8, nbytes)
         d = self.kfd.memory.array(dst, np.uint8, nbytes)
@@ -402,6 +403,7 @@ class ComputeQueue(EngineQueue):
       if len(self._programs) > 64: self._programs.pop(next(iter(self._programs)))
     run = KernelCounters(name)
     with self.kfd.lock:
+      system_before = self.kfd.memory.traffic[1]
       try:
         rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm, counters=run)
       except (MemoryFault, rdna3.EmulatorError, ValueError) as e:   # ValueError: a block or LDS no workgroup can have
@@ -410,6 +412,7 @@ class ComputeQueue(EngineQueue):
                           "EC_QUEUE_WAVE_ILLEGAL_INSTRUCTION"]
         raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of kernel {name!r} at {pgm:#x}: {e}{notes}",
                          getattr(e, "address", None), code) from None
+      run.global_system_bytes = self.kfd.memory.traffic[1] - system_before
     self.kfd.counters.record(run)     # before the packets after the dispatch (RELEASE_MEM) run
 
 

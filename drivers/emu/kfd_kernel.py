@@ -130,6 +130,7 @@ class EmulatedKFD:
     self.host_epoch = 0                        # doorbells picked up so far: each may follow host writes to VRAM
     self.hdp_flushed_epoch = 0                 # host_epoch when an engine last flushed the HDP
     self.gl2_lines: dict[int, bytes] = {}      # dword address -> 4 bytes an SDMA FENCE left in the GPU L2
+    self.copy_engine_bytes = 0                 # bytes moved by SDMA COPY_LINEAR and CP DMA_DATA (tools/bench.py)
     self.queues: dict = {}
     self.kmsg: list[str] = []
     self.t0 = time.perf_counter_ns()
@@ -351,7 +352,7 @@ class EmulatedKFD:
       bo, err = self._map_args(a)
       if err: return err
       if not bo.mapped:
-        self.memory.map_array(bo.va, bo.array())
+        self.memory.map_array(bo.va, bo.array(), system=not bo.flags & kfd.ALLOC_VRAM)   # GTT / userptr: over PCIe
         bo.mapped = True
       a.n_success = a.n_devices
     return 0

@@ -23,11 +23,20 @@ class MemoryFault(Exception):
 
 
 class Memory:
-  """Mappings of numpy uint8 arrays at GPU virtual addresses (non-overlapping)."""
+  """Mappings of numpy uint8 arrays at GPU virtual addresses (non-overlapping).
+
+  Each mapping says where its bytes live on the modelled GPU: device memory (VRAM/HBM) or system memory the GPU
+  reaches over PCIe (GTT, pinned host pages). The vectorized accesses a kernel makes (`gather`/`scatter`) add their
+  bytes to `traffic[SYSTEM]` or `traffic[DEVICE]`, so the emulated GPUs can say how much of a kernel's global
+  traffic crossed the bus (drivers/emu/counters.py `global_system_bytes`)."""
+
+  DEVICE, SYSTEM = 0, 1
 
   def __init__(self):
     self._bases: list[int] = []          # sorted
     self._arrays: list[np.ndarray] = []  # uint8, same order
+    self._system: list[bool] = []        # same order: the mapping is system memory
+    self.traffic = [0, 0]                # bytes gathered + scattered in device / system memory
     self._next = 0x1000_0000_0000        # where alloc() places the next mapping
 
   # ---- mappings ----
@@ -35,9 +44,9 @@ class Memory:
     """Map `nbytes` zeroed bytes at `addr`; returns the backing uint8 array."""
     return self.map_array(addr, np.zeros(nbytes, np.uint8))
 
-  def map_array(self, addr: int, array: np.ndarray) -> np.ndarray:
+  def map_array(self, addr: int, array: np.ndarray, system: bool = False) -> np.ndarray:
     """Map an existing C-contiguous numpy array (any dtype) at `addr` without copying; the
-    kernel's writes land in it."""
+    kernel's writes land in it. system: the bytes are system memory on the modelled GPU."""
     if not array.flags.c_contiguous: raise ValueError("map_array needs a C-contiguous array")
     data = array.reshape(-1).view(np.uint8)
     if addr < 0 or addr + data.size > 1 << 64: raise ValueError(f"mapping [{addr:#x}, +{data.size:#x}) outside the 64-bit space")
@@ -46,12 +55,17 @@ class Memory:
       raise ValueError(f"mapping [{addr:#x}, {addr + data.size:#x}) overlaps an existing one")
     self._bases.insert(i, addr)
     self._arrays.insert(i, data)
+    self._system.insert(i, bool(system))
     return data
 
   def unmap(self, addr: int) -> None:
     i = bisect.bisect_left(self._bases, addr)
     if i == len(self._bases) or self._bases[i] != addr: raise ValueError(f"no mapping starts at {addr:#x}")
-    del self._bases[i], self._arrays[i]
+    del self._bases[i], self._arrays[i], self._system[i]
+
+  def is_system(self, addr: int) -> bool:
+    """Whether the mapping holding `addr` is system memory."""
+    return self._system[self._find(addr, 1)[0]]
 
   def alloc(self, nbytes: int, align: int = 0x1000) -> int:
     """Map `nbytes` zeroed bytes at a fresh address; returns the address."""
@@ -113,10 +127,12 @@ class Memory:
     first = int(idx[0])
     if idx.size == 1 or (idx == first).all():
       out[:] = self._take(self._arrays[first], offs, nbytes_each)
+      self.traffic[self._system[first]] += addrs.size * nbytes_each
     else:
       for m in np.unique(idx):
         sel = idx == m
         out[sel] = self._take(self._arrays[int(m)], offs[sel], nbytes_each)
+        self.traffic[self._system[int(m)]] += int(sel.sum()) * nbytes_each
     return out
 
   def scatter(self, addrs: np.ndarray, values: np.ndarray, nbytes_each: int, mask: np.ndarray | None = None) -> None:
@@ -133,10 +149,12 @@ class Memory:
     idx, offs = self._locate(addrs, nbytes_each, True)
     if idx.size == 1 or (idx == idx[0]).all():      # one mapping holds every address
       self._put(self._arrays[int(idx[0])], offs, values, nbytes_each)
+      self.traffic[self._system[int(idx[0])]] += addrs.size * nbytes_each
       return
     for m in np.unique(idx):
       sel = idx == m
       self._put(self._arrays[int(m)], offs[sel], values[sel], nbytes_each)
+      self.traffic[self._system[int(m)]] += int(sel.sum()) * nbytes_each
 
   @staticmethod
   def _take(data: np.ndarray, offs: np.ndarray, n: int) -> np.ndarray:
@@ -168,9 +186,9 @@ class HostMemory(Memory):
     import cffi
     self._ffi = cffi.FFI()
 
-  def map(self, addr: int, nbytes: int) -> np.ndarray:
+  def map(self, addr: int, nbytes: int, system: bool = True) -> np.ndarray:
     buf = self._ffi.buffer(self._ffi.cast("uint8_t *", addr), nbytes)
-    return self.map_array(addr, np.frombuffer(buf, np.uint8))
+    return self.map_array(addr, np.frombuffer(buf, np.uint8), system)
 
   def alloc(self, nbytes: int, align: int = 0x1000) -> int:
     raise NotImplementedError("HostMemory maps memory the host allocated: call map(host_address, nbytes)")

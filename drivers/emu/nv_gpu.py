@@ -208,7 +208,7 @@ class NVGpu:
     CPU or another device writes there, the copy engine and semaphores read, and the other way round)."""
     import cffi
     buf = cffi.FFI().buffer(cffi.FFI().cast("uint8_t *", host), nbytes)
-    self.mem.map_array(va, np.frombuffer(buf, np.uint8))
+    self.mem.map_array(va, np.frombuffer(buf, np.uint8), system=True)
 
   def fault(self, channel: "ChannelProcessor", message: str, xid: int):
     if channel.notifier:     # NvNotification: timeStamp, info32 (the error code), info16, status; written first

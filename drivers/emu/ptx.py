@@ -242,10 +242,14 @@ def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: i
   per_batch = max(1, BATCH_THREADS // tpb)
   budget = [MAX_STEPS if max_steps is None else max_steps]
   counters = KernelCounters(e.name) if counters is None else counters
-  with np.errstate(all="ignore"):
-    for first in range(0, nblocks, per_batch):
-      batch = _Batch(e, first, min(per_batch, nblocks - first), grid, block, pbytes, mem, regs, counters)
-      _run(batch, code, join, budget, e)
+  system_before = mem.traffic[1]          # global bytes in system memory (memory.py), whatever the run ends with
+  try:
+    with np.errstate(all="ignore"):
+      for first in range(0, nblocks, per_batch):
+        batch = _Batch(e, first, min(per_batch, nblocks - first), grid, block, pbytes, mem, regs, counters)
+        _run(batch, code, join, budget, e)
+  finally:
+    counters.global_system_bytes += mem.traffic[1] - system_before
   return counters
 
 

@@ -588,3 +588,29 @@ def test_large_vram_copies_go_through_sdma(drv):
   drv.copyout(back, host.addr)
   np.testing.assert_array_equal(back, data[:1 << 20])
   assert engine.packets_done == done                     # no SDMA work for those
+
+
+def test_kernel_traffic_is_counted_by_where_it_lives(small_bar, monkeypatch):
+  """The emulated GPU counts a kernel's global bytes in system memory apart (drivers/emu/memory.py): none for tensors
+  in VRAM, all of them on a small-BAR GPU, whose host-visible memory is GTT."""
+  from baregrad.hcq.device import Device
+  from baregrad.tensor import Tensor
+  from baregrad.compiler import codegen, schedule
+  from baregrad.drivers.emu import counters
+  monkeypatch.setattr(settings, "EMU", True)
+  from baregrad.drivers.amd.driver import AMDDriver
+  from baregrad.drivers.emu.kfd_kernel import EmulatedKFD
+  x = np.arange(4096, dtype=np.float32)
+  for drv, system in ((AMDDriver(kernel=EmulatedKFD(), timeout=10), False), (small_bar, True)):
+    monkeypatch.setattr(codegen, "_programs", {})      # programs loaded on the other device stay there
+    monkeypatch.setattr(schedule, "_plans", {})
+    dev = Device("AMD", drv)
+    monkeypatch.setitem(Device._open, "AMD", dev)
+    t = Tensor(x, device="AMD").realize()
+    dev.synchronize()
+    drv.kernel.counters.reset()
+    np.testing.assert_array_equal((t * 2).numpy(), x * 2)
+    run = drv.kernel.counters.total()
+    assert run.kernels == 1 and run.global_bytes >= 2 * x.nbytes
+    assert run.global_system_bytes == (run.global_bytes if system else 0)
+    if not system: drv.close()
