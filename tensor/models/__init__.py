@@ -17,17 +17,24 @@ from .lm import LanguageModel, ModelError, ContextError, GenerationStats, Weight
 from .sampling import SamplingParams, sample
 from .llama import Llama
 from .gpt2 import GPT2
+from .hf import load_hf, is_hf_directory
 
 ARCHITECTURES: dict[str, type[LanguageModel]] = {"llama": Llama, "gpt2": GPT2}
 
 
 def load_model(path, device: str | None = None, max_context: int | None = None) -> LanguageModel:
-  """The model in GGUF file `path` on `device`, with a KV cache of `max_context` positions (default: the model's
-  context_length, at most DEFAULT_CONTEXT). Raises ModelError (a GGUFError for a file that is not valid GGUF) with one
-  line naming the file and what is wrong with it."""
+  """The model in GGUF file `path` (or in a Hugging Face checkpoint directory: config.json + safetensors or
+  pytorch_model.bin weights + tokenizer.json, models/hf.py) on `device`, with a KV cache of `max_context` positions
+  (default: the model's context_length, at most DEFAULT_CONTEXT). Raises ModelError (a GGUFError for a file that is
+  not valid GGUF) with one line naming the file and what is wrong with it."""
   path = os.fspath(path)
   if not os.path.exists(path): raise ModelError(f"{path}: no such file")
-  if os.path.isdir(path): raise ModelError(f"{path}: is a directory, not a GGUF file")
+  if is_hf_directory(path):
+    dev = Tensor.zeros(1, device=device).device
+    metadata, tensors, infos, arch = load_hf(path, dev)
+    return ARCHITECTURES[arch](path, metadata, Weights(path, tensors, infos, arch, source="hf"), dev, max_context)
+  if os.path.isdir(path): raise ModelError(f"{path}: is a directory with no config.json: neither a GGUF file nor a "
+                                           f"checkpoint directory")
   with GGUFFile(path) as f:
     arch = f.metadata.get("general.architecture")
     if arch is None: raise ModelError(f"{path}: metadata key 'general.architecture' is missing")
@@ -40,5 +47,5 @@ def load_model(path, device: str | None = None, max_context: int | None = None) 
   return ARCHITECTURES[arch](path, metadata, Weights(path, tensors, infos, arch), dev, max_context)
 
 
-__all__ = ["load_model", "LanguageModel", "Llama", "GPT2", "ModelError", "ContextError", "GGUFError",
+__all__ = ["load_model", "load_hf", "LanguageModel", "Llama", "GPT2", "ModelError", "ContextError", "GGUFError",
            "GenerationStats", "SamplingParams", "sample", "ARCHITECTURES", "DEFAULT_CONTEXT"]

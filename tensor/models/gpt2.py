@@ -35,7 +35,7 @@ class GPT2(LanguageModel):
     self.eps = c.float("attention.layer_norm_epsilon")
     self.scale = 1 / math.sqrt(hd)
     self.n_vocab = w.shape("token_embd.weight")[0]
-    if self.n_vocab != self.tokenizer.vocab_size:
+    if self.tokenizer is not None and self.n_vocab != self.tokenizer.vocab_size:
       raise ModelError(f"{path}: token_embd.weight has {self.n_vocab} rows but the tokenizer has "
                        f"{self.tokenizer.vocab_size} tokens")
     kv_dim = self.n_head_kv * hd

@@ -85,7 +85,7 @@ class Llama(LanguageModel):
     self.freq_scale = 1.0 / factor if factor and kind == "linear" else 1.0
 
     self.n_vocab = w.shape("token_embd.weight")[0]
-    if self.n_vocab != self.tokenizer.vocab_size:
+    if self.tokenizer is not None and self.n_vocab != self.tokenizer.vocab_size:
       raise ModelError(f"{path}: token_embd.weight has {self.n_vocab} rows but the tokenizer has "
                        f"{self.tokenizer.vocab_size} tokens")
     q_dim, kv_dim = self.n_head * hd, self.n_head_kv * hd

@@ -81,8 +81,10 @@ class Weights:
   """The tensors of a GGUF file by name, handed out as float32 Tensors after their shape is checked. Records the
   bytes each one takes in the file, for the bytes a decode step reads."""
 
-  def __init__(self, path: str, tensors: Mapping[str, Tensor], infos: Mapping[str, TensorInfo], arch: str):
+  def __init__(self, path: str, tensors: Mapping[str, Tensor], infos: Mapping[str, TensorInfo], arch: str,
+               source: str = "gguf"):
     self.path, self.tensors, self.infos, self.arch = path, tensors, infos, arch
+    self.source = source           # "gguf", or "hf": a checkpoint directory (models/hf.py), whose tokenizer may be absent
     self.read_per_token = 0        # bytes of weights a decode step reads (each matrix once; a table only its row)
 
   def has(self, name: str) -> bool: return name in self.tensors
@@ -197,8 +199,10 @@ class LanguageModel:
   def __init__(self, path: str, metadata: Mapping[str, Any], weights: Weights, device: str, max_context: int | None):
     self.path, self.metadata, self.weights, self.device = path, metadata, weights, device
     self.config = Config(path, metadata, self.arch)
-    try: self.tokenizer = Tokenizer.from_gguf_metadata(metadata)
-    except TokenizerError as e: raise ModelError(f"{path}: tokenizer: {e}") from None
+    self.tokenizer: Tokenizer | None = None
+    if weights.source != "hf" or "tokenizer.ggml.model" in metadata:   # a checkpoint may come without one
+      try: self.tokenizer = Tokenizer.from_gguf_metadata(metadata)
+      except TokenizerError as e: raise ModelError(f"{path}: tokenizer: {e}") from None
     self.train_context = self.config.int("context_length")
     if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
                                     or max_context < 1):
@@ -286,6 +290,9 @@ class LanguageModel:
 
   # ---- generation
   def encode(self, prompt) -> list[int]:
+    if isinstance(prompt, str) and self.tokenizer is None:
+      raise ModelError(f"{self.path}: the model has no tokenizer (the checkpoint has no byte-level BPE tokenizer.json): "
+                       f"give token ids, or use logits()/step()")
     if isinstance(prompt, str):
       try: return self.tokenizer.encode(prompt)
       except TokenizerError as e: raise ModelError(f"prompt: {e}") from None
@@ -300,6 +307,9 @@ class LanguageModel:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
       raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
     params = SamplingParams(temperature, top_k, top_p, seed)
+    if self.tokenizer is None:
+      raise ModelError(f"{self.path}: generate() turns tokens into text and the model has no tokenizer (the checkpoint "
+                       f"has no byte-level BPE tokenizer.json): use logits()/step() with token ids")
     ids = self.encode(prompt)
     if not ids: raise ModelError("the prompt encodes to no tokens (and the vocabulary adds no BOS token)")
     self.reset()
