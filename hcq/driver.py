@@ -38,6 +38,11 @@ class Driver(Protocol):
     `addr` and `nbytes`. MemoryError when there is no room."""
     ...
 
+  def alloc_polled(self, nbytes: int):
+    """Like `alloc`, for memory the host polls (signals): where host reads are fast -- system memory the device
+    reaches over the bus rather than device memory the host would read through the BAR, uncached."""
+    ...
+
   def free(self, mem) -> None:
     """Give back memory from `alloc` (hcq calls it once no queued work uses the memory)."""
     ...

@@ -51,10 +51,11 @@ class Signal:
 
 
 class SignalPool:
-  """16-byte signal slots carved out of pages of host-visible device memory (from `alloc`, default the driver's)."""
+  """16-byte signal slots carved out of pages of memory the host polls (from `alloc`, default the driver's
+  `alloc_polled`: where host reads are fast)."""
 
   def __init__(self, driver, page: int = 4096, alloc=None):
-    self.driver, self.alloc = driver, alloc or driver.alloc
+    self.driver, self.alloc = driver, alloc or driver.alloc_polled
     self.mem = self.alloc(page)
     self.free = [self.mem.addr + i for i in range(0, page, 16)][::-1]
 

@@ -20,7 +20,7 @@ packets, with the dwords that hold symbolic values located by the packet tables 
 INDIRECT_BUFFER / SDMA INDIRECT packet.
 """
 from __future__ import annotations
-import os, time
+import os, time, weakref
 from dataclasses import dataclass
 import cffi
 import numpy as np
@@ -37,6 +37,8 @@ from .topology import gpu_nodes, pick_node, GPUNode, PAGE
 kernel_mod.EMULATORS.setdefault("AMD", ("baregrad.drivers.emu.kfd_kernel", "EmulatedKFD"))
 
 _ffi = cffi.FFI()
+_ffi.cdef("int munmap(void *addr, size_t length);")
+_libc = _ffi.dlopen(None)
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
 DOORBELL_PAGE = 8192            # 1024 64-bit doorbells per process on gfx9+ (libhsakmt's doorbell mapping size)
@@ -103,15 +105,31 @@ class BoundQueue:
   label: str = "a bound queue"        # what it runs, for fault reports
 
 
-_kernels: dict = {}
+_kernels: dict = {}          # (pid, emulated) -> the kernel interfaces this process opened
+_kernels_in_use: set = set()  # ids of those an open AMDDriver holds
 
 
 def _process_kernel():
-  """The kernel interface this process's AMD devices use: one per process (the emulated KFD, like amdkfd, keeps
-  per-process state across device opens), a new one in a forked child."""
+  """The kernel interface for a new AMDDriver: the process's own (amdkfd keeps per-process state across device opens,
+  KFDProcess), a new one in a forked child. With EMU=1 each emulated kernel is one emulated GPU: a driver takes one no
+  open driver holds (AMD:1 beside AMD is a second GPU), and a device opened again after a close gets it back."""
   key = (os.getpid(), kernel_mod.emulated())
-  if key not in _kernels: _kernels[key] = kernel_mod.interface("AMD")
-  return _kernels[key]
+  have = _kernels.setdefault(key, [])
+  if not key[1]:
+    if not have: have.append(kernel_mod.interface("AMD"))
+    return have[0]
+  for k in have:
+    if id(k) not in _kernels_in_use: break
+  else:
+    k = kernel_mod.interface("AMD")
+    have.append(k)
+  _kernels_in_use.add(id(k))
+  return k
+
+
+def _unmap_all(mappings: list):
+  for addr, size in mappings: _libc.munmap(_ffi.cast("void *", addr), size)
+  mappings.clear()
 
 
 class KFDProcess:
@@ -124,19 +142,23 @@ class KFDProcess:
   kfd_kmap_event_page), a second RUNTIME_ENABLE with EBUSY -- so a device closed and opened again in one process
   must reuse all of these (libhsakmt likewise never closes its /dev/kfd, openclose.c). `AMDDriver.close` destroys
   only its queues, events and buffers."""
-  _open: dict = {}               # (pid, kernel interface id) -> KFDProcess
+  _open = weakref.WeakKeyDictionary()   # kernel interface -> KFDProcess (a forked child's pid differs: a new one)
 
   @classmethod
   def get(cls, kernel, node: GPUNode, ioctl) -> "KFDProcess":
-    key = (os.getpid(), id(kernel))
-    proc = cls._open.get(key)
-    if proc is None or proc.kernel is not kernel:
-      proc = cls._open[key] = cls(kernel, ioctl)
-    proc.bind(node, ioctl)
+    proc = cls._open.get(kernel)
+    if proc is None or proc.pid != os.getpid():
+      proc = cls._open[kernel] = cls(kernel, ioctl)
+      # the host mappings it keeps (event page, doorbells) go when the interface goes (an emulated KFD a test made);
+      # the process's own interface lives as long as the process
+      weakref.finalize(kernel, _unmap_all, proc.mappings)
+    proc.bind(kernel, node, ioctl)
     return proc
 
   def __init__(self, kernel, ioctl):
-    self.kernel = kernel
+    # (no reference to `kernel`: the table above holds it weakly, so an interface nobody uses any more -- an emulated
+    # KFD a test made -- goes away with its state, as a process's kfd_process does)
+    self.pid = os.getpid()
     self.kfd_fd = kernel.open("/dev/kfd")
     ver = ioctl("GET_VERSION", fd=self.kfd_fd)
     self.version = (ver.major_version, ver.minor_version)
@@ -145,10 +167,11 @@ class KFDProcess:
     self.event_page: Memory | None = None      # allocated by the first driver (its alloc), never freed
     self.queue_event = self.queue_event_slot = None
     self.doorbells: dict[int, tuple[int, int]] = {}   # gpu_id -> (mapping address, mmap offset)
+    self.mappings: list[tuple[int, int]] = []         # (address, bytes) of host mappings kept for the process
 
-  def bind(self, node: GPUNode, ioctl):
+  def bind(self, kernel, node: GPUNode, ioctl):
     if node.gpu_id not in self.drm_fds:
-      fd = self.kernel.open(node.render_node)
+      fd = kernel.open(node.render_node)
       ioctl("ACQUIRE_VM", fd=self.kfd_fd, drm_fd=fd, gpu_id=node.gpu_id)
       self.drm_fds[node.gpu_id] = fd
     if self.version >= KFD_MIN_RUNTIME_ENABLE and not self.runtime_enabled:
@@ -193,6 +216,7 @@ class AMDDriver:
       del self.memory[page.addr]
       event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_SIGNAL, auto_reset=1, event_page_offset=page.handle)
       proc.event_page, proc.queue_event = page, event.event_id
+      proc.mappings.append((page.addr, page.size))
       proc.queue_event_slot = page.addr + 8 * event.event_slot_index
     self.event_page, self.queue_event, self.queue_event_slot = proc.event_page, proc.queue_event, proc.queue_event_slot
     self.memory_event = self._ioctl("CREATE_EVENT", event_type=kfd.EVENT_MEMORY, auto_reset=0,
@@ -268,6 +292,10 @@ class AMDDriver:
     mem = Memory(addr, nbytes, nbytes, args.handle, "userptr")
     self.memory[addr] = mem
     return mem
+
+  def alloc_polled(self, nbytes: int):
+    """Memory the host polls (signals): see hcq/driver.py."""
+    return self.alloc(nbytes, "gtt")         # GTT: host reads of VRAM cross the BAR uncached
 
   def free(self, mem: Memory):
     if self.memory.pop(mem.addr, None) is None: return
@@ -366,6 +394,7 @@ class AMDDriver:
       signed = base - (1 << 64) if base >> 63 else base
       self.doorbells = (self.kernel.mmap(0, DOORBELL_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, self.kfd_fd, signed), base)
       self.process.doorbells[self.gpu_id] = self.doorbells
+      self.process.mappings.append((self.doorbells[0], DOORBELL_PAGE))
     db_addr, db_base = self.doorbells
     doorbell = db_addr + (args.doorbell_offset & (DOORBELL_PAGE - 1))
     unit, nop = (4, pm4.nop) if queue_type == kfd.QUEUE_TYPE_COMPUTE else (1, sdma.nop)
@@ -715,6 +744,7 @@ class AMDDriver:
     for mem in list(self.memory.values()):      # the queues are gone: nothing reads this memory any more
       try: self.free(mem)
       except OSError: pass
+    _kernels_in_use.discard(id(self.kernel))    # (an emulated GPU: the next driver opened may take it again)
 
   @classmethod
   def probe(cls) -> dict:

@@ -75,6 +75,10 @@ class CPUDriver:
     address_space.map(mem.addr, mapped)
     return mem
 
+  def alloc_polled(self, nbytes: int):
+    """Memory the host polls (signals): see hcq/driver.py."""
+    return self.alloc(nbytes)                 # host memory already
+
   def free(self, mem: Memory):
     address_space.unmap(mem.addr)
     elf.unmap_memory(mem.addr, mem.mapped)

@@ -156,6 +156,10 @@ class MetalDriver:
     self._memory[mem.addr] = mem
     return mem
 
+  def alloc_polled(self, nbytes: int):
+    """Memory the host polls (signals): see hcq/driver.py."""
+    return self.alloc(nbytes)                 # shared storage: unified memory
+
   def free(self, mem: MetalMemory):
     if self._closed: return          # close() released every buffer
     self._starts.remove(mem.addr)

@@ -428,6 +428,10 @@ class NVDriver:
     if _va_cursor[0] > VA_LIMIT: raise MemoryError(f"NV device: out of GPU virtual address space below {VA_LIMIT:#x}")
     return addr
 
+  def alloc_polled(self, nbytes: int):
+    """Memory the host polls (signals): see hcq/driver.py."""
+    return self.alloc(nbytes)                 # pinned host memory (OS descriptors), as every allocation today
+
   def free(self, mem: NVMemory):
     if mem.host_mapped:               # another allocation's pages: unmap them from the GPU, RM unpins them
       self._host_maps.pop(mem.addr, None)
