@@ -12,7 +12,7 @@ An unset or empty variable takes its default. The values are attributes of this 
     DEBUG, BEAM, OPT, EMU, DEV, TIMEOUT, THREADS   the user's knobs (see SETTINGS for each one's values)
     PLAN_CACHE, PROGRAM_CACHE, SPLIT_REDUCE        sizes of caches and of the reduce split
     PTX_MAX_STEPS, EMU_LOG, EMU_SMALL_BAR,         emulator and kernel-interface debugging
-    TRACE_IOCTL
+    TRACE_IOCTL, QUEUE_MARKERS
     CAPTURE, PROFILE, VIZ, TRACE_IOCTL_FILE        output files of the tools (None when unset)
     CACHE, BAREGRAD_CACHE, XDG_CACHE_HOME          the on-disk cache of compiled kernels
     CC, PTXAS                                      the external compilers
@@ -97,6 +97,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
   Setting("EMU_LOG", _flag, False, "0 or 1 (1: the emulated KFD prints its kernel log on stderr)"),
   Setting("EMU_SMALL_BAR", _flag, False, "0 or 1 (1: the emulated AMD GPU has a small BAR: the host can map only "
                                          "part of its VRAM, as on a machine without Resizable BAR)"),
+  Setting("QUEUE_MARKERS", _flag, True, "0 or 1 (1: every command a GPU queue runs writes its sequence number where "
+                                        "the host reads it, so a hang or fault report names the command; 0: off)"),
   Setting("TRACE_IOCTL", _flag, False, "0 or 1 (1: log every call through the kernel interface)"),
   Setting("TRACE_IOCTL_FILE", _text, None, "a file path (where TRACE_IOCTL=1 writes; default stderr)"),
   Setting("CAPTURE", _text, None, "a file path (record every queue submission there, e.g. run.bgq)"),
@@ -157,6 +159,7 @@ SPLIT_REDUCE: int = _values["SPLIT_REDUCE"]
 PTX_MAX_STEPS: int = _values["PTX_MAX_STEPS"]
 EMU_LOG: bool = _values["EMU_LOG"]
 EMU_SMALL_BAR: bool = _values["EMU_SMALL_BAR"]
+QUEUE_MARKERS: bool = _values["QUEUE_MARKERS"]
 TRACE_IOCTL: bool = _values["TRACE_IOCTL"]
 TRACE_IOCTL_FILE: str | None = _values["TRACE_IOCTL_FILE"]
 CAPTURE: str | None = _values["CAPTURE"]

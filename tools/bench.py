@@ -366,6 +366,45 @@ def bench_llm(results: dict):
   bench_llm_emulated(results)
 
 
+MARKERS_CHILD = r"""
+import json, time, numpy as np
+from baregrad.tensor import Tensor
+from baregrad.tensor.jit import jit
+from baregrad.hcq.device import Device
+x, y = Tensor(np.random.rand(16).astype(np.float32)), Tensor(np.random.rand(16).astype(np.float32))
+dev = Device.get(x.device)
+def median(fn, n, warm):
+  for _ in range(warm): fn()
+  ts = []
+  for _ in range(n):
+    t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+  return float(np.median(ts))
+def eager(): (x * y + 1.0).realize(); dev.synchronize()
+@jit
+def chain(a):
+  for _ in range(20): a = (a * 1.0001 + 0.5).contiguous()
+  return a
+def replay(): chain(x); dev.synchronize()
+print(json.dumps({"eager": median(eager, 100, 10), "replay": median(replay, 40, 4) / 20}))
+"""
+
+
+def bench_markers(results: dict):
+  """What the queues' trace markers cost (QUEUE_MARKERS: each command writes its sequence number for hang and fault
+  reports): eager launch + synchronize of a tiny kernel and a JIT replay per kernel, on the emulated AMD GPU with
+  markers on and off (a fresh process each). The emulator runs each marker packet in Python, so this is an upper
+  bound of the host-side and queue-side cost; on the hardware a marker is one end-of-pipe memory write."""
+  for flag, label in (("1", "on"), ("0", "off")):
+    env = dict(os.environ, EMU="1", DEV="AMD", QUEUE_MARKERS=flag)
+    out = subprocess.run([sys.executable, "-c", MARKERS_CHILD], env=env, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+      print(f"markers child ({label}) failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+      continue
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    results[f"amd_emu.eager_tiny_kernel_markers_{label}.us"] = got["eager"] * 1e6
+    results[f"amd_emu.jit_replay_tiny_kernel_markers_{label}.us"] = got["replay"] * 1e6
+
+
 GPU_MEMORY_CHILD = r"""
 import json, sys, time, numpy as np
 from baregrad.tensor import Tensor
@@ -420,7 +459,7 @@ def bench_gpu_memory(results: dict):
 
 
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
-           "opts": bench_matmul_opts, "emu": bench_emulated, "gpumem": bench_gpu_memory, "fused": bench_fused_first_realize,
+           "opts": bench_matmul_opts, "emu": bench_emulated, "gpumem": bench_gpu_memory, "markers": bench_markers, "fused": bench_fused_first_realize,
            "allreduce": bench_allreduce, "llm": bench_llm}
 
 

@@ -21,7 +21,7 @@ Sources (Linux, drivers/gpu/drm/amd):
     nbio_4_3_0_sh_mask.h, include/sienna_cichlid_ip_offset.h (NBIO_BASE).
 """
 from __future__ import annotations
-from ..encoded import Bits
+from ..encoded import Bits, Fixup
 
 PACKET_TYPE3 = 3
 SHADER_TYPE_COMPUTE = 1 << 1          # PACKET3_COMPUTE(): bit 1 of the header
@@ -145,9 +145,9 @@ def pack_fields(layout, fields: dict, name: str) -> list:
   dword's place, which is how an encoder learns where the value goes; symbolic values elsewhere are an error."""
   words, seen = [], set()
   for dword in layout:
-    if len(dword) == 1 and dword[0][2] == 32 and isinstance(fields.get(dword[0][0]), Bits):
-      v = fields[dword[0][0]]
-      if v.width != 32: raise PacketError(f"{name}.{dword[0][0]}: {v!r} is not 32 bits of a value")
+    if len(dword) == 1 and dword[0][2] == 32 and isinstance(fields.get(dword[0][0]), (Bits, Fixup)):
+      v = fields[dword[0][0]]      # (a Fixup: a dword the driver fills when it places the packet, e.g. a marker)
+      if isinstance(v, Bits) and v.width != 32: raise PacketError(f"{name}.{dword[0][0]}: {v!r} is not 32 bits of a value")
       words.append(v); seen.add(dword[0][0]); continue
     value = 0
     for field, lo, width in dword:

@@ -409,6 +409,7 @@ def drv(monkeypatch):
   monkeypatch.setattr(settings, "EMU", True)   # what EMU=1 selects
   from baregrad.drivers.amd.driver import AMDDriver
   d = AMDDriver(timeout=10)
+  d.markers = False          # the exact words of each command (the trace markers have a test of their own)
   yield d
   d.close()
 
@@ -650,3 +651,19 @@ def test_emulator_rejects_a_wait_reg_mem64_the_driver_does_not_emit(drv):
   sig = drv.alloc(4096, "gtt")
   _stops_with(drv, "compute", [P3("WAIT_REG_MEM64", 7), 3 | 1 << 4, lo(sig.addr), hi(sig.addr), 0, 0, 0xFFFFFFFF,
                                0xFFFFFFFF, 4], r"WAIT_REG_MEM64 other than a 64-bit '>=' .*function 3.*no Linux code emits")
+
+
+def test_trace_marker_words(drv):
+  """With markers on, each command is followed by its marker: PM4 RELEASE_MEM EVENT_TYPE(BOTTOM_OF_PIPE_TS) |
+  EVENT_INDEX(5), DATA_SEL(1: low 32 bits) | INT_SEL(0), the marker slot, then the command's sequence number (filled
+  at submit); SDMA FENCE MTYPE UC to the copy queue's slot."""
+  drv.markers = True
+  sig = types.SimpleNamespace(addr=0x7F55_0000_0100, timestamp_addr=0x7F55_0000_0108)
+  enc = drv.encode("compute", [("timestamp", sig), ("barrier",)])
+  got = enc.packet_words()
+  slot = drv.marker_page.addr
+  marker = [P3("RELEASE_MEM", 6), BOTTOM_OF_PIPE_TS | EVENT_INDEX_END_OF_PIPE << 8, DATA_SEL["32"] << 29 | INT_SEL["NONE"] << 24,
+            lo(slot), hi(slot), 0, 0, 0]
+  assert got[1] == marker and got[-1] == marker and len(enc.fixups) == 2
+  copy = drv.encode("copy", [("timestamp", sig)]).packet_words()
+  assert copy[1] == [SDMA_HDR("FENCE") | FENCE_MTYPE_UC << 16, lo(slot + 8), hi(slot + 8), 0]

@@ -282,6 +282,7 @@ def test_emulator_refuses_a_dispatch_without_priv(drv):
 # ==== 14. WAIT_REG_MEM64: the fallback, in one form ===================================================================
 
 def test_compute_wait_is_the_one_wait_reg_mem64_form(drv):
+  drv.markers = False
   words = drv.encode("compute", [("wait", _sig(0x7F00_0000_0000), 2**32 + 3)]).packet_words()
   assert [pm4.decode(w, 0)[0] for w in words] == ["WAIT_REG_MEM64"]
   f = pm4.decode(words[0], 0)[1]
@@ -614,3 +615,35 @@ def test_kernel_traffic_is_counted_by_where_it_lives(small_bar, monkeypatch):
     assert run.kernels == 1 and run.global_bytes >= 2 * x.nbytes
     assert run.global_system_bytes == (run.global_bytes if system else 0)
     if not system: drv.close()
+
+
+
+# ==== trace markers: a stopped or hung queue's report names the commands =============================================
+
+def test_hang_report_names_the_last_command_done_and_the_first_not(drv):
+  """Each command writes its sequence number when done (settings.QUEUE_MARKERS); a wait that never passes is reported
+  with the command before it (done) and itself (not done)."""
+  from baregrad.drivers.amd.driver import QueueTimeout
+  gate, done = drv.alloc(4096, "gtt"), drv.alloc(4096, "gtt")
+  gate_sig = types.SimpleNamespace(addr=gate.addr, timestamp_addr=gate.addr + 8, name="gate")
+  done_sig = types.SimpleNamespace(addr=done.addr, timestamp_addr=done.addr + 8, name="done")
+  drv.submit("compute", drv.encode("compute", [("signal", done_sig, 1), ("barrier",), ("wait", gate_sig, 7),
+                                               ("signal", done_sig, 2)]))
+  assert drv.wait_value(done.addr, 1, 5) and not drv.wait_value(done.addr, 2, 0.3)
+  with pytest.raises(QueueTimeout) as e: drv.check_faults("AMD")
+  msg = str(e.value)
+  assert re.search(r"last command done #\d+ \(barrier\), first not done #\d+ \(wait for gate 7\)", msg), msg
+  _set_u64(drv, gate.addr, 7)
+  assert drv.wait_value(done.addr, 2, 5)
+  assert "every command done" in drv.marker_report("compute")
+
+
+def test_fault_report_names_the_kernel_command(drv):
+  from baregrad.drivers.amd.driver import GPUFault
+  p = _hand_program(drv)
+  args, sig = drv.alloc(64), drv.alloc(4096, "gtt")
+  _set_u64(drv, args.addr, 0xDEAD0000)                 # the kernel stores to unmapped memory
+  drv.submit("compute", drv.encode("compute", [("exec", p, args.addr, (1, 1, 1), (32, 1, 1)), ("signal", _sig(sig.addr), 1)]))
+  assert not drv.wait_value(sig.addr, 1, 2)
+  with pytest.raises(GPUFault, match=r"first not done #\d+ \(kernel hand \(1, 1, 1\)x\(32, 1, 1\)\)"):
+    drv.check_faults("AMD")
