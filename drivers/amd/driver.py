@@ -20,7 +20,7 @@ packets, with the dwords that hold symbolic values located by the packet tables 
 INDIRECT_BUFFER / SDMA INDIRECT packet.
 """
 from __future__ import annotations
-import os, time, weakref
+import collections, os, time, weakref
 from dataclasses import dataclass
 import cffi
 import numpy as np
@@ -103,6 +103,7 @@ class Marker(Fixup):
 
 
 MARKS_KEPT = 4096               # commands of eager submissions remembered per queue, for reports
+ALLOC_HISTORY = 4096            # allocations and frees remembered, for naming fault addresses
 
 
 @dataclass(eq=False)
@@ -224,6 +225,8 @@ class AMDDriver:
     self.process = KFDProcess.get(kernel, self.node, self._ioctl)
     self.kfd_fd, self.drm_fd, self.version = self.process.kfd_fd, self.process.drm_fds[self.gpu_id], self.process.version
     self.memory: dict[int, Memory] = {}
+    # what was allocated and freed, bounded, so a fault address can be named: live, freed (when), or never mapped
+    self.history: collections.deque = collections.deque(maxlen=ALLOC_HISTORY)
     self.fault: str | None = None
     self.fault_fatal = False       # memory faults are; a queue error resets the queues instead
     self._stalled = False
@@ -307,6 +310,7 @@ class AMDDriver:
     self._ioctl("MAP_MEMORY_TO_GPU", handle=args.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
     mem = Memory(va, nbytes, size, args.handle, domain)
     self.memory[va] = mem
+    self.history.append((time.monotonic(), "alloc", va, size, domain))
     return mem
 
   def map_host(self, addr: int, nbytes: int) -> Memory:
@@ -330,6 +334,7 @@ class AMDDriver:
 
   def free(self, mem: Memory):
     if self.memory.pop(mem.addr, None) is None: return
+    self.history.append((time.monotonic(), "free", mem.addr, mem.size, mem.domain))
     ids = kfd_ffi.new("uint32_t[1]", [self.gpu_id])
     self._ioctl("UNMAP_MEMORY_FROM_GPU", handle=mem.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
     self._ioctl("FREE_MEMORY_OF_GPU", handle=mem.handle)
@@ -739,13 +744,14 @@ class AMDDriver:
     if mem.va or mem.failure.NotPresent or mem.failure.ReadOnly:
       what = ("page not present" if mem.failure.NotPresent else "write to read-only page" if mem.failure.ReadOnly
               else "no-execute" if mem.failure.NoExecute else "fault")
-      self.fault = f"GPU memory fault at address {mem.va:#x} ({what}, gpu_id {mem.gpu_id}){self._queue_report()}{detail}"
+      self.fault = (f"GPU memory fault at address {mem.va:#x} ({what}, gpu_id {mem.gpu_id}; "
+                    f"{self.describe_address(mem.va)}){self._queue_report()}{detail}{self._packets_report()}")
       self.fault_fatal = True
     elif errors:     # the queue-error event of the context-save header: amdkfd ORed the error codes into the payload
       names = "; ".join(f"{kind} queue: {', '.join(kfd.exception_names(bits))}" for kind, bits in errors.items())
-      self.fault = f"GPU queue error ({names}){self._queue_report()}{detail}"
+      self.fault = f"GPU queue error ({names}){self._queue_report()}{detail}{self._packets_report()}"
     else:
-      self.fault = f"GPU hardware exception (GPU reset){self._queue_report()}{detail}"
+      self.fault = f"GPU hardware exception (GPU reset){self._queue_report()}{detail}{self._packets_report()}"
     return True
 
   def _queue_report(self, verb: str = "stopped at") -> str:
@@ -771,6 +777,39 @@ class AMDDriver:
       parts.append(f"; {ring.kind} queue {ring.queue_id} {verb} ring dword {pos:#x}: {text}{self.marker_report(ring.kind)}")
     return "".join(parts)
 
+  def describe_address(self, addr: int) -> str:
+    """Which allocation `addr` falls in and at what offset; or the freed one it was in (how long ago); or that this
+    driver never mapped it (as far as the bounded history reaches)."""
+    for m in self.memory.values():
+      if m.addr <= addr < m.addr + m.size:
+        past = " (past the bytes asked for)" if addr >= m.addr + m.nbytes else ""
+        return f"in a live {m.domain} allocation of {m.nbytes} bytes at {m.addr:#x}, offset {addr - m.addr:#x}{past}"
+    now = time.monotonic()
+    for t, what, base, size, domain in reversed(self.history):
+      if what == "free" and base <= addr < base + size:
+        return (f"in a {domain} allocation of {size} bytes at {base:#x} (offset {addr - base:#x}) freed "
+                f"{now - t:.3f} s ago: a use after free")
+    return f"in no allocation of this driver (never mapped, as far as the last {ALLOC_HISTORY} allocations and frees go)"
+
+  def _packets_report(self) -> str:
+    """The decoded packets around each busy queue's read pointer (the end of a fault or hang report)."""
+    return "".join(f"\n  {ring.kind} queue {ring.queue_id}, packets around its read pointer:{self._packets_around(ring)}"
+                   for ring in (self.compute, self.copy) if not ring.idle() and self._packets_around(ring))
+
+  def _packets_around(self, ring: Ring, before: int = 3, after: int = 3) -> str:
+    """The packets the driver wrote around the ring's read pointer, decoded (=> marks the one at the read pointer)."""
+    decode, describe = (sdma.decode, sdma.describe) if ring.kind == "copy" else (pm4.decode, pm4.describe)
+    starts = [at for at in ring.starts if ring.rptr - 4 * ring.dwords < at]
+    if ring.rptr not in starts: return ""
+    k = starts.index(ring.rptr)
+    lines = []
+    for at in starts[max(0, k - before):k + after + 1]:
+      if at >= ring.wptr: break
+      try: text = describe(*decode(ring.ring, at % ring.dwords)[:2])
+      except ValueError as e: text = f"undecodable ({e})"
+      lines.append(f"{'=>' if at == ring.rptr else '  '} {at % ring.dwords:#06x} {text}")
+    return "\n    " + "\n    ".join(lines)
+
   def _memory_now(self, addr: int, mask: int, nbytes: int = 4) -> str:
     if not any(m.addr <= addr < m.addr + m.size for m in self.memory.values()): return ""
     value = int(np.frombuffer(self.view(addr, nbytes), dtype=np.uint32 if nbytes == 4 else np.uint64)[0])
@@ -788,7 +827,8 @@ class AMDDriver:
     if self._stalled:
       (addr, value, seen, timeout), self._stalled = self._stalled, False
       report = self._queue_report(verb="is at")
-      if report: raise QueueTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}, it is {seen}{report}")
+      if report: raise QueueTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}, it is {seen}{report}"
+                                    f"{self._packets_report()}")
 
   # ---- teardown ----
   def after_fork_in_child(self) -> bool:

@@ -11,7 +11,7 @@ kfdtest BaseQueue::PlacePacket). The driver writes the write pointer to memory a
 never straddles the end of the ring: the space before the wrap is filled with NOP dwords first.
 """
 from __future__ import annotations
-import threading, time
+import collections, threading, time
 import numpy as np
 
 
@@ -33,6 +33,7 @@ class Ring:
     self.wptr = 0                 # in dwords
     self.last_packet_at = 0       # dword index (monotonic) of the last packet written
     self.labels: dict[int, str] = {}   # dword index (monotonic) of a packet -> what it runs (fault reports name it)
+    self.starts: collections.deque = collections.deque(maxlen=4096)   # where the last packets start (monotonic)
     self.rptr_wraps = rptr_wraps
     self._rptr, self._reported = 0, 0  # (rptr_wraps) the monotonic read pointer, the offset last read back
     self._rptr_lock = threading.Lock()  # (a waiter's fault report reads it beside the submitting thread)
@@ -82,6 +83,7 @@ class Ring:
       self._reserve(len(p))
       self.ring[pos:pos + len(p)] = p
       self.last_packet_at = self.wptr
+      self.starts.append(self.wptr)
       if labels and k in labels: self._label(labels[k])
       self.wptr += len(p)
     self.commit()

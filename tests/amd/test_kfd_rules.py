@@ -647,3 +647,26 @@ def test_fault_report_names_the_kernel_command(drv):
   assert not drv.wait_value(sig.addr, 1, 2)
   with pytest.raises(GPUFault, match=r"first not done #\d+ \(kernel hand \(1, 1, 1\)x\(32, 1, 1\)\)"):
     drv.check_faults("AMD")
+
+
+def test_fault_addresses_are_named_by_the_allocation_history(drv):
+  live = drv.alloc(100)
+  assert re.search(rf"live vram allocation of 100 bytes at {live.addr:#x}, offset 0x10$", drv.describe_address(live.addr + 16))
+  assert "past the bytes asked for" in drv.describe_address(live.addr + 200)
+  gone = drv.alloc(4096, "gtt")
+  drv.free(gone)
+  assert re.search(r"gtt allocation of 4096 bytes .* freed [\d.]+ s ago: a use after free", drv.describe_address(gone.addr + 8))
+  assert "never mapped" in drv.describe_address(0xDEAD0000)
+
+
+def test_memory_fault_report_names_the_freed_allocation(drv):
+  from baregrad.drivers.amd.driver import GPUFault
+  p = _hand_program(drv)
+  args, sig, out = drv.alloc(64), drv.alloc(4096, "gtt"), drv.alloc(1024)
+  _set_u64(drv, args.addr, out.addr)
+  drv.free(out)                                        # the kernel then stores into freed memory
+  drv.submit("compute", drv.encode("compute", [("exec", p, args.addr, (1, 1, 1), (32, 1, 1)), ("signal", _sig(sig.addr), 1)]))
+  assert not drv.wait_value(sig.addr, 1, 2)
+  with pytest.raises(GPUFault) as e: drv.check_faults("AMD")
+  assert re.search(r"a use after free.*\n  compute queue \d+, packets around its read pointer:.*\n    => 0x[0-9a-f]+ "
+                   r"DISPATCH_DIRECT", str(e.value), re.S), str(e.value)
