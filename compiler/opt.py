@@ -219,7 +219,7 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
   r = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda u: u.arg[0])
   ast = graph_rewrite(ast, symbolic)
   strides = dict(_index_strides(ast))
-  dep, dts = {r}, set()
+  dep, dts, int_selects = {r}, set(), set()
   for u in ast.toposort():
     if u is r or not any(s in dep for s in u.src): continue
     if u.op is Ops.INDEX:
@@ -237,9 +237,10 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
       if u.dtype not in VEC_DTYPES or (u.op is Ops.REDUCE and u.arg not in (Ops.ADD, Ops.MUL, Ops.MAX)): return False
       dts.add(u.dtype)
     elif not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]): return False
-    elif u.op is Ops.WHERE and not u.dtype.is_float and u.src[0] in dep: return False   # (integer lanes: a scalar choice)
+    elif u.op is Ops.WHERE and not u.dtype.is_float and u.src[0] in dep:
+      int_selects.add(u.dtype.itemsize)   # integer lanes chosen lane by lane: a mask select as wide as the float lanes
     else: dts.update(d for d in (u.dtype, *(s.dtype for s in u.src)) if d in VEC_DTYPES)
-  return len(dts) <= 1
+  return len(dts) <= 1 and (not int_selects or (len(dts) == 1 and int_selects <= {next(iter(dts)).itemsize}))
 
 
 def _divisors(n: int) -> list[int]:

@@ -52,12 +52,12 @@ def _bitcast(a: str, src: DType, dst: DType) -> str:
 
 
 VEC_DTYPES = (dtypes.float32, dtypes.float64)
-VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV, Ops.MAX, Ops.WHERE}
+VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.RECIP, Ops.FDIV, Ops.MAX, Ops.WHERE, Ops.TRUNC, Ops.FLOOR}
 # integer lanes a vector block may hold besides its float ones (and 16-bit floats as their storage bits): loaded,
 # combined with integer ops, converted to the float lanes (a quantized weight's bytes, a float16 weight's bits)
 INT_VEC_DTYPES = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
                   dtypes.uint64, dtypes.float16, dtypes.bfloat16)
-INT_VEC_OPS = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+INT_VEC_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
 # bool values in a vector block are masks: signed integer vectors as wide as the float lanes, all ones where true
 # (what a vector comparison gives in GNU C, gcc and clang alike); a select is bitwise and/or through them
 MASK_OPS = {Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
@@ -85,11 +85,17 @@ def vector_renderable(op: Ops, dtype: DType, src_dtypes) -> bool:
     src = src_dtypes[0]
     if src == dtypes.float16: return dtype == dtypes.float32
     if src == dtypes.bfloat16: return dtype == dtypes.float32     # (lowered to integer lanes shifted into place)
+    # float -> a signed integer as wide (C's truncating conversion, lane by lane: exp2's exponent, a floor)
+    if src in VEC_DTYPES: return dtype in (dtypes.int32, dtypes.int64) and dtype.itemsize == src.itemsize
     return src in _INT_LANES and (dtype in VEC_DTYPES or dtype in _INT_LANES)
   if op is Ops.BITCAST:
     src = src_dtypes[0]
     return src.itemsize == dtype.itemsize and all(d in VEC_DTYPES or d in INT_VEC_DTYPES for d in (src, dtype))
   if op in INT_VEC_OPS and dtype in _INT_LANES: return all(d in _INT_LANES for d in src_dtypes)
+  # EXP2/LOG2 of float lanes: compiler/lower.py decomposes them (the C target has no such instruction) into float
+  # arithmetic, FLOOR, float<->int conversions and bit operations, each renderable here (tests/test_render_c.py
+  # checks the decompositions); the optimizer asks before they are decomposed
+  if op in (Ops.EXP2, Ops.LOG2): return dtype in VEC_DTYPES and all(d == dtype for d in src_dtypes)
   if op is Ops.WHERE:   # (integer lanes: a condition the same for every lane picks a whole vector; callers check)
     return (dtype in VEC_DTYPES or dtype in _INT_LANES) and src_dtypes[0].is_bool
   return op in VEC_OPS and dtype in VEC_DTYPES
@@ -217,7 +223,7 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
     users: dict[UOp, list[UOp]] = {}
     for u in body:
       for s in u.src: users.setdefault(s, []).append(u)
-    ok, dts = True, set()
+    ok, dts, int_selects = True, set(), set()
     for u in body:
       if not dep(u): continue
       if u.op is Ops.INDEX: ok = contiguous(u)
@@ -231,7 +237,8 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
         if u.dtype in VEC_DTYPES: dts.add(u.dtype)
       elif u.op in VEC_OPS | MASK_OPS | INT_VEC_OPS | {Ops.CAST, Ops.BITCAST}:
         ok = vector_renderable(u.op, u.dtype, [s.dtype for s in u.src])
-        if u.op is Ops.WHERE and u.dtype in _INT_LANES and dep(u.src[0]): ok = False
+        # integer lanes chosen lane by lane: a mask select, as wide as the float lanes (checked below)
+        if u.op is Ops.WHERE and u.dtype in _INT_LANES and dep(u.src[0]): int_selects.add(u.dtype.itemsize)
         dts.update(d for d in [u.dtype, *(s.dtype for s in u.src)] if d in VEC_DTYPES)
       elif u.op is Ops.ACC_UPDATE:   # acc = acc op x (the step itself is ops of the body)
         acc = u.src[0]
@@ -244,7 +251,7 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
       # a reduce read through its accumulator: vector only when this lane is the accumulator's innermost
       ok = ok and all(s not in alias or not dep(s) or alias[s].src[-1] is r for s in u.src)
       if not ok: break
-    if ok and len(dts) == 1:
+    if ok and len(dts) == 1 and int_selects <= {next(iter(dts)).itemsize}:
       out[i] = r
       reads[i] = {alias[s] for u in body for s in u.src if s in alias and dep(s)}
       updates[i] = [u.src[0] for u in body if u.op is Ops.ACC_UPDATE]
@@ -395,6 +402,28 @@ class CRenderer:
       if c.op is Ops.CONST: return "-1" if c.arg else "0"
       return f"(-({_MASK_CTYPE[vdt[0].itemsize]}){name_of(s)})"
 
+    def trunc_floor(op: Ops, x: str, dt: DType) -> str:
+      """trunc/floor of float lanes with GNU C vector operations (no libm call per lane): a value of magnitude
+      below 2**mantissa bits goes through the integer conversion, which truncates; larger ones, infinities and NaN
+      are integral (or NaN) already. The sign bit of x is put back (trunc(-0.5) is -0.0, as C's truncf). floor:
+      trunc less one where trunc went up (x negative, not integral)."""
+      vt, mt, n = vtype(dt, lanes()), mtype(lanes()), lanes()
+      big = float(1 << (23 if dt == dtypes.float32 else 52))
+      it, sign = vtype(dtypes.int32 if dt == dtypes.float32 else dtypes.int64, n), ("0x80000000" if dt == dtypes.float32
+                                                                                    else "0x8000000000000000LL")
+      xv = f"t{counter[0]}"; counter[0] += 1
+      lines.append("  " * indent + f"const {vt} {xv} = {x};")
+      small = f"m{counter[0]}"; counter[0] += 1
+      lines.append("  " * indent + f"const {mt} {small} = ({xv} < {literal(big, dt)}) & ({xv} > {literal(-big, dt)});")
+      t = f"t{counter[0]}"; counter[0] += 1
+      conv = f"__builtin_convertvector(__builtin_convertvector({xv}, {it}), {vt})"
+      lines.append("  " * indent + f"const {vt} {t} = (({vt})(((({mt}){conv} & {small}) | (({mt}){xv} & ~{small})) | "
+                                   f"(({mt}){xv} & ({mt}){{}} + {sign})));")
+      if op is Ops.TRUNC: return t
+      up = f"m{counter[0]}"; counter[0] += 1
+      lines.append("  " * indent + f"const {mt} {up} = ({t} > {xv});")
+      return f"({t} - {select(up, as_vector(UOp.const(dt, 1)), as_vector(UOp.const(dt, 0)))})"
+
     def select(mask: str, a: str, b: str) -> str:
       vt, mt = vtype(vdt[0], lanes()), mtype(lanes())
       return f"(({vt})((({mt}){a} & {mask}) | (({mt}){b} & ~{mask})))"
@@ -404,6 +433,9 @@ class CRenderer:
       op, src = u.op, u.src
       if op is Ops.WHERE and u.dtype in _INT_LANES:
         vt = vtype(u.dtype, lanes())
+        if is_vec(src[0]):           # lane by lane: through the mask (integer lanes as wide as the float ones)
+          mt = mtype(lanes())
+          return f"(({vt})((({mt})({as_lanes(src[1])}) & {as_mask(src[0])}) | (({mt})({as_lanes(src[2])}) & ~{as_mask(src[0])})))"
         return f"({name_of(src[0])} ? ({vt})({as_lanes(src[1])}) : ({vt})({as_lanes(src[2])}))"   # (a scalar condition)
       if op is Ops.WHERE: return select(as_mask(src[0]), as_vector(src[1]), as_vector(src[2]))
       if op is Ops.CAST and src[0].dtype == dtypes.float16: return half_to_float(name_of(src[0]))
@@ -414,6 +446,7 @@ class CRenderer:
           if u.dtype.itemsize == 4 and not u.dtype.is_float: return f"(({vtype(u.dtype, lanes())}){x})"
         return f"__builtin_convertvector({x}, {vtype(u.dtype, lanes())})"
       if op is Ops.BITCAST: return f"(({vtype(u.dtype, lanes())}){as_lanes(src[0])})"
+      if op in (Ops.TRUNC, Ops.FLOOR): return trunc_floor(op, as_vector(src[0]), u.dtype)
       if op in INT_VEC_OPS and u.dtype in _INT_LANES: return alu(op, u.dtype, *[as_lanes(s) for s in src])
       if op is Ops.CAST: return select(as_mask(src[0]), as_vector(UOp.const(u.dtype, 1)), as_vector(UOp.const(u.dtype, 0)))
       if op is Ops.MAX:
