@@ -313,6 +313,11 @@ def _elementwise_opts(ast: UOp, gl: list[UOp], sizes: list[int]) -> list[Opt]:
   return opts
 
 
+def racc_size(reduces: list[UOp]) -> int:
+  """Bytes of the (first) reduction's accumulator element."""
+  return reduces[0].dtype.itemsize if reduces and reduces[0].dtype is not None else 4
+
+
 def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   threads = cpu_threads() if threads is None else threads
   nodes = ast.toposort()
@@ -332,7 +337,10 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
     picks = {}
     # the widest lanes that divide the axis and that the renderer runs as vector ops (a packed operand's strips are
     # as wide as one register: 8 floats with AVX2, whose lanes do not split further into 16)
-    amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0 and vector_lanes_ok(ast, j, a)), None)
+    # (at most one vector register of lanes per row: with AVX2 a 16-lane row is two registers, and 8 rows of them are
+    # 16 accumulators, every register, so each step spills; x^T @ dy of a linear layer ran at 7 GFLOP/s so)
+    width = (64 if has_avx512() else 32) // max(racc_size(reduces), 4)
+    amt_j = next((a for a in (16, 8, 4) if a <= width and sizes[j] % a == 0 and vector_lanes_ok(ast, j, a)), None)
     vector = amt_j is not None
     if amt_j is None: amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)

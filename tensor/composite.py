@@ -737,6 +737,11 @@ class ComposedOps:
     except ValueError:
       raise ShapeError(f"matmul: batch dims of shapes {a.shape} and {b.shape} cannot be broadcast") from None
     n, m = a2.shape[-2], b2.shape[-1]
+    if a2.ndim > 2 and b2.ndim == 2 and a.ndim > 1 and 0 not in a2.shape:
+      # batch dims on the left only (x @ W of a linear layer): one (batch * n, k) @ (k, m) matmul, so that the
+      # gradient of W is one reduction over every row (x^T @ dy) instead of a per-batch product summed afterwards
+      out = a2.reshape(-1, k).matmul(b2).reshape(*a2.shape[:-1], m)
+      return out if b.ndim > 1 else out.reshape(*a2.shape[:-1])
     # the same graph on every device: (..., n, 1, k) * (..., 1, m, k) summed over k. How a device lays the
     # operands out is the compiler's choice (compiler/pack.py packs large CPU matmuls)
     x = a2.reshape(*a2.shape[:-1], 1, k)
