@@ -366,6 +366,35 @@ def bench_llm(results: dict):
   bench_llm_emulated(results)
 
 
+def bench_train(results: dict):
+  """Issue 32's training-speed figures on the default device: the character transformer's jitted training step
+  (tools/demo.py --model transformer: 2 pre-LN blocks, width 64, 4 heads, context 64, batch 16; median ms of 30 steps
+  after 10), and the three matmul forms of a linear layer at transformer sizes (1024 rows; width 64, 256, 1024):
+  x @ W, dy @ W^T and x^T @ dy (the weight gradient, one reduction over all rows), GFLOP/s each beside numpy's
+  matmul of the same shapes in the same run (a jitted product: each call replays its kernels)."""
+  from baregrad.tensor import Tensor
+  from baregrad.tensor.jit import jit
+  from baregrad.hcq.device import Device
+  from .demo import train_char
+  _, _, _, _, _, _, rest = train_char(40, 16, 0.003, 64, 64, 4, 2, None, 0, True, None)
+  results["cpu.transformer_train_step.ms"] = rest * 1e3
+  rng = np.random.default_rng(0)
+  for w in (64, 256, 1024):
+    x, W, dy = (rng.standard_normal(s, dtype=np.float32) for s in ((1024, w), (w, w), (1024, w)))
+    X, WT, DY = (Tensor(a).realize() for a in (x, W, dy))
+    dev = Device.get(X.device)
+    for name, ours, theirs in (("x_W", lambda a, b, c: a @ b, lambda: x @ W),
+                               ("dy_WT", lambda a, b, c: c @ b.T, lambda: dy @ W.T),
+                               ("xT_dy", lambda a, b, c: a.T @ c, lambda: x.T @ dy)):
+      step = jit(lambda a, b, c, f=ours: f(a, b, c).contiguous())    # replays the kernel: no scheduling per call
+      def run(): step(X, WT, DY); dev.synchronize()
+      for _ in range(3): run()
+      t_ours, t_np = _alternate(run, theirs)
+      flops = 2 * 1024 * w * w
+      results[f"{dev.name.lower()}.matmul_{name}_1024x{w}.gflops"] = flops / t_ours / 1e9
+      results[f"numpy.matmul_{name}_1024x{w}.gflops"] = flops / t_np / 1e9
+
+
 MARKERS_CHILD = r"""
 import json, time, numpy as np
 from baregrad.tensor import Tensor
@@ -459,7 +488,7 @@ def bench_gpu_memory(results: dict):
 
 
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
-           "opts": bench_matmul_opts, "emu": bench_emulated, "gpumem": bench_gpu_memory, "markers": bench_markers, "fused": bench_fused_first_realize,
+           "opts": bench_matmul_opts, "emu": bench_emulated, "gpumem": bench_gpu_memory, "markers": bench_markers, "train": bench_train, "fused": bench_fused_first_realize,
            "allreduce": bench_allreduce, "llm": bench_llm}
 
 
