@@ -13,7 +13,7 @@ installed with `set_logger(fn)`, called as `fn(call, **details)` after the call 
     k.ioctl(fd, request, params_cdata, name="NV_ESC_RM_ALLOC")
 """
 from __future__ import annotations
-import errno as _errno, importlib, os
+import contextlib, errno as _errno, importlib, os, sys
 from typing import Protocol
 import cffi
 from . import settings
@@ -76,6 +76,33 @@ _logger = _trace_logger()
 def log(call: str, **details) -> None:
   """Report one call to the installed logger (emulated interfaces call this too)."""
   if _logger is not None: _logger(call, **details)
+
+
+@contextlib.contextmanager
+def recording(sink):
+  """While the block runs, every kernel call's trace line (kernel_log's format) is also written to `sink.write`; with
+  TRACE_IOCTL=1 the lines still go where they went. (tools/doctor.py records a device's opening so.)"""
+  from . import kernel_log
+  global _logger
+  saved = (kernel_log.enabled, kernel_log._out, _logger)
+  forward = None
+  if kernel_log.enabled:
+    path = settings.TRACE_IOCTL_FILE
+    forward = kernel_log._out or (open(path, "a", buffering=1) if path else sys.stderr)
+
+  class Tee:
+    def write(self, text): sink.write(text); forward is not None and forward.write(text)
+    def flush(self): pass
+
+  kernel_log.enabled, kernel_log._out = True, Tee()
+  previous = _logger
+  if previous is None or not saved[0]:       # (with TRACE_IOCTL=1 the installed logger is kernel_log's already)
+    trace = _trace_logger()
+    set_logger(trace if previous is None else lambda call, **d: (trace(call, **d), previous(call, **d)))
+  try: yield sink
+  finally:
+    kernel_log.enabled, kernel_log._out = saved[0], (forward if saved[0] else saved[1])
+    set_logger(saved[2])
 
 
 def ioctl_request(direction: int, kind: str | int, nr: int, size: int) -> int:

@@ -2,6 +2,10 @@
 
     baregrad info                                   devices, versions, properties; why a device is unavailable
     baregrad smoke [--device D]                     bring-up checks, stops at the first failure
+    baregrad doctor [--device D] [-o report.txt] [--inject-fault]
+                                                    one report of a first contact with a device, to send back:
+                                                    host, driver and firmware versions, the device open call by
+                                                    call, smoke checks, ops against numpy, fault recovery
     baregrad capture -o run.bgq -- python s.py      record every queue submission (CAPTURE=run.bgq)
     baregrad replay run.bgq [--repeat N] [--trace out.json] [--device D] [--allow-native-code]
                                                     run a capture again; a CPU capture's programs are machine
@@ -23,6 +27,16 @@ naming the field when one is wrong), and every kernel launch must pass buffers a
 program was compiled for. A CPU capture's programs are native machine code that would run with your
 privileges, so replay refuses them (exit code 2) unless you pass --allow-native-code; GPU programs run
 under the GPU's MMU and replay without it."""
+
+
+DOCTOR_HELP = """One report of a first contact with a device: what a person with the hardware runs and sends back.
+
+Sections, each PASS, FAIL or SKIP with its time: (1) host: OS, kernel, Python, numpy, baregrad version and commit;
+(2) kernel driver and firmware versions, GPU ids, memory and limits (EMU=1: what the emulator reports); (3) the device
+open, every kernel-interface call (open/ioctl/mmap) with its result; (4) the smoke checks; (5) a few ops against numpy;
+(6) fault recovery: a bad packet on the compute queue must raise an error naming the device within seconds, and the
+device must compute again; (7) a summary. At the first failure the report shows the traceback and the last kernel
+calls before it. Exit code 0: every check passed; 1: a check failed; 2: bad arguments."""
 
 
 def _child(env_var: str, out: str, command: list[str]) -> int:
@@ -54,6 +68,11 @@ def cmd_smoke(args) -> int:
   return 0 if run_smoke(args.device) else 1
 
 
+def cmd_doctor(args) -> int:
+  from .doctor import run_doctor
+  return run_doctor(args.device, args.output, args.inject_fault)
+
+
 def cmd_replay(args) -> int:
   from baregrad.hcq.capture import CaptureError, load_capture
   from .replay import ReplayError, replay, summary, write_trace
@@ -82,6 +101,15 @@ def main(argv: list[str] | None = None) -> int:
   s.add_argument("--json", action="store_true", help="print JSON")
   s = sub.add_parser("smoke", help="bring-up checks of one device (open, memory, copies, signals, kernels, speed)")
   s.add_argument("--device", default=None, help="device to check (default: DEV or CPU)")
+  s = sub.add_parser("doctor", help="one report of a first contact with a device, for whoever has the hardware to send back",
+                     description=DOCTOR_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+  s.add_argument("--device", default=None,
+                 help="device to examine: CPU, AMD, NV or METAL, with :n for the n-th (default: DEV or CPU)")
+  s.add_argument("-o", "--output", default=None, help="write the report to this file and print only its summary")
+  s.add_argument("--inject-fault", action="store_true",
+                 help="on a real AMD or NV GPU, also put a bad packet on its compute queue and check that the error "
+                      "arrives and the GPU computes again (the kernel driver may reset the GPU: not on one that drives a "
+                      "display). Emulated GPUs and the CPU always run this check")
   for name, var, what in (("capture", "CAPTURE", "run.bgq"), ("profile", "PROFILE", "out.json"), ("viz", "VIZ", "out.html")):
     s = sub.add_parser(name, help=f"run a command with {var}=FILE set")
     s.add_argument("-o", "--output", required=True, help=f"file to write (e.g. {what})")
@@ -111,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   if args.cmd in ("capture", "profile", "viz"): return _child(args.env_var, args.output, args.command)
   if args.cmd == "replay" and args.repeat < 1: p.error("--repeat must be at least 1")
-  return {"info": cmd_info, "smoke": cmd_smoke, "replay": cmd_replay, "llm": cmd_llm}[args.cmd](args)
+  return {"info": cmd_info, "smoke": cmd_smoke, "doctor": cmd_doctor, "replay": cmd_replay, "llm": cmd_llm}[args.cmd](args)
 
 
 if __name__ == "__main__":
