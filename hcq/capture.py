@@ -1,6 +1,7 @@
 """CAPTURE=run.bgq: record every queue submission of ExecItems into one self-contained, replayable file.
 
 What is recorded (the format is described in tools/BGQ_FORMAT.md):
+  host         the machine and OS; per device its kind and target, driver and firmware versions, GPU id
   programs     binary, name, source, parameters, the bytes each buffer parameter needs, launch meta (once each)
   allocations  every device allocation a command touched (views resolve to their base + offset), with its
                contents just before its first use in the capture and its contents at the end
@@ -211,6 +212,7 @@ def _check_version(path: str, version: int):
 
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 OPS = ("exec", "copy", "submit", "write", "sync")
+DEVICE_STRINGS = ("driver", "machine", "target", "compiler", "driver_version", "firmware", "gpu_id")   # optional, in `devices`
 _REQUIRED = object()
 
 
@@ -339,6 +341,8 @@ class _HeaderCheck:
       self.fail("version", f"is {_show(header['version'])}, but the file's fixed header says version {VERSION}")
     for key, kind in (("created", str), ("python", str), ("argv", list), ("submissions", int)):
       if key in header and type(header[key]) is not kind: self.fail(key, f"is {_show(header[key])}, expected a {kind.__name__}")
+    for key in ("host", "trimmed"):
+      if key in header: self.strings(header[key], key)
     self.blob_table(self.member(header, "blobs", ""), blob_section_len)
     self.device_table(self.member(header, "devices", ""))
     for i, p in enumerate(self.array(self.member(header, "programs", ""), "programs")): self.program(i, p)
@@ -389,9 +393,19 @@ class _HeaderCheck:
       self.string(name, f"{field} (the device's name)", max_len=64)
       self.record(info, field)
       self.string(self.member(info, "kind", field), f"{field}.kind", max_len=64)
-      for key in ("driver", "machine", "target", "compiler"):
-        if key in info: self.string(info[key], f"{field}.{key}")
+      for key in DEVICE_STRINGS:
+        if key in info: self.string(info[key], f"{_child(field, key)}")
+      if "emulated" in info and type(info["emulated"]) is not bool:
+        self.fail(_child(field, "emulated"), f"is {_show(info['emulated'])}, expected true or false")
     self.devices = devices
+
+  def strings(self, value, field: str):
+    """An optional record of short printable strings (`host`, `trimmed`): reports print them."""
+    if len(self.record(value, field)) > 16: self.fail(field, f"has {len(value)} entries, at most 16")
+    for key, v in value.items():
+      self.string(key, f"{field} (a key)", IDENTIFIER, "a name", max_len=32)
+      if type(v) is int: self.integer(v, _child(field, key), 0, INT64[1])
+      else: self.string(v, _child(field, key))
 
   def program(self, i: int, p):
     field = f"programs[{i}]"
@@ -482,8 +496,14 @@ class _HeaderCheck:
 recorder: "Recorder | None" = None     # the CAPTURE= recorder (hcq/trace.py makes it on first use)
 
 
+def host_info() -> dict:
+  """The machine a capture (or a replay report) was made on: architecture and operating system (not its name)."""
+  return {"machine": platform.machine(), "os": f"{platform.system()} {platform.release()}".strip()}
+
+
 def device_info(dev) -> dict:
-  """What a replay checks before it loads the programs: the device kind and its code target."""
+  """What a replay checks before it loads the programs (the device kind and its code target), and what a report
+  shows of where it ran: the kernel driver and firmware versions and the GPU's id, where the driver has them."""
   info = {"kind": dev.driver.name, "driver": type(dev.driver).__name__, "machine": platform.machine()}
   if dev.driver.target is not None: info["target"] = dev.driver.target
   if dev.driver.name == "CPU":
@@ -491,7 +511,33 @@ def device_info(dev) -> dict:
       from baregrad.drivers.cpu import cc
       info["compiler"] = cc.compiler_version(cc.find_compiler())
     except Exception: pass
+  try: facts = _driver_facts(dev.driver)
+  except Exception: facts = {}     # a fact the driver does not have is left out; it never stops a capture
+  # only what a reader accepts (check_header: printable strings of at most 256 characters), or the file would be refused
+  info.update({k: v for k, v in facts.items() if type(v) is bool or (type(v) is str and v.isprintable() and len(v) <= 256)})
   return info
+
+
+def _driver_facts(driver) -> dict:
+  """Kernel driver and firmware versions and the GPU id, from what the driver read while opening the device (with EMU=1:
+  what the emulated kernel driver reports). tools/doctor.py prints the same facts at length."""
+  from baregrad.drivers import settings
+  facts: dict = {"emulated": bool(settings.EMU) and driver.name != "CPU"}
+  if driver.name == "AMD":
+    props, node = driver.node.props, driver.node
+    facts["driver_version"] = f"KFD {driver.version[0]}.{driver.version[1]}"
+    if driver.kernel.exists("/sys/module/amdgpu/version"):
+      facts["driver_version"] += f", amdgpu {driver.kernel.read_text('/sys/module/amdgpu/version').strip()[:64]}"
+    facts["firmware"] = f"MEC {props.get('fw_version')}, SDMA {props.get('sdma_fw_version')}"
+    facts["gpu_id"] = f"{node.gpu_id:#x} (PCI {props.get('vendor_id', 0):04x}:{props.get('device_id', 0):04x})"
+  elif driver.name == "NV":
+    facts["driver_version"] = str(driver.version)      # the GSP firmware ships with, and has the version of, the driver
+    h = driver.uuid.hex()
+    facts["gpu_id"] = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+  elif driver.name == "METAL":
+    facts["driver_version"] = f"macOS {platform.mac_ver()[0] or '(emulated)'}"
+    facts["gpu_id"] = str(driver.device_name)
+  return facts
 
 
 class Recorder:
@@ -617,7 +663,8 @@ class Recorder:
       allocations.append(dict(record, final=self.blobs.add(dev.driver.view(base.addr, base.nbytes))))
     header = {
       "created": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.start)), "argv": sys.argv,
-      "python": platform.python_version(), "devices": {n: device_info(d) for n, d in self.devices.items()},
+      "python": platform.python_version(), "host": host_info(),
+      "devices": {n: device_info(d) for n, d in self.devices.items()},
       "programs": self.programs, "allocations": allocations, "commands": self.commands,
       "submissions": self.submissions,
     }

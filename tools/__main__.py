@@ -10,7 +10,14 @@
     baregrad replay run.bgq [--repeat N] [--trace out.json] [--device D] [--allow-native-code]
                                                     run a capture again; a CPU capture's programs are machine
                                                     code from the file and run only with --allow-native-code
-    baregrad profile -o out.json -- python s.py     Chrome/Perfetto trace of a run (PROFILE=out.json)
+    baregrad replay run.bgq --kernel I [--repeat N] [--warmup W] [--list] [--json-out r.json] [--sqlite out.db]
+                                                    one kernel launch again and again, inputs restored: its
+                                                    min/median/max time, GB/s, GFLOP/s, outputs checked
+    baregrad diff A.bgq B.bgq | A.json B.json       what differs between two captures or two replay results
+    baregrad trim run.bgq --from I --to J -o part.bgq
+                                                    commands I..J as a capture that replays and checks alone
+    baregrad profile -o out.json [--sqlite out.db] -- python s.py
+                                                    Chrome/Perfetto trace of a run (PROFILE=out.json)
     baregrad viz -o out.html -- python s.py         UOp graphs of every kernel at every stage (VIZ=out.html)
     baregrad llm MODEL.gguf --prompt TEXT [...]     generate text with a LLaMA or GPT-2 GGUF model; tokens/s
 
@@ -74,19 +81,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_replay(args) -> int:
-  from baregrad.hcq.capture import CaptureError, load_capture
-  from .replay import ReplayError, replay, summary, write_trace
-  try:
-    cap = load_capture(args.file)
-    result = replay(cap, args.device, args.repeat, check=not args.no_check, allow_native_code=args.allow_native_code)
-  except (CaptureError, ReplayError) as e:
-    print(f"baregrad replay: {e}", file=sys.stderr)
-    return 2
-  print(summary(result, args.top))
-  if args.trace:
-    write_trace(result, args.trace)
-    print(f"trace: {args.trace}")
-  return 1 if result.mismatches else 0
+  from .replay_tools import run_replay     # also --kernel, --list, --json-out, --sqlite
+  return run_replay(args)
 
 
 def cmd_llm(args) -> int:
@@ -124,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
                       "that). Only for captures you trust as you would a program from their author; GPU captures do not "
                       "need it")
   s.add_argument("--device", default=None, help="device to replay on (default: the captured one)")
-  s.add_argument("--repeat", type=int, default=1, help="replay this many times")
+  s.add_argument("--repeat", type=int, default=None, help="timed runs (default 1; with --kernel 10)")
   s.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
   s.add_argument("--top", type=int, default=10, help="kernels to list")
   s.add_argument("--no-check", action="store_true", help="do not compare final buffer contents")
+  # ---- replay tools (tools/replay_tools.py): replay --kernel/--list/--json-out/--sqlite, diff, trim, profile --sqlite
+  from . import replay_tools
+  replay_tools.add_replay_arguments(s)
+  replay_tools.add_subcommands(sub)
+  replay_tools.add_profile_arguments(sub.choices["profile"])
   from .llm import add_arguments as llm_arguments, DESCRIPTION as LLM_HELP
   s = sub.add_parser("llm", help="generate text with a language model from a GGUF file (LLaMA, GPT-2)",
                      description=LLM_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -137,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
   except ValueError as e:   # settings.SettingsError: names the variable, its value and the values it takes
     print(f"baregrad: {e}", file=sys.stderr)
     return 2
+  if args.cmd == "profile" and args.sqlite: return replay_tools.run_profile(args, _child)
+  if args.cmd in ("diff", "trim"): return {"diff": replay_tools.run_diff, "trim": replay_tools.run_trim}[args.cmd](args)
   if args.cmd in ("capture", "profile", "viz"): return _child(args.env_var, args.output, args.command)
-  if args.cmd == "replay" and args.repeat < 1: p.error("--repeat must be at least 1")
+  if args.cmd == "replay" and args.repeat is not None and args.repeat < 1: p.error("--repeat must be at least 1")
   return {"info": cmd_info, "smoke": cmd_smoke, "doctor": cmd_doctor, "replay": cmd_replay, "llm": cmd_llm}[args.cmd](args)
 
 

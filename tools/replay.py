@@ -1,9 +1,13 @@
-"""`baregrad replay run.bgq [--allow-native-code] [--device D] [--repeat N] [--trace out.json]`: run a capture again,
-check it, time it.
+"""`baregrad replay run.bgq [--allow-native-code] [--device D] [--repeat N] [--warmup W] [--trace out.json]`: run a
+capture again, check it, time it.
 
 The programs are loaded on a device of the captured kind, every allocation is recreated with its initial
 contents, and the commands are submitted again in their order, each between two queue timestamps. After each
-repetition every allocation is compared with its captured final contents.
+repetition every allocation is compared with its captured final contents. Warm-up repetitions run (and are
+checked) first and are left out of the figures.
+
+The same machinery (`Replayer`) runs one kernel of a capture again and again (tools/kernel_replay.py) and the part
+of a capture a trim needs (tools/trim.py).
 
 A capture is input from whoever sent it. `load_capture` has checked every field (hcq/capture.py); here the device
 must be the captured kind, and the programs of a CPU capture are machine code this process would run with the
@@ -14,7 +18,7 @@ from __future__ import annotations
 import platform, sys, time
 from dataclasses import dataclass, field
 import numpy as np
-from baregrad.hcq.capture import Capture, CaptureError, check_header
+from baregrad.hcq.capture import Capture, CaptureError, check_header, device_info, host_info
 from baregrad.hcq.trace import TraceBuilder, clock_offset, device_ns
 from baregrad.drivers.progress import Progress
 
@@ -49,9 +53,13 @@ class Timing:
 
 @dataclass
 class Mismatch:
-  rep: int
+  rep: int             # the timed repetition, or the warm-up run when `warmup`
   alloc: int
   text: str
+  warmup: bool = False
+
+  @property
+  def run(self) -> str: return f"warm-up run {self.rep}" if self.warmup else f"repetition {self.rep}"
 
 
 @dataclass
@@ -62,6 +70,8 @@ class ReplayResult:
   timings: list = field(default_factory=list)
   mismatches: list = field(default_factory=list)
   checked: int = 0
+  warmup: int = 0      # runs before the timed ones: checked, not timed
+  device_info: dict = field(default_factory=dict)   # where it ran (hcq.capture.device_info)
 
   def of(self, *ops) -> list: return [t for t in self.timings if t.op in ops]
 
@@ -139,52 +149,64 @@ def _load(dev, cap: Capture, p: dict):
       raise ReplayError(f"cannot load program {p['name']} on {dev.name}: {first} (compiling its source: {e})") from e
 
 
-def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool = True, show_progress: bool = True,
-           allow_native_code: bool = False) -> ReplayResult:
-  """Run `cap` `repeat` times on `device` (default: the captured one). A CPU capture's programs run only with
-  `allow_native_code` (see check_native_code); ReplayError/CaptureError say why a capture cannot be replayed."""
-  from baregrad.hcq.signal import Signal
-  if not cap.checked: check_header(cap)
-  _, target = check_device(cap, device)
-  check_native_code(cap, target, allow_native_code)
-  dev = _open(target, cap)
-  programs = [_load(dev, cap, p) for p in cap.programs]
-  allocs = [_allocate(dev, cap, a, rec["nbytes"]) for a, rec in enumerate(cap.allocations)]
-  initial = [cap.blob(a["initial"]) for a in cap.allocations]
-  final = [cap.blob(a.get("final")) for a in cap.allocations]
-  offset = clock_offset(dev)
-  result = ReplayResult(dev.name, cap, repeat)
-  work = sum(1 for c in cap.commands if c["op"] in ("exec", "copy"))
-  bar = Progress(repeat * work, "replay", enabled=None if show_progress else False)
+class Replayer:
+  """A capture's programs loaded and its allocations recreated on a device, ready to run any of its commands: the
+  whole capture (`replay`), one kernel again and again (tools/kernel_replay.py), the prefix a trim needs
+  (tools/trim.py). Every command is submitted between two queue timestamps, so its device time is measured by the
+  device's own clock (the CPU device's command processor writes CLOCK_MONOTONIC; an emulated GPU, its emulator's)."""
 
-  def addr(ref) -> int:     # check_header has checked every reference against its allocation
+  def __init__(self, cap: Capture, device: str | None = None, allow_native_code: bool = False):
+    if not cap.checked: check_header(cap)
+    _, target = check_device(cap, device)
+    check_native_code(cap, target, allow_native_code)
+    self.cap = cap
+    self.dev = dev = _open(target, cap)
+    self.programs = [_load(dev, cap, p) for p in cap.programs]
+    self.allocs = [_allocate(dev, cap, a, rec["nbytes"]) for a, rec in enumerate(cap.allocations)]
+    self.initial = [cap.blob(a["initial"]) for a in cap.allocations]
+    self.final = [cap.blob(a.get("final")) for a in cap.allocations]
+    self.offset = clock_offset(dev)
+
+  def addr(self, ref) -> int:     # check_header has checked every reference against its allocation
     a, off, _ = ref
-    return allocs[a].addr + off
+    return self.allocs[a].addr + off
 
-  def view(a): return dev.driver.view(allocs[a].addr, cap.allocations[a]["nbytes"])
+  def view(self, a: int): return self.dev.driver.view(self.allocs[a].addr, self.cap.allocations[a]["nbytes"])
 
-  for rep in range(repeat):
-    dev.synchronize()
-    for a, rec in enumerate(cap.allocations):
-      if initial[a] is not None: view(a)[:] = initial[a]
-      elif rec["nbytes"]: np.frombuffer(view(a), np.uint8).fill(0)
-    q, stamps = None, []
-    for i, c in enumerate(cap.commands):
+  def ref_view(self, ref):
+    """The bytes of one buffer reference [allocation, offset, nbytes]."""
+    return self.dev.driver.view(self.addr(ref), ref[2])
+
+  def reset(self):
+    """Every allocation back to its captured initial contents (zeros where the capture has none)."""
+    self.dev.synchronize()
+    for a, rec in enumerate(self.cap.allocations):
+      if self.initial[a] is not None: self.view(a)[:] = self.initial[a]
+      elif rec["nbytes"]: np.frombuffer(self.view(a), np.uint8).fill(0)
+
+  def run(self, indices, rep: int = 0, bar: Progress | None = None) -> list:
+    """Submit the commands at `indices` (in that order) and wait for them; their Timings, device commands timed with
+    queue timestamps, host writes and waits with the host clock."""
+    from baregrad.hcq.signal import Signal
+    cap, dev = self.cap, self.dev
+    q, stamps, timings = None, [], []
+    for i in indices:
+      c = cap.commands[i]
       op = c["op"]
       if op in ("exec", "copy"):
         if q is None: q = dev.compute_queue()
         t0, t1 = Signal(dev, "replay"), Signal(dev, "replay")
         q.timestamp(t0)
         if op == "exec":
-          prog = programs[c["program"]]
-          words = [addr(r) for r in c["bufs"]] + [int(v) for v in c["vars"]]
+          prog = self.programs[c["program"]]
+          words = [self.addr(r) for r in c["bufs"]] + [int(v) for v in c["vars"]]
           q.exec(prog, dev.kernargs.put(words), tuple(c["global_size"]), tuple(c.get("local_size", (1, 1, 1))))
           stamps.append((Timing(rep, i, op, c["name"], 0, 0, c.get("flops", 0), c.get("bytes", 0)), t0, t1))
         else:
-          q.copy(addr(c["dst"]), addr(c["src"]), c["nbytes"])
+          q.copy(self.addr(c["dst"]), self.addr(c["src"]), c["nbytes"])
           stamps.append((Timing(rep, i, op, c.get("name", "copy"), 0, 0, 0, c["nbytes"]), t0, t1))
         q.timestamp(t1)
-        bar.update(1)
+        if bar is not None: bar.update(1)
       elif op == "submit":
         if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev)
         q = None
@@ -192,20 +214,39 @@ def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool
         if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev); q = None
         h0 = time.monotonic_ns()
         dev.synchronize()
-        if op == "write":
-          a, off, n = c["dst"]
-          addr(c["dst"])
-          dev.driver.view(allocs[a].addr + off, n)[:] = cap.blob(c["data"])
-        result.timings.append(Timing(rep, i, "wait" if op == "sync" else "write", "host wait" if op == "sync" else "host write",
-                                     h0, time.monotonic_ns(), 0, c["dst"][2] if op == "write" else 0, "host"))
+        if op == "write": self.ref_view(c["dst"])[:] = cap.blob(c["data"])
+        timings.append(Timing(rep, i, "wait" if op == "sync" else "write", "host wait" if op == "sync" else "host write",
+                              h0, time.monotonic_ns(), 0, c["dst"][2] if op == "write" else 0, "host"))
       else:
         raise CaptureError(f"{cap.path}: corrupted capture: command #{i} has unknown op {op!r}")   # check_header refuses these
     if q is not None: q.signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
     for t, t0, t1 in stamps:
-      t.start_ns, t.end_ns = device_ns(dev, t0.timestamp) - offset, device_ns(dev, t1.timestamp) - offset
-      result.timings.append(t)
-    if check: _check(result, rep, cap, final, view)
+      t.start_ns, t.end_ns = device_ns(dev, t0.timestamp) - self.offset, device_ns(dev, t1.timestamp) - self.offset
+      timings.append(t)
+    return timings
+
+  def check(self, result: "ReplayResult", rep: int, warmup: bool = False):
+    """Compare every allocation with its captured final contents; a difference becomes a Mismatch of `result`."""
+    _check(result, rep, self.cap, self.final, self.view, warmup)
+
+
+def replay(cap: Capture, device: str | None = None, repeat: int = 1, check: bool = True, show_progress: bool = True,
+           allow_native_code: bool = False, warmup: int = 0) -> ReplayResult:
+  """Run `cap` `warmup` + `repeat` times on `device` (default: the captured one); the warm-up runs are checked but not
+  timed. A CPU capture's programs run only with `allow_native_code` (see check_native_code); ReplayError/CaptureError
+  say why a capture cannot be replayed."""
+  r = Replayer(cap, device, allow_native_code)
+  result = ReplayResult(r.dev.name, cap, repeat, warmup=warmup, device_info=device_info(r.dev))
+  work = sum(1 for c in cap.commands if c["op"] in ("exec", "copy"))
+  bar = Progress((warmup + repeat) * work, "replay", enabled=None if show_progress else False)
+  everything = range(len(cap.commands))
+  for run in range(warmup + repeat):
+    rep = run - warmup           # the warm-up runs are -warmup..-1
+    r.reset()
+    timings = r.run(everything, rep, bar)
+    if rep >= 0: result.timings += timings
+    if check: r.check(result, rep if rep >= 0 else run, warmup=rep < 0)
   bar.close()
   result.timings.sort(key=lambda t: (t.rep, t.start_ns, t.index))
   return result
@@ -218,7 +259,7 @@ def _allocate(dev, cap: Capture, a: int, nbytes: int):
     raise ReplayError(f"cannot recreate allocation {a} of {cap.path} ({nbytes} bytes) on {dev.name}: {e or type(e).__name__}") from e
 
 
-def _check(result: ReplayResult, rep: int, cap: Capture, final: list, view):
+def _check(result: ReplayResult, rep: int, cap: Capture, final: list, view, warmup: bool = False):
   writer = {}
   for i, c in enumerate(cap.commands):
     if c["op"] == "exec" and c["bufs"]: writer[c["bufs"][0][0]] = f"{c['name']} (command {i})"
@@ -229,13 +270,13 @@ def _check(result: ReplayResult, rep: int, cap: Capture, final: list, view):
     result.checked += 1
     got = bytes(view(a))
     if got == final[a]: continue
-    result.mismatches.append(Mismatch(rep, a, describe_mismatch(a, rec, got, final[a], writer.get(a, "no command"))))
+    result.mismatches.append(Mismatch(rep, a, describe_mismatch(a, rec, got, final[a], writer.get(a, "no command")), warmup))
 
 
 NUMPY_DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")
 
 
-def describe_mismatch(a: int, rec: dict, got: bytes, want: bytes, writer: str) -> str:
+def describe_mismatch(a: int, rec: dict, got: bytes, want: bytes, writer: str, labels=("got", "captured")) -> str:
   g8, w8 = np.frombuffer(got, np.uint8), np.frombuffer(want, np.uint8)
   head = f"buffer #{a} ({rec['dtype']}, {rec['nbytes']} bytes, last written by {writer})"
   dt = np.dtype(rec["dtype"] if rec["dtype"] in NUMPY_DTYPES else "uint8")     # never np.dtype() of any string from the file
@@ -243,7 +284,7 @@ def describe_mismatch(a: int, rec: dict, got: bytes, want: bytes, writer: str) -
   g, w = np.frombuffer(got, dt), np.frombuffer(want, dt)
   diff = np.flatnonzero((g8 != w8).reshape(-1, dt.itemsize).any(axis=1))
   k = int(diff[0])
-  text = f"{head}: {len(diff)} of {len(g)} elements differ; first at element {k}: got {g[k]!r}, captured {w[k]!r}"
+  text = f"{head}: {len(diff)} of {len(g)} elements differ; first at element {k}: {labels[0]} {g[k]!r}, {labels[1]} {w[k]!r}"
   if dt.kind == "f":
     with np.errstate(all="ignore"):
       err = np.abs(g.astype(np.float64) - w.astype(np.float64))
@@ -252,6 +293,36 @@ def describe_mismatch(a: int, rec: dict, got: bytes, want: bytes, writer: str) -
 
 
 # ---- reporting ----
+
+def describe_device(info: dict, host: dict | None = None) -> str:
+  """One line of where a capture or a replay ran: device kind and target, machine and OS, driver, firmware, GPU id."""
+  host = host or {}
+  parts = [str(info.get("kind", "?")) + (f" {info['target']}" if "target" in info else "")
+           + (" (emulated)" if info.get("emulated") else "")]
+  machine = " ".join(str(x) for x in (host.get("machine", info.get("machine")), host.get("os")) if x)
+  if machine: parts.append(machine)
+  for key, label in (("driver_version", "driver"), ("firmware", "firmware"), ("gpu_id", "GPU"), ("compiler", "cc")):
+    if key in info: parts.append(f"{label} {info[key]}")
+  return ", ".join(parts)
+
+
+def where(cap: Capture, replay_info: dict | None = None) -> list[str]:
+  """The 'captured on' and 'replayed on' lines of a report (a capture written before these fields: what it has)."""
+  lines = [f"captured on: {describe_device(info, cap.header.get('host'))}" for info in cap.header["devices"].values()]
+  if replay_info: lines.append(f"replayed on: {describe_device(replay_info, host_info())}")
+  return lines
+
+
+def clock_text(info: dict) -> str:
+  """Where the device times of a replay come from (every replay times commands with queue timestamps)."""
+  if info.get("kind") == "CPU": return "queue timestamps (the CPU command processor's CLOCK_MONOTONIC)"
+  if info.get("emulated"): return "queue timestamps (written by the emulated GPU: emulator time, not hardware time)"
+  return "queue timestamps (the GPU's clock)"
+
+
+def runs_text(repeat: int, warmup: int) -> str:
+  return (f"{repeat} timed run{'s' * (repeat != 1)}"
+          + (f" ({warmup} warm-up run{'s' * (warmup != 1)} before them, checked, not counted)" if warmup else " (no warm-up)"))
 
 def write_trace(result: ReplayResult, path: str):
   tb = TraceBuilder()
@@ -271,6 +342,8 @@ def summary(result: ReplayResult, top: int = 10) -> str:
   reps = f", {result.repeat} repetitions" if result.repeat > 1 else ""
   lines.append(f"replay of {result.capture.path} on {result.device}: {len(kernels) // result.repeat} kernels, "
                f"{len(copies) // result.repeat} copies per run{reps}")
+  lines += where(result.capture, result.device_info)
+  lines.append(f"figures: {runs_text(result.repeat, result.warmup)}; device time from {clock_text(result.device_info)}")
   by: dict[str, list] = {}
   for t in kernels: by.setdefault(t.name, []).append(t)
   ktotal = sum(t.ns for t in kernels)
@@ -311,7 +384,7 @@ def summary(result: ReplayResult, top: int = 10) -> str:
   if result.mismatches:
     lines.append("")
     lines.append(f"MISMATCH: {len(result.mismatches)} buffer(s) differ from the captured final contents:")
-    for m in result.mismatches[:20]: lines.append(f"  repetition {m.rep}: {m.text}")
+    for m in result.mismatches[:20]: lines.append(f"  {m.run}: {m.text}")
   else:
     lines.append(f"check:   all {n} buffers match their captured final contents" + (" in every repetition" if result.repeat > 1 else ""))
   return "\n".join(lines)
