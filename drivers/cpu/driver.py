@@ -10,6 +10,7 @@ import numpy as np
 from ..encoded import Encoded, stream
 from . import processor
 from .processor import CommandProcessor, Op, PACKETS, header, ProcessorFault, address_space
+from ..hostcopy import HostMemoryCopies
 
 _ffi = cffi.FFI()
 # -fwrapv: integer overflow wraps, as on every GPU and in numpy. -ffp-contract=off: a*b+c is two roundings, as numpy
@@ -41,7 +42,7 @@ class Memory:
   mapped: int
 
 
-class CPUDriver:
+class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
   name = "CPU"
   target = None                  # programs are host machine code (a capture records the machine instead)
   timestamp_hz = 1_000_000_000   # the command processor writes CLOCK_MONOTONIC nanoseconds
@@ -90,14 +91,6 @@ class CPUDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
-  def copyin(self, dst_addr: int, data) -> None:
-    """Host bytes into this device's memory: it is host memory, a plain copy."""
-    mv = memoryview(data).cast("B")
-    self.view(dst_addr, mv.nbytes)[:] = mv
-
-  def copyout(self, out, src_addr: int) -> None:
-    mv = memoryview(out).cast("B")
-    mv[:] = self.view(src_addr, mv.nbytes)
 
   # ---- programs ----
   def compile(self, src: str) -> bytes:

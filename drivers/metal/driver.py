@@ -40,6 +40,7 @@ from . import commands, framework
 from .objc import ObjC, NULL, addr as objc_addr, ffi as objc_ffi
 from .selectors import (STATUS, STATUS_COMPLETED, STATUS_ERROR, INDIRECT_COMMAND_CONCURRENT_DISPATCH, MAX_BUFFER_BINDINGS,
                         RESOURCE_STORAGE_MODE_SHARED, RESOURCE_USAGE_READ, RESOURCE_USAGE_WRITE, GPU_FAMILY)
+from ..hostcopy import HostMemoryCopies
 
 _ffi = cffi.FFI()
 KINDS = ("compute", "copy")
@@ -98,7 +99,7 @@ class BoundQueue:
   bound: list[list] = field(default_factory=list)     # per launch: the (buffer address, offset) set at each index
 
 
-class MetalDriver:
+class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
   name = "METAL"
   target = "msl"                  # programs are MSL source; Metal compiles them for the GPU when they are loaded
   timestamp_hz = 1_000_000_000    # command buffer GPU times (seconds) written as nanoseconds
@@ -169,14 +170,6 @@ class MetalDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
-  def copyin(self, dst_addr: int, data) -> None:
-    """Host bytes into this device's memory: it is shared storage (unified memory), a plain copy."""
-    mv = memoryview(data).cast("B")
-    self.view(dst_addr, mv.nbytes)[:] = mv
-
-  def copyout(self, out, src_addr: int) -> None:
-    mv = memoryview(out).cast("B")
-    mv[:] = self.view(src_addr, mv.nbytes)
 
   def map_host(self, addr: int, nbytes: int):
     """Host pages as an MTLBuffer (newBufferWithBytesNoCopy: page-aligned memory, no copy)."""

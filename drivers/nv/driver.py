@@ -39,6 +39,7 @@ from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from . import rm, qmd, osdesc, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
+from ..hostcopy import HostMemoryCopies
 
 _ffi = cffi.FFI()
 VA_BASE, VA_LIMIT = 0x20_0000_0000, 1 << 40      # driver-chosen host == GPU addresses (GPFIFO GET_HI is 8 bits)
@@ -186,7 +187,7 @@ def check_version(version: str):
                   f"series (checked against {rm.HEADERS_VERSION}). Install a {rm.SUPPORTED_SERIES[-1]} driver.")
 
 
-class NVDriver:
+class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
   name = "NV"
   has_copy_queue = True    # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
   timestamp_hz = 1_000_000_000   # semaphore release timestamps are the GPU's globaltimer, in ns
@@ -447,14 +448,6 @@ class NVDriver:
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
-  def copyin(self, dst_addr: int, data) -> None:
-    """Host bytes into this driver's memory: pinned host memory (OS descriptors) today, so a plain copy."""
-    mv = memoryview(data).cast("B")
-    self.view(dst_addr, mv.nbytes)[:] = mv
-
-  def copyout(self, out, src_addr: int) -> None:
-    mv = memoryview(out).cast("B")
-    mv[:] = self.view(src_addr, mv.nbytes)
 
   def map_host(self, addr: int, nbytes: int) -> NVMemory:
     """Let the GPU address host memory another device allocated (page-aligned), at its host address, as this driver
