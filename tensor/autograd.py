@@ -4,11 +4,39 @@ of its sources, as more lazy Tensor ops (so the backward pass fuses and schedule
 The rules build those ops with the class of the gradients they are given (`type(seed)`: Tensor), so this
 module sits below tensor/tensor.py and never imports it."""
 from __future__ import annotations
-import math
+import math, weakref
 from baregrad.compiler.uop import UOp, Ops
 from baregrad.compiler.dtype import dtypes
 
 LN2 = math.log(2.0)
+
+# node -> (sources, rule): the node's gradient is rule(out, g, *sources) -> one gradient (or None) per source, given
+# in one piece instead of through the ops that computed the node (`define_gradient`)
+_RULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def define_gradient(node: UOp, sources: tuple, rule) -> None:
+  """Differentiate `node` by `rule` with respect to `sources` (UOps it was computed from), skipping the ops between
+  them: for ops whose derivative torch writes in a form that rounds differently from the chain rule over their
+  parts (softmax: y * (g - sum(g * y)), exactly 0 for a uniform g) or that their parts cannot give (pow at 0 and
+  at -inf, acosh below 1). The rule must not hold `node` itself (it gets it as `out`). A node equal to one of its
+  sources, or without sources, keeps its ordinary gradient."""
+  if not node.src or node in sources: return
+  _RULES[node] = (tuple(sources), rule)
+
+
+def _interior_target(node: UOp, sources: tuple, targets: set) -> bool:
+  """Whether a target lies strictly between `node` and its rule's `sources` (then the rule, which skips those
+  nodes, cannot be used)."""
+  stop, seen, stack = set(sources), set(), [node]
+  while stack:
+    n = stack.pop()
+    for s in n.src:
+      if s in stop or s in seen: continue
+      if s in targets: return True
+      seen.add(s)
+      stack.append(s)
+  return False
 
 
 def _sum_to(g, shape):
@@ -24,9 +52,11 @@ def op_gradients(node: UOp, out, g):
   if op is Ops.ADD: return (g, g)
   if op is Ops.MUL: return (g * src[1], g * src[0])
   if op is Ops.NEG: return (-g,)
-  if op is Ops.RECIP: return (-g * out * out,)
+  # a derivative that is exactly 0 stays 0 when the incoming gradient is infinite (1 / inf), and an incoming 0 stays 0
+  # when exp overflowed: x.exp() / (1 + x.exp()) at x = 300 has gradient 0 (as tinygrad), not 0 * inf = NaN
+  if op is Ops.RECIP: return ((out == 0).where(0.0, -g * out * out),)
   if op is Ops.SQRT: return (g / (out * 2),)
-  if op is Ops.EXP2: return (g * out * LN2,)
+  if op is Ops.EXP2: return ((g == 0).where(0.0, g * out * LN2),)
   if op is Ops.LOG2: return (g / (src[0] * LN2),)
   if op is Ops.SIN: return (g * (src[0] + math.pi / 2).sin(),)
   if op is Ops.MAX:
@@ -87,7 +117,11 @@ def gradients(loss: UOp, targets: list[UOp], seed) -> dict[UOp, object]:
     g = grads.get(node)
     if g is None or node in target_set and not node.src: continue
     if node.op is Ops.DETACH or not any(s in leads for s in node.src): continue
-    for s, sg in zip(node.src, op_gradients(node, tensor(node), g)):
+    rule = _RULES.get(node)
+    if rule is not None and not _interior_target(node, rule[0], target_set):
+      pairs = zip(rule[0], rule[1](tensor(node), g, *[tensor(s) for s in rule[0]]))
+    else: pairs = zip(node.src, op_gradients(node, tensor(node), g))
+    for s, sg in pairs:
       if sg is None or s not in leads: continue
       if sg.shape != s.shape: sg = sg.reshape(s.shape)
       if s.dtype is not None and s.dtype.is_float and sg.dtype != s.dtype: sg = sg.cast(s.dtype)

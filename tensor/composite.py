@@ -29,7 +29,39 @@ class DimError(IndexError, ValueError):
   """A dim out of range: the IndexError numpy and PyTorch raise (and a ValueError, as baregrad raised before)."""
 
 
+class ArgumentError(ValueError, RuntimeError):
+  """An argument an op does not take (a dim given twice, a second -1 in a shape, an unknown rounding or reduce
+  mode, shifts without dims): the ValueError baregrad raised before and the RuntimeError PyTorch raises."""
+
+
+class ModeError(ArgumentError, NotImplementedError):
+  """An unknown padding mode: PyTorch's pad raises NotImplementedError (a RuntimeError) for it."""
+
+
+class DTypeError(TypeError, RuntimeError):
+  """An op on a dtype it does not take (shifts and bitwise ops on floats, a scatter source of another dtype): the
+  TypeError numpy raises and the RuntimeError PyTorch raises."""
+
+
+class IndexTypeError(TypeError, IndexError):
+  """An index tensor or list that is not of integers: the TypeError baregrad raised before and the IndexError numpy
+  and PyTorch raise."""
+
+
+class RangeOverflowError(OverflowError, ValueError):
+  """A range whose values do not fit its integer dtype (arange(2**33, dtype=int32)): the OverflowError tinygrad
+  raises, and a ValueError."""
+
+
 # ---------------------------------------------------------------- small helpers (no tensors)
+
+def _pow_gradient(out, g, base, exp):
+  """torch's derivatives of base ** exp (both tensors of one shape and float dtype)."""
+  b, e = base.detach(), exp.detach()
+  d_base = (e == 0).where(0.0, g * (e * b.pow(e - 1)))
+  d_exp = g * ((b == 0) & (e >= 0)).where(0.0, out.detach() * b.log())
+  return d_base, d_exp
+
 
 def _in_float32(fn):
   """16-bit float inputs are computed in float32 and rounded once at the end (within an ulp or two)."""
@@ -70,6 +102,25 @@ def _shape_arg(shape, op: str) -> tuple:
   return tuple(out)
 
 
+class DTypeNameError(TypeError, AttributeError):
+  """A dtype name baregrad does not know: the TypeError to_dtype raises and the AttributeError tinygrad raises (it
+  looks the name up as an attribute of dtypes)."""
+
+
+def dtype_arg(dtype, op: str) -> DType:
+  """A dtype= argument as a DType: a DType, a numpy dtype, or a name in any case ("float32", "Half", "long",
+  "default_float", "torch.float64", as tinygrad and torch name them)."""
+  if isinstance(dtype, DType): return dtype
+  if not isinstance(dtype, str) and type(dtype).__module__.split(".")[0] == "torch": dtype = str(dtype)
+  if not isinstance(dtype, str): return to_dtype(dtype)
+  name = dtype.strip().lower()
+  for prefix in ("torch.", "dtypes.", "np.", "numpy."):
+    if name.startswith(prefix): name = name[len(prefix):]
+  if name in ("default_float", "default_int"): return getattr(dtypes, name)
+  try: return to_dtype(name)
+  except TypeError as e: raise DTypeNameError(f"{op}: {e}") from None
+
+
 def sum_dtype(dtype: DType) -> DType:
   """The dtype numpy's sum/prod/cumsum give (its accumulator): bool and signed ints narrower than 64 bits -> int64
   (numpy's default integer, the C long of 64-bit Linux and macOS), unsigned ones -> uint64; others keep theirs."""
@@ -106,6 +157,13 @@ class ComposedOps:
     conv, softmax...); 16-bit floats accumulate in float32 (like torch). sum() itself promotes like numpy."""
     return self.sum(axis, keepdim=keepdim, dtype=dtypes.int32 if self.dtype.is_bool else self.dtype)
 
+  def _with_gradient(self, sources, rule):
+    """self, differentiated by rule(out, g, *sources) -> one gradient (or None) per source tensor instead of through
+    the ops that computed it (autograd.define_gradient: torch's formula, in torch's form)."""
+    from .autograd import define_gradient
+    define_gradient(self.uop, tuple(s.uop for s in sources), rule)
+    return self
+
   def _float(self):
     """self if it is a float tensor, else cast to float32 (the torch rule for exp/log...)."""
     return self if self.dtype.is_float else self.cast(dtypes.float32)
@@ -120,7 +178,7 @@ class ComposedOps:
     if axis is None: return tuple(range(self.ndim))
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     out = tuple(_norm_dim(a, self.ndim, op, self.shape) for a in axes)
-    if len(set(out)) != len(out): raise ValueError(f"{op}: axis {axis} repeats a dim")
+    if len(set(out)) != len(out): raise ArgumentError(f"{op}: axis {axis} repeats a dim")
     return tuple(a for a in out if a < self.ndim)   # a 0-d tensor accepts dim 0 / -1 and reduces nothing
 
   def _mask_dim(self, size: int, dim: int, ndim: int):
@@ -198,7 +256,7 @@ class ComposedOps:
       raise TypeError(f"cat: expected Tensors, got {[type(t).__name__ for t in tensors]}")
     first = tensors[0]
     d = _norm_dim(dim, first.ndim, "cat", first.shape)
-    if first.ndim == 0: raise ValueError("cat: zero-dimensional tensors cannot be concatenated; use stack")
+    if first.ndim == 0: raise DimError("cat: zero-dimensional tensors cannot be concatenated; use stack")
     for t in tensors:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
         raise ShapeError(f"cat: shapes {[tuple(t.shape) for t in tensors]} differ outside dim {dim}")
@@ -269,8 +327,8 @@ class ComposedOps:
     Tensor waits for the index tensor to be computed (inside a jitted function: at capture, not at replay)."""
     if isinstance(it, ComposedOps):
       if not it.dtype.is_int:
-        raise TypeError(f"index tensors must have an integer dtype, got {it.dtype} for dim {dim}; "
-                        "boolean masks are not supported (use where)")
+        raise IndexTypeError(f"index tensors must have an integer dtype, got {it.dtype} for dim {dim}; "
+                             "boolean masks are not supported (use where)")
       if it.numel():
         lo, hi = it.min(), it.max()
         lo.realize(hi)
@@ -280,7 +338,7 @@ class ComposedOps:
       arr = np.asarray(it)
       if arr.size == 0: arr = arr.astype(np.int32)
       if arr.dtype.kind not in "iu":
-        raise TypeError(f"index lists must hold ints, got {arr.dtype} values for dim {dim}")
+        raise IndexTypeError(f"index lists must hold ints, got {arr.dtype} values for dim {dim}")
       if arr.size: _check_index_bounds(int(arr.min()), int(arr.max()), size, dim)
       idx = type(self)(arr.astype(np.int32), device=self.device)
     return (idx < 0).where(idx + size, idx)
@@ -556,7 +614,7 @@ class ComposedOps:
   def clip(self, min_=None, max_=None):
     """min(max(x, min_), max_) like numpy; NaN stays NaN. The gradient is 1 inside [min_, max_], the bounds
     included (as torch.clamp), and 0 outside."""
-    if min_ is None and max_ is None: raise ValueError("clip: at least one of min_ and max_ must be given")
+    if min_ is None and max_ is None: raise ArgumentError("clip: at least one of min_ and max_ must be given")
     x = self
     if min_ is not None: x = (x < min_).where(min_, x) if x.dtype.is_float else x.maximum(min_)
     if max_ is not None: x = (x > max_).where(max_, x) if x.dtype.is_float else x.minimum(max_)
@@ -624,26 +682,31 @@ class ComposedOps:
     return ((e == 0) & ((self - self) != 0)).where(1, res)     # inf ** 0 and nan ** 0 are 1; elsewhere exact
 
   def pow(self, exponent):
+    """self ** exponent. Float results are differentiated by torch's formulas: d/dx = e * x ** (e - 1) (0 where
+    e == 0), d/de = x ** e * log(x) (0 where x == 0 and e >= 0; NaN for a negative x, as torch)."""
     if isinstance(exponent, ComposedOps):
       out = promote(self.dtype, exponent.dtype)
       if out.is_bool: out = dtypes.int32
       work = out if out.is_float else dtypes.float32
-      r = self.cast(work)._pow_float(exponent.cast(work))
-      if out.is_float: return r
+      shape = tuple(type(self)._broadcast_shape(tuple(self.shape), tuple(exponent.shape)))
+      base, exp = self.cast(work).expand(*shape), exponent.cast(work).expand(*shape)
+      r = base._pow_float(exp)
+      if out.is_float: return r._with_gradient((base, exp), _pow_gradient)
       return (r < 0).where((r - 0.5).trunc(), (r + 0.5).trunc()).cast(out)
     if not _is_scalar(exponent): raise TypeError(f"pow: unsupported exponent {exponent!r} of type {type(exponent).__name__}")
     if isinstance(exponent, (bool, np.bool_)): exponent = int(exponent)
     if isinstance(exponent, (int, np.integer)) and not self.dtype.is_float:
-      if exponent < 0: raise ValueError(f"pow: integer tensor ({self.dtype}) to a negative integer power {exponent}")
+      if exponent < 0: raise ArgumentError(f"pow: integer tensor ({self.dtype}) to a negative integer power {exponent}")
       x = self.cast(dtypes.int32) if self.dtype.is_bool else self
       return x._int_pow(int(exponent))
     x = self._float()
     e = float(exponent)
     if e == int(e) and abs(e) <= 32:
       r = x._int_pow(int(abs(e)))
-      return r.reciprocal() if e < 0 else r
-    if e == 0.5: return x.sqrt()
-    return x._pow_float(x._scalar(e, x.dtype))
+      if e < 0: r = r.reciprocal()
+    elif e == 0.5: r = x.sqrt()
+    else: r = x._pow_float(x._scalar(e, x.dtype))
+    return r._with_gradient((x,), lambda out, g, b: (None if e == 0 else g * (e * b.detach().pow(e - 1)),))
 
   def __pow__(self, exponent): return self.pow(exponent)
 
@@ -827,17 +890,22 @@ class ComposedOps:
   # ---------------------------------------------------------------- nn
 
   def softmax(self, axis=-1):
+    """exp(x - max) / sum(exp(x - max)) along `axis`. The gradient is torch's y * (g - sum(g * y)), in that form: a
+    uniform upstream gradient gives exactly 0 wherever sum(y) rounds to 1."""
     x = self._float()
     ax = _norm_dim(axis, self.ndim, "softmax", self.shape)
-    if self.ndim == 0: return x.ones_like()
-    e = (x - x.max(ax, keepdim=True)).exp()
-    return e / e._acc_sum(ax, keepdim=True)
+    if self.ndim == 0: return x.reshape(1).softmax(0).reshape(())
+    e = (x - x.max(ax, keepdim=True).detach()).exp()
+    y = e / e._acc_sum(ax, keepdim=True)
+    return y._with_gradient((x,), lambda out, g, _x: (out * (g - (g * out)._acc_sum(ax, keepdim=True)),))
 
   def log_softmax(self, axis=-1):
+    """x - logsumexp(x) along `axis`; the gradient is torch's g - exp(y) * sum(g)."""
     x = self._float()
     ax = _norm_dim(axis, self.ndim, "log_softmax", self.shape)
-    if self.ndim == 0: return x.zeros_like()
-    return x - x.logsumexp(ax, keepdim=True)
+    if self.ndim == 0: return x.reshape(1).log_softmax(0).reshape(())
+    y = x - x.logsumexp(ax, keepdim=True)
+    return y._with_gradient((x,), lambda out, g, _x: (g - out.exp() * g._acc_sum(ax, keepdim=True),))
 
   def layernorm(self, axis=-1, eps=1e-5):
     x = self._float()

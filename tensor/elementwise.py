@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from baregrad.compiler.dtype import dtypes, to_dtype
-from .composite import _in_float32, _norm_dim
+from .composite import _in_float32, _norm_dim, DTypeError
 from .device_dtypes import widest_float
 
 LN2 = math.log(2.0)
@@ -101,7 +101,7 @@ class ElementwiseOps:
   def _shift(self, other, left: bool, reverse: bool = False):
     a, b = self._operands(other, reverse)
     op = "lshift" if left else "rshift"
-    if a.dtype.is_float: raise TypeError(f"{op}: needs integer or bool tensors, got {a.dtype.name}")
+    if a.dtype.is_float: raise DTypeError(f"{op}: needs integer or bool tensors, got {a.dtype.name}")
     if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
     return a << b if left else a >> b
 
@@ -133,9 +133,13 @@ class ElementwiseOps:
     return keep.where(self, self + (surrogate - surrogate.detach()))
 
   def copysign(self, other):
-    """|x| with the sign bit of other (-0.0 and negative NaNs count as negative). Ints give float32, as in torch."""
+    """|x| with the sign bit of other (-0.0 and negative NaNs count as negative). Ints give float32, as in torch.
+    The gradient is torch's: out / x for x, 0 where x is +-0, and 0 for other."""
     a, b = self._float_operands(other)
-    return (a._signbit() != b._signbit()).where(-a, a)
+    shape = tuple(type(self)._broadcast_shape(tuple(a.shape), tuple(b.shape)))
+    a, b = a.expand(*shape), b.expand(*shape)
+    out = (a._signbit() != b._signbit()).where(-a, a)
+    return out._with_gradient((a, b), lambda o, g, x, _: (g * (x == 0).where(0.0, o.detach() / x.detach()), None))
 
   # ---------------------------------------------------------------- logarithms and exponentials
 
@@ -174,8 +178,11 @@ class ElementwiseOps:
   def isnan(self):
     return self != self if self.dtype.is_float else self.full_like(False, dtype=dtypes.bool)
 
-  def isinf(self):
-    return self.abs() == math.inf if self.dtype.is_float else self.full_like(False, dtype=dtypes.bool)
+  def isinf(self, detect_positive=True, detect_negative=True):
+    """x is +inf (with detect_positive) or -inf (with detect_negative); ints and bools are never infinite."""
+    if not self.dtype.is_float or not (detect_positive or detect_negative): return self.full_like(False, dtype=dtypes.bool)
+    if detect_positive and detect_negative: return self.abs() == math.inf
+    return self == (math.inf if detect_positive else -math.inf)
 
   def isfinite(self):
     return self.abs() < math.inf if self.dtype.is_float else self.full_like(True, dtype=dtypes.bool)
@@ -269,8 +276,9 @@ class ElementwiseOps:
     m = (near | big).where(2.0, x)
     mid = (m + (m * m - 1).sqrt()).log()
     hi = big.where(x, 2.0).log() + LN2
-    out = near.where(lo, big.where(hi, mid))
-    return (x < 1).where(math.nan, out)
+    out = (x < 1).where(math.nan, near.where(lo, big.where(hi, mid)))
+    # torch's derivative 1 / sqrt(x^2 - 1), also where the value is NaN (finite for x < -1)
+    return out._with_gradient((x,), lambda o, g, a: (g * (a.detach() * a.detach() - 1).rsqrt(),))
 
   @_in_float32
   def atanh(self):
@@ -419,6 +427,24 @@ class ElementwiseOps:
     """N(0, std^2) with std = gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)), fan_in = prod(shape[1:])."""
     std = math.sqrt(2.0 / (1 + a * a)) / math.sqrt(cls._fan_in(shape, "kaiming_normal"))
     return cls.normal(*shape, mean=0.0, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
+
+  @classmethod
+  def scaled_uniform(cls, *shape, dtype=None, device=None, requires_grad=None):
+    """U(-1, 1) scaled by 1 / sqrt(numel) (tinygrad's scaled_uniform)."""
+    dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    out = cls.uniform(*shape, low=-1.0, high=1.0, dtype=dtype, device=device) * (max(math.prod(dims), 1) ** -0.5)
+    if requires_grad: out.requires_grad = True
+    return out
+
+  @classmethod
+  def glorot_uniform(cls, *shape, dtype=None, device=None, requires_grad=None):
+    """U(-b, b) with b = sqrt(6 / (shape[0] + prod(shape[1:]))) (Glorot and Bengio 2010, tinygrad's glorot_uniform)."""
+    dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    fan = cls._fan_in(shape, "glorot_uniform") + dims[0]
+    bound = math.sqrt(6.0 / fan) if fan > 0 else 0.0
+    out = cls.uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
+    if requires_grad: out.requires_grad = True
+    return out
 
   # ---------------------------------------------------------------- copies and casts
 

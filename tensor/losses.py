@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import numpy as np
 from baregrad.compiler.dtype import dtypes
-from .composite import ShapeError
+from .composite import ShapeError, ArgumentError
 from .device_dtypes import host_floats
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -213,18 +213,34 @@ class LossOps:
   # ---------------------------------------------------------------- attention
 
   def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                   scale: float | None = None):
+                                   scale: float | None = None, enable_gqa: bool = False):
     """torch.nn.functional.scaled_dot_product_attention with `self` as the query (..., L, E), key (..., S, E) and
     value (..., S, Ev): softmax(q k^T * scale + mask) @ v, scale = 1/sqrt(E) unless given. A bool `attn_mask`
     (broadcast to (..., L, S)) keeps the positions where it is True; a float one is added to the scores;
     `is_causal` keeps key j <= query i (top-left aligned, as torch). A row with no kept key gives NaN, as torch.
     Dropout (p = dropout_p) is applied whenever dropout_p > 0 (there is no global training flag; nn modules pass
-    0 in eval mode), from the project's random stream (Tensor.manual_seed)."""
+    0 in eval mode), from the project's random stream (Tensor.manual_seed). With `enable_gqa`, a query of Hq heads
+    (dim -3) attends to key/value of H heads, Hq a multiple of H: each key/value head serves Hq / H query heads in a
+    row (grouped-query attention, as torch)."""
+    if enable_gqa: key, value = _gqa_heads(self, key), _gqa_heads(self, value)
     weights = attention_weights(self, key, attn_mask, dropout_p, is_causal, scale)
     if value.shape[-2] != key.shape[-2]:
       raise ShapeError(f"scaled_dot_product_attention: key has {key.shape[-2]} positions (shape {tuple(key.shape)}) "
                        f"but value has {value.shape[-2]} (shape {tuple(value.shape)})")
     return weights @ value.cast(weights.dtype)
+
+
+def _gqa_heads(query, kv):
+  """key or value with each of its H heads (dim -3) repeated Hq / H times, to match the query's Hq heads."""
+  op = "scaled_dot_product_attention"
+  if query.ndim < 3 or kv.ndim < 3 or query.shape[-3] == kv.shape[-3]: return kv
+  hq, h = query.shape[-3], kv.shape[-3]
+  if h == 0 or hq % h:
+    raise ShapeError(f"{op}: with enable_gqa the query's {hq} heads (shape {tuple(query.shape)}) must be a multiple "
+                     f"of the key/value heads, got {h} (shape {tuple(kv.shape)})")
+  lead = kv.shape[:-3]
+  grown = kv.unsqueeze(-3).expand(*lead, h, hq // h, *kv.shape[-2:])
+  return grown.reshape(*lead, hq, *kv.shape[-2:])
 
 
 def attention_weights(query, key, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None):
@@ -237,7 +253,7 @@ def attention_weights(query, key, attn_mask=None, dropout_p: float = 0.0, is_cau
     raise ShapeError(f"{op}: query and key must have the same feature size, got shapes {tuple(query.shape)} and "
                      f"{tuple(key.shape)}")
   if is_causal and attn_mask is not None:
-    raise ValueError(f"{op}: give either attn_mask or is_causal=True, not both (as torch)")
+    raise ArgumentError(f"{op}: give either attn_mask or is_causal=True, not both (as torch)")
   if not 0.0 <= dropout_p <= 1.0: raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
   q = query._float()
   L, S, E = q.shape[-2], key.shape[-2], q.shape[-1]

@@ -22,9 +22,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from baregrad.compiler.dtype import dtypes, to_dtype
+from baregrad.compiler.dtype import dtypes
 from baregrad.compiler.uop import Ops
-from .composite import ShapeError, _norm_dim, _is_scalar, _is_size, sum_dtype
+from .composite import ShapeError, ArgumentError, DTypeError, dtype_arg, _norm_dim, _is_scalar, _is_size, sum_dtype
 
 # what torch.return_types gives: a tuple that also has .values and .indices
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -39,7 +39,7 @@ def _int_arg(value, name: str, op: str, low: int | None = None) -> int:
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise TypeError(f"{op}: {name} must be an int, got {value!r}")
   if low is not None and value < low:
-    raise ValueError(f"{op}: {name} must be at least {low}, got {value}")
+    raise ArgumentError(f"{op}: {name} must be at least {low}, got {value}")
   return int(value)
 
 
@@ -70,13 +70,13 @@ class SelectionOps:
     without computing it: host arrays and constants."""
     if isinstance(index, SelectionOps):
       if not index.dtype.is_int:
-        raise TypeError(f"{op}: index must be an integer tensor, got {index.dtype.name}")
+        raise DTypeError(f"{op}: index must be an integer tensor, got {index.dtype.name}")
       if index.device != self.device:
         raise ValueError(f"{op}: index is on {index.device}, the tensor on {self.device}; move one with .to()")
       return index, (_const_bounds(index) if index.numel() else None)
     arr = np.asarray(index)
     if arr.size == 0: arr = arr.astype(np.int32)
-    if arr.dtype.kind not in "iu": raise TypeError(f"{op}: index must hold ints, got {arr.dtype} values")
+    if arr.dtype.kind not in "iu": raise DTypeError(f"{op}: index must hold ints, got {arr.dtype} values")
     bounds = (int(arr.min()), int(arr.max())) if arr.size else None
     big = arr.size and (arr.min() < -2**31 or arr.max() >= 2**31)
     return type(self)(arr.astype(np.int64 if big else np.int32), device=self.device), bounds
@@ -95,15 +95,17 @@ class SelectionOps:
 
   # ---------------------------------------------------------------- scans
 
-  def cumprod(self, dim=0, dtype=None):
-    """Running product along `dim` (None: over the flattened tensor, as numpy). The dtype follows numpy, as for
-    cumsum: bool and ints narrower than 64 bits give int64 (unsigned: uint64); `dtype` casts the input first.
+  def cumprod(self, dim=0, dtype=None, *, axis=None):
+    """Running product along `dim` (None: over the flattened tensor, as numpy; `axis` is tinygrad's name). The dtype
+    follows numpy, as for cumsum: bool and ints narrower than 64 bits give int64 (unsigned: uint64); `dtype` casts
+    the input first.
 
     A product over a lower-triangular mask: O(n^2) per row. For floats the first zero of a row is taken out of the
     product and multiplied back in, so the gradient is right with zeros (the product of the others), as torch."""
+    if axis is not None: dim = axis
     if dim is None: return self.reshape(-1).cumprod(0, dtype)
     ax = _norm_dim(dim, self.ndim, "cumprod", self.shape)
-    dt = to_dtype(dtype) if dtype is not None else sum_dtype(self.dtype)
+    dt = dtype_arg(dtype, "cumprod") if dtype is not None else sum_dtype(self.dtype)
     x = self.cast(dt)
     if self.ndim == 0 or self.shape[ax] == 0: return x
     if dt in (dtypes.float16, dtypes.bfloat16): return x.cast(dtypes.float32).cumprod(ax).cast(dt)
@@ -141,18 +143,19 @@ class SelectionOps:
     if values.dtype != self.dtype: values = values.cast(self.dtype)
     return result(values.permute(*inverse), idx.permute(*inverse))
 
-  def cummax(self, dim):
-    """(values, indices): the running maximum along `dim` and where it was seen last (ties: the latest index; NaN
-    propagates, as torch). O(n^2) per row."""
-    return self._cum_extreme(dim, True, "cummax")
+  def cummax(self, dim=0, *, axis=None):
+    """(values, indices): the running maximum along `dim` (`axis`: tinygrad's name) and where it was seen last (ties:
+    the latest index; NaN propagates, as torch). O(n^2) per row."""
+    return self._cum_extreme(dim if axis is None else axis, True, "cummax")
 
-  def cummin(self, dim):
+  def cummin(self, dim=0, *, axis=None):
     """(values, indices): the running minimum along `dim`, as cummax."""
-    return self._cum_extreme(dim, False, "cummin")
+    return self._cum_extreme(dim if axis is None else axis, False, "cummin")
 
-  def logcumsumexp(self, dim):
-    """log(cumsum(exp(x))) along `dim`, stable: row i is shifted by the running max up to i. Ints compute in
-    float32 (torch raises for them), 16-bit floats in float32. O(n^2) per row."""
+  def logcumsumexp(self, dim=0, *, axis=None):
+    """log(cumsum(exp(x))) along `dim` (default 0, as tinygrad; `axis` is its name), stable: row i is shifted by the
+    running max up to i. Ints compute in float32 (torch raises for them), 16-bit floats in float32. O(n^2) per row."""
+    if axis is not None: dim = axis
     x = self._float()
     ax = _norm_dim(dim, self.ndim, "logcumsumexp", self.shape)
     if self.ndim == 0 or self.shape[ax] == 0: return x
@@ -281,6 +284,9 @@ class SelectionOps:
       if src.ndim != self.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
         raise ShapeError(f"{op}: src of shape {tuple(src.shape)} must have the tensor's {self.ndim} dims and be at "
                          f"least as large as index of shape {tuple(index.shape)} in every dim")
+      if src.dtype != self.dtype:
+        raise DTypeError(f"{op}: src has dtype {src.dtype.name}, the tensor {self.dtype.name}; cast one (as torch, "
+                         "no implicit conversion)")
       src = src.shrink([(0, s) for s in index.shape]).cast(self.dtype)
     elif _is_scalar(src): src = type(self).full(tuple(index.shape), src, dtype=self.dtype, device=self.device)
     else: raise TypeError(f"{op}: src must be a Tensor or a Python scalar, got {type(src).__name__}")
@@ -299,7 +305,7 @@ class SelectionOps:
     src = value if src is None else src
     if reduce is not None:
       if reduce not in ("add", "multiply"):
-        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        raise ArgumentError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
       return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
     if self.ndim == 0: return self._scatter_0d(dim, index, src, "scatter", lambda x, i, s: x.scatter(0, i, s))
     ax, match, src, pos, pad = self._scatter_parts(dim, index, src, "scatter")
@@ -320,7 +326,7 @@ class SelectionOps:
     "mean", "amax" or "amin"; include_self=False leaves self's value out of the places written to. "mean" of ints
     rounds down (as torch); amax/amin propagate NaN. Indices are checked as in gather."""
     if reduce not in _SCATTER_REDUCE:
-      raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCE)}, got {reduce!r}")
+      raise ArgumentError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCE)}, got {reduce!r}")
     if self.ndim == 0:
       return self._scatter_0d(dim, index, src, "scatter_reduce",
                               lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self))
@@ -360,26 +366,55 @@ class SelectionOps:
     else: raise TypeError(f"masked_fill: value must be a scalar or a tensor, got {type(value).__name__}")
     return mask.where(value, self)
 
-  def masked_select(self, mask):
+  def masked_select(self, mask, size=None, fill_value=0):
     """The elements of self where the bool `mask` (broadcast together) is True, as a 1-D tensor in row-major
     order. The output's length depends on the mask, so the mask is computed and read back here (torch synchronizes
-    too); self stays lazy and gets its gradient. The pick is a one-hot match: O(numel * selected)."""
+    too); self stays lazy and gets its gradient. The pick is a one-hot match: O(numel * selected).
+
+    With `size` (tinygrad's form) nothing is read back: the output has `size` elements, the first selected ones,
+    then `fill_value` (cast to self's dtype) where fewer are selected."""
     if not isinstance(mask, SelectionOps) or not mask.dtype.is_bool:
       raise TypeError(f"masked_select: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}")
     shape = type(self)._broadcast_shape(tuple(self.shape), tuple(mask.shape))
+    if size is not None:
+      flat, keep = self.expand(*shape).reshape(-1), mask.expand(*shape).reshape(-1)
+      pick, found = keep._first_true(_int_arg(size, "size", "masked_select", low=0))
+      fill = self._scalar(fill_value, self.dtype)
+      return found.where(pick.where(flat.unsqueeze(0), self._zero_of()).any(-1) if self.dtype.is_bool else
+                         pick.where(flat.unsqueeze(0), 0)._acc_sum(-1), fill)
     positions = np.flatnonzero(mask.expand(*shape).numpy())
     flat = self.expand(*shape).reshape(-1)
     return flat._take_along(0, type(self)(positions.astype(np.int32), device=self.device))
 
-  def nonzero(self, as_tuple=False):
+  def nonzero(self, as_tuple=False, size=None, fill_value=0):
     """The indices of the non-zero elements (NaN counts), as an (count, ndim) int32 tensor or, with as_tuple, one 1-D
     tensor per dim. The output's shape depends on the values, so the tensor is computed and read back here (torch
-    synchronizes too)."""
+    synchronizes too). With `size` (tinygrad's form) nothing is read back: `size` rows, the first non-zero
+    elements' indices, then rows of `fill_value` (cast to int32)."""
+    if size is not None:
+      n = _int_arg(size, "size", "nonzero", low=0)
+      pick, found = self.reshape(-1)._bool()._first_true(n)          # (n, numel), (n,)
+      flat = pick.where(type(self).arange(self.numel(), dtype=dtypes.int32, device=self.device), 0)._acc_sum(-1)
+      coords, stride = [], 1
+      for s in reversed(self.shape):
+        coords.append((flat // stride) % s if s > 1 else flat * 0)
+        stride *= s
+      out = type(self).stack(*reversed(coords), dim=-1) if coords else flat.reshape(n, 1).shrink([None, (0, 0)])
+      out = found.unsqueeze(-1).where(out, self._scalar(int(fill_value), dtypes.int32))
+      return tuple(out[:, d] for d in range(self.ndim)) if as_tuple else out
     a = self.numpy()
     if as_tuple:   # a 0-d tensor counts as one element, as torch
       where = np.nonzero(a.reshape(-1) if a.ndim == 0 else a)
       return tuple(type(self)(i.astype(np.int32), device=self.device) for i in where)
     return type(self)(np.argwhere(a).astype(np.int32), device=self.device)
+
+  def _first_true(self, n: int):
+    """For a 1-D bool tensor: (pick, found), pick[k, i] True where element i is the k-th True one (k < n) and
+    found[k] whether there is a k-th. One running count (cumsum) and a one-hot match: O(n * numel), lazy."""
+    rank = self.cumsum(0).cast(dtypes.int32) - 1                     # the place of each True element
+    k = type(self).arange(n, dtype=dtypes.int32, device=self.device).reshape(n, 1)
+    pick = self.unsqueeze(0) & (rank.unsqueeze(0) == k)
+    return pick, pick.any(-1)
 
   # ---------------------------------------------------------------- triangles and diagonals
 
@@ -421,7 +456,7 @@ class SelectionOps:
     d1 = _norm_dim(dim1, self.ndim, "diagonal", self.shape)
     d2 = _norm_dim(dim2, self.ndim, "diagonal", self.shape)
     if self.ndim < 2: raise ShapeError(f"diagonal: needs a tensor of at least 2 dims, got shape {tuple(self.shape)}")
-    if d1 == d2: raise ValueError(f"diagonal: dim1 and dim2 are both dim {d1} (shape {tuple(self.shape)})")
+    if d1 == d2: raise ArgumentError(f"diagonal: dim1 and dim2 are both dim {d1} (shape {tuple(self.shape)})")
     lead = [i for i in range(self.ndim) if i not in (d1, d2)]
     x = self.permute(*lead, d1, d2)
     pre = [None] * len(lead)
@@ -441,12 +476,12 @@ class SelectionOps:
     ops only: the dim is laid out twice and a window of it kept."""
     if dims is None:
       s = shifts if not isinstance(shifts, (tuple, list)) else (shifts[0] if len(shifts) == 1 else None)
-      if s is None: raise ValueError(f"roll: without dims, shifts must be one int, got {shifts!r}")
+      if s is None: raise ArgumentError(f"roll: without dims, shifts must be one int, got {shifts!r}")
       return self.reshape(-1).roll(s, 0).reshape(*self.shape)
     shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
     dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
     if len(shifts) != len(dims):
-      raise ValueError(f"roll: shifts {shifts} and dims {dims} must have the same length")
+      raise ArgumentError(f"roll: shifts {shifts} and dims {dims} must have the same length")
     x = self
     for s, d in zip(shifts, dims):
       s = _int_arg(s, "shift", "roll")
@@ -511,13 +546,14 @@ class SelectionOps:
     source = (ends <= p).cast(dtypes.int32)._acc_sum(1)            # whose run covers p
     return x._take_along(ax, source)
 
-  @staticmethod
-  def meshgrid(*tensors, indexing="ij"):
+  def meshgrid(self=None, *tensors, indexing="ij"):
     """Coordinate grids from 1-D tensors (torch.meshgrid): with "ij" output k varies along dim k; "xy" swaps the
-    first two dims (Cartesian, as numpy's default). Movement ops only."""
+    first two dims (Cartesian, as numpy's default). Movement ops only. Called on a tensor, that tensor is the first
+    grid axis (tinygrad's x.meshgrid(y)); Tensor.meshgrid(x, y) and Tensor.meshgrid([x, y]) work too."""
+    tensors = (*(self if isinstance(self, (list, tuple)) else () if self is None else (self,)), *tensors)
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)): tensors = tuple(tensors[0])
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
-    if not tensors: raise ValueError("meshgrid: needs at least one tensor")
+    if indexing not in ("ij", "xy"): raise ArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if not tensors: raise ArgumentError("meshgrid: needs at least one tensor")
     for t in tensors:
       if not isinstance(t, SelectionOps) or t.ndim > 1:
         shapes = [tuple(getattr(t, "shape", ())) for t in tensors]

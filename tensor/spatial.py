@@ -18,8 +18,8 @@ import numpy as np
 from baregrad.compiler.dtype import dtypes
 from .composite import ShapeError
 
-# spatial dims each interpolate mode needs (None: any number)
-INTERPOLATE_DIMS = {"nearest": None, "nearest-exact": None, "area": None, "linear": 1, "bilinear": 2, "bicubic": 2,
+# spatial dims each interpolate mode needs (None: any number; "linear" on 2 or 3 is bilinear/trilinear, as tinygrad)
+INTERPOLATE_DIMS = {"nearest": None, "nearest-exact": None, "area": None, "linear": None, "bilinear": 2, "bicubic": 2,
                     "trilinear": 3}
 CUBIC_A = -0.75   # torch's (and OpenCV's) bicubic coefficient
 
@@ -34,6 +34,16 @@ def _ints(x, n: int, name: str, op: str) -> tuple[int, ...]:
   if len(x) != n or not all(_is_int(v) for v in x):
     raise ValueError(f"{op}: {name} must be an int or a tuple of {n} ints, got {x!r}")
   return tuple(int(v) for v in x)
+
+
+def _weight_dims(weight) -> int:
+  """Spatial dims of a convolution given by its weight (C_out, C_in / groups, *kernel): tinygrad's N-d conv2d."""
+  return weight.ndim - 2 if getattr(weight, "ndim", 0) >= 3 else 2
+
+
+def _kernel_dims(kernel_size) -> int:
+  """Spatial dims a pooling pools: one per kernel_size entry (tinygrad's N-d pool2d), 2 for an int."""
+  return len(kernel_size) if isinstance(kernel_size, (tuple, list)) and kernel_size else 2
 
 
 def _dims(nd: int) -> str:
@@ -234,8 +244,9 @@ class SpatialOps:
 
   def conv2d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """(N, C, H, W) * (C_out, C/groups, kh, kw) -> (N, C_out, H_out, W_out), as torch.nn.functional.conv2d;
-    padding may also be tinygrad's (left, right, top, bottom) and negative (crops)."""
-    return self._conv("conv2d", 2, weight, bias, stride, padding, dilation, groups)
+    padding may also be tinygrad's (left, right, top, bottom) and negative (crops). As in tinygrad, the number of
+    spatial dims follows the weight: a (C_out, C/groups, k) weight makes it conv1d, a 5-D one conv3d."""
+    return self._conv("conv2d", _weight_dims(weight), weight, bias, stride, padding, dilation, groups)
 
   def conv3d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """(N, C, D, H, W) * (C_out, C/groups, kd, kh, kw) -> (N, C_out, D_out, H_out, W_out), as torch's conv3d."""
@@ -280,8 +291,10 @@ class SpatialOps:
     return self._conv_transpose("conv_transpose1d", 1, weight, bias, stride, padding, output_padding, groups, dilation)
 
   def conv_transpose2d(self, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    """(N, C_in, H, W) with weight (C_in, C_out/groups, kh, kw) -> (N, C_out, H_out, W_out), as torch's."""
-    return self._conv_transpose("conv_transpose2d", 2, weight, bias, stride, padding, output_padding, groups, dilation)
+    """(N, C_in, H, W) with weight (C_in, C_out/groups, kh, kw) -> (N, C_out, H_out, W_out), as torch's; the number
+    of spatial dims follows the weight, as in tinygrad (a 3-D weight: conv_transpose1d, a 5-D one: 3d)."""
+    return self._conv_transpose("conv_transpose2d", _weight_dims(weight), weight, bias, stride, padding, output_padding,
+                                groups, dilation)
 
   def conv_transpose3d(self, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """(N, C_in, D, H, W) with weight (C_in, C_out/groups, kd, kh, kw) -> (N, C_out, D_out, H_out, W_out)."""
@@ -297,21 +310,24 @@ class SpatialOps:
       raise ShapeError(f"{op}: expected a (C, {_dims(nd)}) or (N, C, {_dims(nd)}) input, got shape {tuple(self.shape)}")
     k = _ints(kernel_size, nd, "kernel_size", op)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _ints(stride, nd, "stride", op)
-    p, d = _ints(padding, nd, "padding", op), _ints(dilation, nd, "dilation", op)
+    d = _ints(dilation, nd, "dilation", op)
+    if isinstance(padding, (tuple, list)) and len(padding) == 2 * nd and nd > 1 and all(_is_int(v) for v in padding):
+      p = [(int(padding[2 * i]), int(padding[2 * i + 1])) for i in reversed(range(nd))]   # flat: last dim first
+    else: p = [(v, v) for v in _ints(padding, nd, "padding", op)]
     if any(v < 1 for v in k + s + d):
       raise ValueError(f"{op}: kernel_size {k}, stride {s} and dilation {d} must be positive")
-    if any(not 0 <= pi <= ki // 2 for pi, ki in zip(p, k)):
-      raise ValueError(f"{op}: padding {p} must be between 0 and half the kernel size {k}")
+    if any(not (0 <= pb <= ki // 2 and 0 <= pa <= ki // 2) for (pb, pa), ki in zip(p, k)):
+      raise ValueError(f"{op}: padding {padding} must be between 0 and half the kernel size {k}")
     out, pads = [], []
-    for L, ki, si, pi, di in zip(self.shape[-nd:], k, s, p, d):
+    for L, ki, si, (pb, pa), di in zip(self.shape[-nd:], k, s, p, d):
       span = di * (ki - 1) + 1
-      o = (L + 2 * pi - span + (si - 1 if ceil_mode else 0)) // si + 1
-      if ceil_mode and (o - 1) * si >= L + pi: o -= 1   # the last window must start inside the input or left padding
+      o = (L + pb + pa - span + (si - 1 if ceil_mode else 0)) // si + 1
+      if ceil_mode and (o - 1) * si >= L + pb: o -= 1   # the last window must start inside the input or left padding
       if o < 1:
-        raise ShapeError(f"{op}: input of shape {tuple(self.shape)} (spatial size padded by {p}) is smaller than the "
-                         f"kernel {k} with dilation {d}")
+        raise ShapeError(f"{op}: input of shape {tuple(self.shape)} (spatial size padded by {padding}) is smaller "
+                         f"than the kernel {k} with dilation {d}")
       out.append(o)
-      pads.append((pi, (o - 1) * si + span - L - pi))
+      pads.append((pb, (o - 1) * si + span - L - pb))
     return k, s, p, d, out, pads
 
   def _max_pool(self, op, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
@@ -337,7 +353,7 @@ class SpatialOps:
       o_shape[i], k_shape[nd + i] = out[i], k[i]
       o_at = type(self).arange(out[i], dtype=dtypes.int32, device=self.device).reshape(*o_shape) * s[i]
       j_at = type(self).arange(k[i], dtype=dtypes.int32, device=self.device).reshape(*k_shape) * d[i]
-      coord = o_at + j_at - p[i]
+      coord = o_at + j_at - p[i][0]
       term, ok = coord * math.prod(size[i + 1:]), (coord >= 0) & (coord < size[i])
       pos, inside = (term, ok) if pos is None else (pos + term, inside & ok)
     return pos, inside
@@ -348,8 +364,10 @@ class SpatialOps:
 
   def max_pool2d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """Max over windows of (N, C, H, W) or (C, H, W); with return_indices also each maximum's flat index h*W + w
-    into its input plane (int32), as torch.nn.functional.max_pool2d."""
-    return self._max_pool("max_pool2d", 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    into its input plane (int32), as torch.nn.functional.max_pool2d. As in tinygrad, a kernel_size of 1 or 3 ints
+    pools that many trailing dims, and padding may be flat (left, right, top, bottom)."""
+    return self._max_pool("max_pool2d", _kernel_dims(kernel_size), kernel_size, stride, padding, dilation, ceil_mode,
+                          return_indices)
 
   def max_pool3d(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """Max over windows of (N, C, D, H, W) or (C, D, H, W); indices are flat (d*H + h)*W + w."""
@@ -366,7 +384,7 @@ class SpatialOps:
       if not _is_int(divisor_override) or divisor_override == 0:
         raise ValueError(f"{op}: divisor_override must be a non-zero int, got {divisor_override!r}")
       return sums / int(divisor_override)
-    counted = [(pi, pi) if count_include_pad else (0, 0) for pi in p]
+    counted = [pi if count_include_pad else (0, 0) for pi in p]
     if all(b <= cb and a <= ca for (b, a), (cb, ca) in zip(pads, counted)): return sums / math.prod(k)
     ones = type(self).ones(*[L + cb + ca for L, (cb, ca) in zip(self.shape[-nd:], counted)], dtype=x.dtype,
                            device=self.device)
@@ -379,9 +397,10 @@ class SpatialOps:
 
   def avg_pool2d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
-    """Mean over windows of (N, C, H, W) or (C, H, W), as torch.nn.functional.avg_pool2d."""
-    return self._avg_pool("avg_pool2d", 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                          divisor_override)
+    """Mean over windows of (N, C, H, W) or (C, H, W), as torch.nn.functional.avg_pool2d; a kernel_size of 1 or 3
+    ints pools that many trailing dims, and padding may be flat (left, right, top, bottom), as in tinygrad."""
+    return self._avg_pool("avg_pool2d", _kernel_dims(kernel_size), kernel_size, stride, padding, ceil_mode,
+                          count_include_pad, divisor_override)
 
   def avg_pool3d(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):

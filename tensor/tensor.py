@@ -12,7 +12,7 @@ from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.runtime import _run_schedule
 from baregrad.drivers import settings
-from .composite import ComposedOps, ShapeError, DimError, sum_dtype
+from .composite import ComposedOps, ShapeError, DimError, ArgumentError, ModeError, DTypeError, RangeOverflowError, sum_dtype, dtype_arg
 from .elementwise import ElementwiseOps
 from .selection import SelectionOps
 from .spatial import SpatialOps
@@ -187,6 +187,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     dt = to_dtype(dtype) if dtype is not None else (dtypes.default_int if all_int else dtypes.default_float)
     if dtype is None and all_int and not all(dt.min <= int(v) <= dt.max for v in (start, stop - step, step)):
       dt = dtypes.int64          # values past the default int's range: int64, as numpy picks
+    if dt.is_int and n > 0 and not all(dt.min <= v <= dt.max for v in (start, start + (n - 1) * step)):
+      raise RangeOverflowError(f"arange: values from {start} to {start + (n - 1) * step} do not fit {dt.name} "
+                               f"[{dt.min}, {dt.max}]; pick a wider dtype")
     dev = _device_arg(device)
     idx = Tensor(UOp(Ops.IOTA, dt if dt.is_int else dtypes.int32, (UOp(Ops.DEVICE, None, (), dev),), n))
     if not dt.is_int: idx = idx.cast(dt)
@@ -245,7 +248,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
     shape = _shape_args(shape, "reshape")
     if sum(1 for s in shape if not isinstance(s, UOp) and s == -1) > 1:
-      raise ValueError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
+      raise ArgumentError(f"reshape: only one dimension can be -1, got {_fmt(shape)}")
     if any(not isinstance(s, UOp) and s == -1 for s in shape):
       known = sym.sprod(s for s in shape if isinstance(s, UOp) or s != -1)
       rest = sym.sdiv_exact(self.numel(), known) if not (isinstance(known, int) and known == 0) else None
@@ -290,7 +293,8 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     None per dim, or torch-style flat ints for the last dims, last dim first: (left, right, top, bottom, ...).
     `mode` is torch.nn.functional.pad's: "constant" fills with `value`; "reflect" mirrors without repeating the
     edge, "replicate" repeats the edge, "circular" wraps around (SpatialOps._pad_edges). Amounts are relative to
-    this tensor: a crop removes its own elements, never the other side's padding."""
+    this tensor: a crop removes its own elements, never the other side's padding; in "circular" mode the crop comes
+    first and the rest wraps around what is left (as torch), where what is left is long enough."""
     padding = tuple(padding)
     if _symbolic_pads(padding) or any(isinstance(d, UOp) for d in self.shape):
       return self._symbolic_pad(padding, mode, value)
@@ -306,7 +310,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
                          f"(left, right, top, bottom, ...) for the last dims, got {padding}")
       pads = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
     if mode not in ("constant", "reflect", "replicate", "circular"):
-      raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+      raise ModeError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
     if mode != "constant" and value != 0:
       raise ValueError(f"pad: mode {mode!r} takes no fill value (got value={value!r}); use mode='constant'")
     for (b, a), s in zip(pads, self.shape):
@@ -315,6 +319,10 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     if all(p == (0, 0) for p in pads): return self
     grow = tuple((max(b, 0), max(a, 0)) for b, a in pads)
     x = self
+    crop = [(max(-b, 0), n - max(-a, 0)) for (b, a), n in zip(pads, self.shape)]
+    if mode == "circular" and any(b < 0 or a < 0 for b, a in pads) and \
+       all(max(g) <= e - s for g, (s, e) in zip(grow, crop)):   # (a wrap longer than what is left: pad, then crop)
+      return self.shrink(crop).pad(grow, mode=mode)
     if mode != "constant": x = x._pad_edges(grow, mode)
     elif any(b or a for b, a in grow): x = Tensor(UOp(Ops.PAD, self.dtype, (self.uop,), (grow, truncate(value, self.dtype))))
     return x.shrink([(max(-b, 0), n - max(-a, 0)) for (b, a), n in zip(pads, x.shape)])
@@ -347,7 +355,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def flip(self, *axis) -> Tensor:
     axis = _shape_args(axis, "flip")
     axes = tuple(sorted({a + self.ndim if a < 0 else a for a in axis}))
-    if len(axes) != len(axis): raise ValueError(f"flip: duplicate value in axis {axis}")
+    if len(axes) != len(axis): raise ArgumentError(f"flip: duplicate value in axis {axis}")
     if any(not 0 <= a < self.ndim for a in axes): raise DimError(f"flip: axis {axis} out of range for shape {_fmt(self.shape)}")
     axes = tuple(a for a in axes if self.shape[a] > 1)
     if not axes: return self
@@ -439,7 +447,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       if a.dtype.is_bool: a, b = a.cast(dtypes.int8), b.cast(dtypes.int8)
       return a._alu(Ops.IDIV, b)
     if rounding_mode is not None:
-      raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+      raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = self._operands(other, reverse, lambda d: d if d.is_float else dtypes.default_float)
     return a._alu(Ops.MUL, b._alu(Ops.RECIP))
   def idiv(self, other, reverse=False) -> Tensor:
@@ -514,8 +522,15 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
 
   # bitwise
   def _bitop(self, op: Ops, x, reverse=False) -> Tensor:
+    """&, |, ^, <<, >>. A Python int that a signed tensor's dtype cannot hold but its bit width can, as an unsigned
+    value (int32 | 0xFFFFFFFF), is that bit pattern: it wraps to the signed value (-1), as tinygrad, and the dtype
+    stays (other out-of-range ints widen, numpy 1's rule; torch raises)."""
+    bits = 8 * self.dtype.itemsize
+    if op in (Ops.AND, Ops.OR, Ops.XOR) and self.dtype.is_int and not self.dtype.is_unsigned and \
+       isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and self.dtype.max < int(x) < 2 ** bits:
+      x = int(x) - 2 ** bits
     a, b = self._operands(x, reverse)
-    if a.dtype.is_float: raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}")
+    if a.dtype.is_float: raise DTypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}")
     return a._alu(op, b)
   def bitwise_and(self, x): return self._bitop(Ops.AND, x)
   def bitwise_or(self, x): return self._bitop(Ops.OR, x)
@@ -532,7 +547,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def __rrshift__(self, x): return self._bitop(Ops.SHR, x, True)
   def __invert__(self):
     if self.dtype.is_bool: return self.logical_not()
-    if self.dtype.is_float: raise TypeError(f"bitwise not needs an integer or bool tensor, got {self.dtype.name}")
+    if self.dtype.is_float: raise DTypeError(f"bitwise not needs an integer or bool tensor, got {self.dtype.name}")
     return self._alu(Ops.XOR, self._const_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
   def logical_not(self):
     b = self if self.dtype.is_bool else self._alu(Ops.CMPNE, self._const_like(0))
@@ -600,7 +615,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
       if not -max(self.ndim, 1) <= a < max(self.ndim, 1):
         raise IndexError(f"{op}: axis {a} is out of range for a tensor of shape {_fmt(self.shape)}")
       out.append(a + self.ndim if a < 0 else a)
-    if len(set(out)) != len(out): raise ValueError(f"{op}: duplicate value in axis {axis}")
+    if len(set(out)) != len(out): raise ArgumentError(f"{op}: duplicate value in axis {axis}")
     return tuple(sorted(set(a for a in out if self.ndim)))
 
   def _reduce(self, op: Ops, axis=None, keepdim=False) -> Tensor:
@@ -615,7 +630,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
   def _accumulate(self, op: Ops, axis, keepdim, dtype):
-    x = self.cast(to_dtype(dtype) if dtype is not None else sum_dtype(self.dtype))
+    x = self.cast(dtype_arg(dtype, "sum" if op is Ops.ADD else "prod") if dtype is not None else sum_dtype(self.dtype))
     if x.dtype in (dtypes.float16, dtypes.bfloat16):   # 16-bit floats accumulate in float32
       return x.cast(dtypes.float32)._reduce(op, axis, keepdim).cast(x.dtype)
     return x._reduce(op, axis, keepdim)
@@ -718,7 +733,9 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
 
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None, materialize_grads: bool = False) -> list[Tensor]:
     """[d self / d t for t in targets] (tinygrad's form): nothing is written to .grad and the targets need no
-    requires_grad. A target self does not depend on raises, or gives zeros with materialize_grads=True."""
+    requires_grad. A target self does not depend on raises, or gives zeros with materialize_grads=True. A target
+    with no elements (a zero-size dim) always gets its empty gradient, as torch (cat drops empty operands from the
+    graph, yet torch differentiates them)."""
     if not all(isinstance(t, Tensor) for t in targets):
       raise TypeError(f"gradient: targets must be Tensors, got {[type(t).__name__ for t in targets]}")
     derivs = self._derivatives(list(targets), self._grad_seed(gradient, "gradient()"))
@@ -726,7 +743,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     for i, t in enumerate(targets):
       g = derivs[id(t)]
       if g is None:
-        if not materialize_grads:
+        if not materialize_grads and t.numel() != 0:
           raise RuntimeError(f"gradient: target {i} (shape {_fmt(t.shape)}) is not part of this tensor's graph; "
                              "pass materialize_grads=True for zeros")
         g = Tensor.zeros(*t.shape, dtype=t.dtype if t.dtype.is_float else dtypes.float32, device=t.device)
