@@ -45,6 +45,8 @@ BAD = [  # variable, value, words the message must hold (what the variable takes
   ("PTX_MAX_STEPS", "lots", "PTX_MAX_STEPS takes an integer >= 1"),
   ("TRACE_IOCTL", "2", "TRACE_IOCTL takes 0 or 1"),
   ("EMU_LOG", "on", "EMU_LOG takes 0 or 1"),
+  ("EMU_SMALL_BAR", "yes", "EMU_SMALL_BAR takes 0 or 1"),
+  ("QUEUE_MARKERS", "2", "QUEUE_MARKERS takes 0 or 1"),
   ("CACHE", "no", "CACHE takes 0 or 1"),
 ]
 

@@ -98,6 +98,7 @@ class EngineQueue(threading.Thread):
     self.rptr_addr, self.wptr_addr, self.doorbell = rptr_addr, wptr_addr, doorbell
     self.rptr = 0                 # dwords, monotonic
     self.csa_addr = 0             # the context-save area (compute queues; CREATE_QUEUE sets it)
+    self.ring_checked = None      # the ring's BO was found executable (check_executable, on the first fetch)
     self.stopping = False
     self.dead: str | None = None
     self.packets_done = 0
@@ -200,7 +201,9 @@ class EngineQueue(threading.Thread):
       delay = 1e-5
       self.pickup_epoch = self.kfd.doorbell_picked_up()
       try:
-        self.check_executable(self.ring_base, "the ring", f"ring dword {self.rptr % self.ring_dwords:#x}")
+        if self.ring_checked is None:     # (the ring's BO is fixed for the queue's life: looked up once)
+          self.check_executable(self.ring_base, "the ring", f"ring dword {self.rptr % self.ring_dwords:#x}")
+          self.ring_checked = True
         # the ring holds at most size - 1 dwords: rptr == wptr means empty (kfd_kernel_queue.c; kfdtest BaseQueue)
         if wptr - self.rptr >= self.ring_dwords:
           raise QueueError(f"queue overrun: write pointer {wptr:#x} is {wptr - self.rptr:#x} dwords ahead of the read "
