@@ -102,3 +102,16 @@ def test_missing_weights_and_unknown_tensors(tmp_path):
   tensors["h.0.attn.extra.weight"] = np.zeros(3, np.float32)
   save_file(tensors, d2 / "model.safetensors")
   with pytest.raises(ModelError, match=r"'h.0.attn.extra.weight' is not a GPT-2 weight"): load_model(d2)
+
+
+@pytest.mark.parametrize("edit,message", [
+  (lambda tj: tj["model"].__setitem__("vocab", ["a", "b"]), r"model.vocab must map token texts to integer ids"),
+  (lambda tj: tj["model"]["merges"].insert(0, 7), r"merges entry '7' is neither"),
+  (lambda tj: tj["model"]["vocab"].__setitem__("zz-new", 5000), r"holes"),
+])
+def test_malformed_tokenizer_json_is_named(tmp_path, edit, message):
+  d = _copy(tmp_path, "gpt2")
+  tj = json.loads((d / "tokenizer.json").read_text())
+  edit(tj)
+  (d / "tokenizer.json").write_text(json.dumps(tj))
+  with pytest.raises(ModelError, match=message): load_model(d)
