@@ -1,6 +1,6 @@
-"""Host <-> device copies for drivers whose memory is ordinary host memory (the CPU's, Metal's shared storage, the
-pinned system memory of an NV device today): a plain copy through the driver's `view`. A driver with device memory
-the host should not read through the BAR (AMD VRAM) overrides them with its copy engine (hcq/driver.py)."""
+"""Host <-> device copies for drivers whose memory is ordinary host memory (the CPU's, Metal's shared storage): a plain
+copy through the driver's `view`. A driver with device memory the host should not read through the BAR (AMD VRAM, NV
+video memory) copies with its copy engine instead (hcq/driver.py)."""
 from __future__ import annotations
 
 

@@ -190,9 +190,10 @@ class Device:
 
   def alloc_shared(self, nbytes: int, others):
     """`nbytes` of this device's memory that the queues of `others` address too, at the same address (a signal one
-    device waits on and another writes, a buffer several copy through). This device's allocations must be host
-    memory (CPU, NV: system memory mapped for the GPU) that the others can map (map_host)."""
-    mem = self.driver.alloc(nbytes)
+    device waits on and another writes, a buffer several copy through): the driver's memory for what the host polls
+    (`alloc_polled`: host memory, such as NV's pinned pages, that the others can map with map_host; a GPU's video
+    memory is neither fast to poll nor pages another device can pin)."""
+    mem = self.driver.alloc_polled(nbytes)
     try:
       for d in dict.fromkeys(others):
         if d is not self: d.map_host(mem.addr, nbytes)

@@ -481,7 +481,7 @@ def bench_gpu_memory(results: dict):
       results[f"{name}.{op}.system_memory_fraction"] = system / max(total, 1)
     t_in, t_out, engine = got["roundtrip"]
     results[f"{name}.roundtrip_64mib.to_device_s"], results[f"{name}.roundtrip_64mib.to_host_s"] = t_in, t_out
-    path = ("copy engine (SDMA) through GTT staging" if engine >= 2 * (64 << 20) else
+    path = ("copy engine through pinned staging" if engine >= 2 * (64 << 20) else
             "CPU copy (the tensor is in system memory)" if got["add"][1] else "CPU copy")
     print(f"{name}: 64 MiB round trip {64 / 1.048576 / t_in:.0f} MB/s in, {64 / 1.048576 / t_out:.0f} MB/s out: {path}",
           file=sys.stderr)

@@ -1,7 +1,7 @@
 """The emulated NVIDIA GPU behind drivers/emu/nv_kernel.py: GPU memory, and one GPFIFO processor thread per channel.
 
 Three GPUs can be emulated (`GPU_MODELS`): GA100 (A100, sm_80, AMPERE_COMPUTE_A, QMD V03_00), AD102 (RTX 4090, sm_89,
-ADA_COMPUTE_A, V03_00) and GH100 (H100, sm_90, HOPPER_COMPUTE_A, V04_00, the default).
+ADA_COMPUTE_A, V03_00) and GH100 (H200, sm_90, HOPPER_COMPUTE_A, V04_00, the default).
 
 A channel thread polls its USERD GPPut (the driver's doorbell write is a plain store, so the thread watches the
 USERD page the doorbell announces), fetches GPFIFO entries, parses the pushbuffer methods the driver wrote and
@@ -68,6 +68,7 @@ class GpuModel:
   reserved_shared: int      # per-CTA shared memory the system reserves outside the cubin's .nv.shared
   max_channel_va: int       # UVM: a channel's mapped resources lie below this (parent_gpu->max_channel_va)
   user_va_limit: int        # UVM: a user VA range the GPU can address lies below this (uvm_gpu_can_address)
+  fb_mib: int = 0           # its video memory, MiB (RM's NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE)
 
   @property
   def tpcs(self) -> int: return (self.sms + 1) // 2
@@ -81,13 +82,17 @@ class GpuModel:
 # (uvm_common.h): the GPU's VA bits (49, num_va_bits_pascal in uvm_pascal_mmu.c, for Ampere and Ada; 57,
 # num_va_bits_hopper in uvm_hopper_mmu.c) against an x86-64 CPU with 4-level paging (48 VA bits): 49-bit GPUs use the
 # CPU's 48 bits, so the lower half ends at 2**47; Hopper keeps its 57, so 2**56.
+# The GH100 product is the H200 (SXM, 132 SMs like the H100 SXM5; PCI device 0x2335 "NVIDIA H200", OGKM README.md's
+# supported-GPU table at 580.142); its 141 GB of HBM3e are the 143771 MiB nvidia-smi reports as total memory on H200s
+# (TOTAL_RAM_SIZE). The others: 40960 MiB (A100-SXM4-40GB) and 24564 MiB (RTX 4090), nvidia-smi's totals too. The
+# emulated RM does not model the part of it RM reserves for itself: the heap is the whole of it.
 GPU_MODELS = {
   "GA100": GpuModel("GA100", "NVIDIA A100-SXM4-40GB", 0x20B0, "sm_80", (3, 0), rm.AMPERE_COMPUTE_A, rm.AMPERE_DMA_COPY_A,
-                    108, 64, (0, 8, 16, 32, 64, 100, 132, 164), 1024, 1 << 40, 1 << 47),
+                    108, 64, (0, 8, 16, 32, 64, 100, 132, 164), 1024, 1 << 40, 1 << 47, fb_mib=40960),
   "AD102": GpuModel("AD102", "NVIDIA GeForce RTX 4090", 0x2684, "sm_89", (3, 0), rm.ADA_COMPUTE_A, rm.AMPERE_DMA_COPY_B,
-                    128, 48, (0, 8, 16, 32, 64, 100), 1024, 1 << 40, 1 << 47),
-  "GH100": GpuModel("GH100", "NVIDIA H100 80GB HBM3", 0x2330, "sm_90", (4, 0), rm.HOPPER_COMPUTE_A, rm.HOPPER_DMA_COPY_A,
-                    132, 64, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228), 0, 1 << 57, 1 << 56),
+                    128, 48, (0, 8, 16, 32, 64, 100), 1024, 1 << 40, 1 << 47, fb_mib=24564),
+  "GH100": GpuModel("GH100", "NVIDIA H200", 0x2335, "sm_90", (4, 0), rm.HOPPER_COMPUTE_A, rm.HOPPER_DMA_COPY_A,
+                    132, 64, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228), 0, 1 << 57, 1 << 56, fb_mib=143771),
 }
 DEFAULT_GPU = "GH100"
 
@@ -199,6 +204,7 @@ class NVGpu:
     self.channels: list["ChannelProcessor"] = []
     self.icache: dict[int, bytes] = {}      # code fetched since the last instruction-cache invalidation: address -> bytes
     self.counters = counters.CounterLog("NV", parent=counters.PROCESS)   # what each kernel executed (counters.py)
+    self.copy_bytes: dict[str, int] = {}    # bytes the copy engine moved (LAUNCH_DMA), per channel name
 
   def invalidate_instruction_cache(self):
     with self.lock: self.icache.clear()
@@ -369,6 +375,7 @@ class ChannelProcessor(threading.Thread):
       except MemoryFault:
         raise ChannelFault(f"DMA copy {what} {addr:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
     views[1][:] = views[0]
+    with self.gpu.lock: self.gpu.copy_bytes[self.chname] = self.gpu.copy_bytes.get(self.chname, 0) + n
 
   def check_qmd(self, qmd_addr: int, raw: bytes):
     """Reject a QMD the emulator cannot interpret fully: it would otherwise run something other than what it says."""

@@ -1,5 +1,5 @@
-"""EMU=1 DEV=NV: an emulated NVIDIA kernel driver (RM + UVM) with one GPU: an H100 (GH100, sm_90, HOPPER_COMPUTE_A) by
-default, or an A100 (GA100) or RTX 4090 (AD102): `EmulatedNVKernel(gpu="GA100")`.
+"""EMU=1 DEV=NV: an emulated NVIDIA kernel driver (RM + UVM) with one GPU: an H200 (GH100, sm_90, HOPPER_COMPUTE_A,
+PCI 0x2335, 143771 MiB of HBM3e) by default, or an A100 (GA100) or RTX 4090 (AD102): `EmulatedNVKernel(gpu="GA100")`.
 
 Implements the kernel interface of drivers/kernel.py: `open` of /dev/nvidiactl, /dev/nvidia0, /dev/nvidia-uvm
 gives fake descriptors; `ioctl` decodes the same request numbers and parameter structs the driver uses
@@ -14,6 +14,16 @@ readable and writable mapping of the process, so another device's memory too --,
 limit and page-array flags), and UVM's external ranges and mappings what UVM checks (4K ranges, the attributes, the
 GPU's reach, the object's size); drivers/nv/osdesc.py holds the facts.
 
+Video memory (NV01_MEMORY_LOCAL_USER, drivers/nv/vidmem.py holds the facts): the GPU's memory is a sparse memfd of the
+model's size (`VideoMemory`: pages exist once touched, a freed range is punched out, so it reads zeros again as RM's
+scrubbed pages do). An allocation is checked as vidmemConstruct checks it (parameters, page size, alignment) and
+placed first fit; more than the GPU holds is NV_ERR_NO_MEMORY. NV_ESC_RM_MAP_MEMORY of it and an mmap of the
+/dev/nvidiaN fd (offset 0, the mapped length) map those memfd pages for the CPU at the address the caller asks for
+(BAR1); UVM_MAP_EXTERNAL_ALLOCATION maps them into the GPU's memory as device memory (what a kernel moves there is not
+system traffic: drivers/emu/counters.py). A host read through such a CPU mapping is invisible here (on the hardware a
+slow uncached PCIe read): the driver never does it; every byte the copy engine moves is counted in
+`copy_engine_bytes` (per channel: `NVGpu.copy_bytes`). NV2080_CTRL_CMD_FB_GET_INFO_V2 reports the sizes.
+
 The GPU lists the classes its chip lists on RM 580.142 (CHIP_CLASSES, NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2); of those
 it emulates the device, subdevice, VA space, channel group, context share, the Ampere/Hopper usermode and GPFIFO
 channel classes, and the chip's compute and DMA-copy class (another listed class: NV_ERR_NOT_SUPPORTED, an unlisted
@@ -23,11 +33,12 @@ it, or the same); a compute object needs a GR channel; a channel group is schedu
 externally owned VA space is bound through UVM_REGISTER_CHANNEL, whose VA region must be free in UVM's VA space.
 """
 from __future__ import annotations
-import errno, struct
+import ctypes, errno, mmap, os, struct, threading, weakref
 from dataclasses import dataclass, field
+import numpy as np
 from baregrad.drivers import kernel as kernel_mod
 from baregrad.drivers.kernel import KernelCallError, KernelInterface
-from baregrad.drivers.nv import rm, osdesc
+from baregrad.drivers.nv import rm, osdesc, vidmem
 from baregrad.drivers.nv.rm import ffi
 from .nv_gpu import NVGpu, ChannelProcessor, EmulatedProgram, GPU_MODELS, DEFAULT_GPU
 
@@ -204,7 +215,71 @@ CONTROL_CLASSES = {
   rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2: (rm.NV01_DEVICE_0,), rm.NV2080_CTRL_CMD_GPU_GET_GID_INFO: (rm.NV20_SUBDEVICE_0,),
   rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: CHANNEL_CLASSES,
   rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: (rm.KEPLER_CHANNEL_GROUP_A,),
+  rm.NV2080_CTRL_CMD_FB_GET_INFO_V2: (rm.NV20_SUBDEVICE_0,),
 }
+# vidmem allocation fields the emulator honours; another nonzero one is valid RM input it does not emulate
+# (NV_ERR_NOT_SUPPORTED): compression, block-linear or swizzled formats, fixed addresses, protected / localized memory
+VIDMEM_ATTR = ("PAGE_SIZE", "LOCATION", "PHYSICALITY", "COHERENCY", "GPU_CACHE_SNOOPABLE")
+VIDMEM_ATTR2 = ("GPU_CACHEABLE", "P2P_GPU_CACHEABLE", "PAGE_SIZE_HUGE", "PAGE_OFFLINING", "MEMORY_PROTECTION", "ZBC")
+VIDMEM_FLAGS = sum(vidmem.F[f] for f in ("IGNORE_BANK_PLACEMENT", "FORCE_MEM_GROWS_UP", "FORCE_ALIGN_HOST_PAGE",
+                                         "ALIGNMENT_HINT", "ALIGNMENT_FORCE", "MAP_NOT_REQUIRED", "NO_SCANOUT",
+                                         "PERSISTENT_VIDMEM", "USE_BEGIN_END", "TURBO_CIPHER_ENCRYPTED", "VIRTUAL"))
+
+
+class VideoMemory:
+  """The emulated GPU's video memory: a memfd twice its size (sparse: a page exists once written), of which RM's
+  allocator hands out ranges first fit while the bytes allocated stay within the GPU's memory (fragmentation never
+  refuses an allocation: real PMA takes noncontiguous pages). Each allocation is mapped once more for the GPU's page
+  tables to point into (`array`); a freed one is punched out of the memfd (its pages read zeros again).
+  The GPU side's mapping of an allocation is a Python `mmap` whose pages stay mapped while any array of it lives: a
+  channel thread that still holds one while the allocation is freed (a device closed with a kernel in flight) reads
+  zeros, never unmapped memory. `close` (all the kernel's files closed, or the object collected) closes the memfd;
+  mappings keep their pages."""
+
+  def __init__(self, nbytes: int):
+    self.size, self.used = nbytes, 0
+    self.fd = os.memfd_create("nv-emu-video-memory", os.MFD_CLOEXEC)
+    os.ftruncate(self.fd, 2 * nbytes)
+    self.free_ranges = [(0, 2 * nbytes)]                  # (offset, bytes), sorted, coalesced
+    self.views: dict[int, mmap.mmap] = {}                 # allocation offset -> the GPU side's mapping of it
+    self.lock = threading.Lock()
+    self._closer = weakref.finalize(self, os.close, self.fd)
+
+  def alloc(self, nbytes: int, align: int) -> int | None:
+    with self.lock:
+      if self.used + nbytes > self.size: return None
+      for i, (off, n) in enumerate(self.free_ranges):
+        start = (off + align - 1) // align * align
+        if start + nbytes > off + n: continue
+        rest = [(off, start - off)] if start > off else []
+        if start + nbytes < off + n: rest.append((start + nbytes, off + n - start - nbytes))
+        self.free_ranges[i:i + 1] = rest
+        self.used += nbytes
+        self.views[start] = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+        return start
+      return None
+
+  def release(self, offset: int, nbytes: int):
+    with self.lock:
+      del self.views[offset]        # unmapped when the last array of it is gone
+      _libc.fallocate(self.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, ctypes.c_long(offset), ctypes.c_long(nbytes))
+      self.used -= nbytes
+      ranges = sorted([*self.free_ranges, (offset, nbytes)])
+      merged = [ranges[0]]
+      for off, n in ranges[1:]:
+        if merged[-1][0] + merged[-1][1] == off: merged[-1] = (merged[-1][0], merged[-1][1] + n)
+        else: merged.append((off, n))
+      self.free_ranges = merged
+
+  def array(self, offset: int, nbytes: int, within: int = 0) -> np.ndarray:
+    """`nbytes` at `within` bytes into the allocation at `offset`, as the GPU's page tables see them."""
+    return np.frombuffer(self.views[offset], np.uint8, nbytes, within)
+
+  def close(self): self._closer()
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02         # <linux/falloc.h>
 
 
 class RMFail(Exception):
@@ -224,7 +299,8 @@ class File:
   path: str
   uvm_state: str = ""          # "", "initialized", "mm"
   registered_ctl: int | None = None
-  map_context: tuple | None = None   # (object host address, length) from NV_ESC_RM_MAP_MEMORY
+  map_context: tuple | None = None   # from NV_ESC_RM_MAP_MEMORY: (object host address, length), or for video memory
+                                     # ("vidmem", memfd offset, length, its VideoMemory)
 
 
 class EmulatedNVKernel:
@@ -249,6 +325,7 @@ class EmulatedNVKernel:
       rm.KEPLER_CHANNEL_GROUP_A: (rm.NV01_DEVICE_0,), rm.FERMI_CONTEXT_SHARE_A: (rm.KEPLER_CHANNEL_GROUP_A,),
       **{c: (rm.KEPLER_CHANNEL_GROUP_A,) for c in channel}, m.compute_class: tuple(channel), m.copy_class: tuple(channel),
       rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: (rm.NV01_DEVICE_0,),
+      rm.NV01_MEMORY_LOCAL_USER: (rm.NV01_DEVICE_0, rm.NV20_SUBDEVICE_0),     # resource_list.h
     }
     self.uvm_channels: dict[tuple, tuple] = {}   # registered (client, channel) -> (resource base, bytes) or None
     self.files: dict[int, File] = {}
@@ -258,6 +335,9 @@ class EmulatedNVKernel:
     self.anon: dict[int, int] = {}         # host mappings made through this interface: address -> length
     self.uvm_ranges: dict[int, int] = {}   # external ranges: base -> length
     self.uvm_maps: dict[int, int] = {}     # GPU mappings in them (UVM_MAP_EXTERNAL_ALLOCATION): address -> length
+    self.uvm_objects: dict[int, "Obj"] = {}   # the RM memory object each GPU mapping maps: address -> object
+    self._vram: VideoMemory | None = None  # made on the first video-memory allocation
+    self.bar1: dict[int, int] = {}         # CPU mappings of video memory (mmap of /dev/nvidiaN): address -> length
     self.uvm_gpu_registered = False
     self.tokens: dict[int, int] = {}
     self.version_text = f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {DRIVER_VERSION}  (emulated)\n"
@@ -281,6 +361,11 @@ class EmulatedNVKernel:
   def close(self, fd: int) -> None:
     if self.files.pop(fd, None) is None: raise KernelCallError(errno.EBADF, f"close({fd}) failed: EBADF [emulated NV]")
     kernel_mod.log("close", fd=fd, result=0)
+    if not self.files and self._vram is not None:     # the last file: the process let go of the GPU
+      for va, o in list(self.uvm_objects.items()):
+        if "vidmem" in o.info: self._unmap_gpu(va)
+      self._vram.close()
+      self._vram = None
 
   def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
     if fd == -1:
@@ -290,6 +375,15 @@ class EmulatedNVKernel:
     f = self._file(fd, "mmap")
     if f.path != DEV or f.map_context is None:
       raise KernelCallError(errno.EINVAL, f"mmap of fd {fd} ({f.path}) without an NV_ESC_RM_MAP_MEMORY context [emulated NV]")
+    if f.map_context[0] == "vidmem":      # BAR1: nvidia_mmap_helper wants offset 0 and the mapped length exactly
+      _, fb_offset, size, _ = f.map_context
+      if offset != 0 or length != size:
+        kernel_mod.log("mmap", addr=addr, length=length, prot=prot, flags=flags, fd=fd, offset=offset, result=-1)
+        raise KernelCallError(errno.EINVAL, f"mmap of {length:#x} bytes at offset {offset:#x} of fd {fd}: the mapped "
+                                            f"video memory is {size:#x} bytes at offset 0 [emulated NV]")
+      res = self.real.mmap(addr, length, prot, flags, f.map_context[3].fd, fb_offset)
+      self.bar1[res] = length
+      return res
     host, size = f.map_context
     if offset != 0 or length > size: raise KernelCallError(errno.EINVAL, f"mmap of {length:#x} bytes at offset {offset:#x} "
                                                                           f"exceeds the mapped object ({size:#x} bytes)")
@@ -297,8 +391,8 @@ class EmulatedNVKernel:
     return host
 
   def munmap(self, addr: int, length: int) -> None:
-    if addr in self.anon:
-      del self.anon[addr]
+    if addr in self.anon or addr in self.bar1:
+      self.anon.pop(addr, None); self.bar1.pop(addr, None)
       self.real.munmap(addr, length)
     else: kernel_mod.log("munmap", addr=addr, length=length, result=0)
 
@@ -318,6 +412,17 @@ class EmulatedNVKernel:
   def fault(self) -> str | None:
     with self.gpu.lock: faults = list(self.gpu.faults.values())
     return "; ".join(faults) or None
+
+  # ---- video memory ----
+  @property
+  def vram(self) -> VideoMemory:
+    if self._vram is None: self._vram = VideoMemory(self.model.fb_mib << 20)
+    return self._vram
+
+  @property
+  def copy_engine_bytes(self) -> int:
+    """Bytes the GPU's copy engines moved (LAUNCH_DMA on any channel) since the kernel was opened (tools/bench.py)."""
+    with self.gpu.lock: return sum(self.gpu.copy_bytes.values())
 
   # ---- ioctl ----
   def ioctl(self, fd: int, request: int, arg, name: str | None = None, fields=None) -> int:
@@ -422,6 +527,7 @@ class EmulatedNVKernel:
       if a.engineType != GR_ENGINE and a.engineType not in CE_ENGINES: raise RMFail("NV_ERR_NOT_SUPPORTED")   # not emulated
       obj.info["engine"] = a.engineType
     if p.hClass == rm.FERMI_CONTEXT_SHARE_A: obj.info["vaspace"] = self._find(client, a.hVASpace, rm.FERMI_VASPACE_A)
+    if p.hClass == rm.NV01_MEMORY_LOCAL_USER: self._vidmem_alloc(a, obj)
     if p.hClass in (self.model.compute_class, self.model.copy_class):
       if any(client[c].cls == p.hClass for c in parent.children): raise RMFail("NV_ERR_INVALID_STATE")
       # a class is looked up for the channel's engine (chandesConstruct, gpu/fifo/channel_descendant.c): compute needs a
@@ -457,11 +563,12 @@ class EmulatedNVKernel:
     # the channel takes the TSG's engine (0 inherits it)
     if 0 < a.engineType < NV2080_ENGINE_TYPE_LAST and a.engineType != group.info["engine"]: raise RMFail("NV_ERR_INVALID_ARGUMENT")
     engine = group.info["engine"]
-    userd = self._find(client, a.hUserdMemory[0], rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
+    memory = (rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, rm.NV01_MEMORY_LOCAL_USER)    # USERD / notifier: any memory object
+    userd = self._find(client, a.hUserdMemory[0], memory)
     if a.userdOffset[0] + 0x200 > userd.info["size"]: raise RMFail("NV_ERR_INVALID_OFFSET")
     notifier = None
     if a.hObjectError:
-      err = self._find(client, a.hObjectError, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
+      err = self._find(client, a.hObjectError, memory)
       notifier = err.info.get("va")
     if not self._gpu_mapped(a.gpFifoOffset, 8 * a.gpFifoEntries): raise RMFail("NV_ERR_INVALID_ADDRESS")
     if userd.info.get("va") is None: raise RMFail("NV_ERR_INVALID_ADDRESS")
@@ -491,6 +598,16 @@ class EmulatedNVKernel:
       if c.flags != rm.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY: raise RMFail("NV_ERR_NOT_SUPPORTED")
       c.length = 16
       c.data[0:16] = GPU_UUID
+    elif p.cmd == rm.NV2080_CTRL_CMD_FB_GET_INFO_V2:
+      # subdeviceCtrlCmdFbGetInfoV2 / _kmemsysGetFbInfos (gpu/mem_sys/kern_mem_sys_ctrl.c): sizes in KiB
+      if not 0 < c.fbInfoListSize <= vidmem.FB_INFO_MAX_LIST_SIZE: raise RMFail("NV_ERR_INVALID_ARGUMENT")
+      total, free = (self.model.fb_mib << 20) >> 10, ((self.model.fb_mib << 20) - (self._vram.used if self._vram else 0)) >> 10
+      values = {"TOTAL_RAM_SIZE": total, "RAM_SIZE": total, "USABLE_RAM_SIZE": total, "HEAP_SIZE": total, "HEAP_FREE": free}
+      index = {v: k for k, v in vidmem.FB_INFO_INDEX.items()}
+      for i in range(c.fbInfoListSize):
+        name = index.get(c.fbInfoList[i].index)
+        if name not in values: raise RMFail("NV_ERR_NOT_SUPPORTED")       # an index the emulator does not model
+        c.fbInfoList[i].data = values[name]
     elif p.cmd == rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN:
       c.workSubmitToken = obj.info["token"]
     elif p.cmd == rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
@@ -509,19 +626,53 @@ class EmulatedNVKernel:
   def _free(self, p, fd):
     client = self._client(p.hRoot)
     if p.hObjectOld == p.hRoot:
-      for o in client.values(): self._release(o)
+      self._release_all(list(client.values()))
       del self.clients[p.hRoot]
       return
     obj = self._obj(client, p.hObjectOld)
+    freed = []
     def drop(h):
       o = client.pop(h)
       for c in o.children: drop(c)
-      self._release(o)
+      freed.append(o)
     if obj.parent in client and p.hObjectOld in client[obj.parent].children: client[obj.parent].children.remove(p.hObjectOld)
     drop(p.hObjectOld)
+    self._release_all(freed)
+
+  def _release_all(self, objs: list):
+    """Free objects together as RM does under a client or a device: the channels stop (their threads joined) before
+    any memory goes, so no channel thread runs on memory that is already free."""
+    for o in sorted(objs, key=lambda o: "proc" not in o.info): self._release(o)
 
   def _release(self, o: Obj):
     if "proc" in o.info: self.gpu.release(o.info["proc"])
+    if "vidmem" in o.info:
+      # UVM holds a duplicate of what it maps (nvUvmInterfaceDupMemory), so real pages outlive the handle while mapped;
+      # the emulator drops such GPU mappings with the handle instead (the driver unmaps first: UVM_FREE, then RM_FREE)
+      for va in [va for va, m in self.uvm_objects.items() if m is o]: self._unmap_gpu(va)
+      o.info["vram"].release(o.info["vidmem"], o.info["size"])
+
+  def _vidmem_alloc(self, a, obj: Obj):
+    """NV01_MEMORY_LOCAL_USER: vidmemConstruct (mem_mgr/video_mem.c, 580.142) with stdmemValidateParams, the page size
+    and alignment RM picks, and PMA's pages: NV_ERR_NO_MEMORY past the GPU's memory. RM writes back the size, the page
+    size attributes, the offset and the limit."""
+    bad = vidmem.rm_validate(a)
+    if bad: raise RMFail(bad)
+    if (any(vidmem.field(a.attr, f, vidmem.ATTR_FIELDS) for f in vidmem.ATTR_FIELDS if f not in VIDMEM_ATTR) or
+        any(vidmem.field(a.attr2, f, vidmem.ATTR2_FIELDS) for f in vidmem.ATTR2_FIELDS if f not in VIDMEM_ATTR2) or
+        a.flags & ~VIDMEM_FLAGS or a.flags & vidmem.F["USE_BEGIN_END"] or a.type != vidmem.TYPE_IMAGE or a.hVASpace):
+      raise RMFail("NV_ERR_NOT_SUPPORTED")     # valid RM input that the emulator does not emulate
+    page = vidmem.rm_page_size(a)
+    if not page: raise RMFail("NV_ERR_INVALID_STATE")             # _vidmemQueryAlignment: no page size
+    bad, size, align = vidmem.rm_alignment(a, page)
+    if bad: raise RMFail(bad)
+    offset = self.vram.alloc(size, align)
+    if offset is None: raise RMFail("NV_ERR_NO_MEMORY")            # pmaAllocatePages
+    a.size, a.offset, a.limit = size, offset, offset + size - 1
+    huge = {vidmem.PAGE_2M: vidmem.PAGE_SIZE_HUGE_2MB, vidmem.PAGE_512M: vidmem.PAGE_SIZE_HUGE_512MB}.get(page)
+    a.attr = (a.attr & ~(3 << 23)) | ((vidmem.PAGE_SIZE_HUGE if huge else vidmem.PAGE_SIZE_BIG) << 23)
+    if huge: a.attr2 = (a.attr2 & ~(3 << 20)) | (huge << 20)
+    obj.info.update(vidmem=offset, size=size, page=page, vram=self.vram)
 
   def _alloc_memory(self, p, fd):
     """NV_ESC_RM_ALLOC_MEMORY of NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: RmAllocOsDescriptor, RmCreateOsDescriptor (escape.c),
@@ -556,6 +707,14 @@ class EmulatedNVKernel:
     client = self._client(a.hClient)
     obj = self._obj(client, a.hMemory)
     if obj.parent != a.hDevice: raise RMFail("NV_ERR_INVALID_OBJECT_PARENT")
+    if "vidmem" in obj.info:    # memMap (rmapi/mapping_cpu.c): offset, length; then BAR1, write-combined
+      if a.offset >= obj.info["size"]: raise RMFail("NV_ERR_INVALID_BASE")
+      if a.length == 0 or a.offset + a.length > obj.info["size"]: raise RMFail("NV_ERR_INVALID_LIMIT")
+      target = self.files.get(p.fd)
+      if target is None or target.path != DEV or target.registered_ctl is None: raise RMFail("NV_ERR_INVALID_ARGUMENT")
+      target.map_context = ("vidmem", obj.info["vidmem"] + a.offset, a.length, obj.info["vram"])
+      a.pLinearAddress = 0xB0000000_0000 + obj.info["vidmem"] + a.offset    # RM's cookie; the mmap places it
+      return
     if "host" not in obj.info or obj.cls == rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: raise RMFail("NV_ERR_INVALID_CLASS")
     if a.offset + a.length > obj.info["size"] or a.length == 0: raise RMFail("NV_ERR_INVALID_LIMIT")
     target = self.files.get(p.fd)
@@ -672,7 +831,7 @@ class EmulatedNVKernel:
         raise RMFail("NV_ERR_NOT_SUPPORTED")      # valid, but the emulator maps with the defaults only
       if p.base + p.length > self.model.user_va_limit: raise RMFail("NV_ERR_OUT_OF_RANGE")   # uvm_gpu_can_address
       client = self._check_rm(p.rmCtrlFd, p.hClient)
-      mem = self._find(client, p.hMemory, rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)   # nvUvmInterfaceDupMemory
+      mem = self._find(client, p.hMemory, (rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, rm.NV01_MEMORY_LOCAL_USER))   # DupMemory
       if p.offset % PAGE: raise RMFail("NV_ERR_INVALID_ADDRESS")    # no GPU page size (4K up) divides the offset
       if p.offset + p.length > mem.info["size"]: raise RMFail("NV_ERR_INVALID_OFFSET")   # uvm_va_range_map_rm_allocation
       # the mapping replaces what this GPU mapped in [base, base + length) (uvm_unmap_external_in_range); the emulator
@@ -680,12 +839,15 @@ class EmulatedNVKernel:
       inside = [va for va, n in self.uvm_maps.items() if va < p.base + p.length and p.base < va + n]
       if any(va < p.base or va + self.uvm_maps[va] > p.base + p.length for va in inside): raise RMFail("NV_ERR_NOT_SUPPORTED")
       for va in inside: self._unmap_gpu(va)
-      self.gpu.map_host(p.base, mem.info["host"] + p.offset, p.length)
+      if "vidmem" in mem.info: self.gpu.mem.map_array(p.base, mem.info["vram"].array(mem.info["vidmem"], p.length, p.offset))
+      else: self.gpu.map_host(p.base, mem.info["host"] + p.offset, p.length)
       self.uvm_maps[p.base] = p.length
+      self.uvm_objects[p.base] = mem
       mem.info["va"] = p.base
 
   def _unmap_gpu(self, va: int):
     del self.uvm_maps[va]
+    self.uvm_objects.pop(va, None)
     self.gpu.mem.unmap(va)
 
   def _uvm_free(self, f, p):

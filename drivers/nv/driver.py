@@ -6,11 +6,21 @@ GPFIFO channel and a COPY0 one holding the copy channel, since RM binds a TSG an
 runlist; the newest compute, DMA-copy, channel and usermode classes the GPU lists) and registers the GPU, the VA
 space and every channel with /dev/nvidia-uvm (a channel in a UVM-owned VA space is schedulable only once bound).
 
-Memory: host pages mmapped at a driver-chosen address below 2**40 (GPFIFO entries hold 40-bit addresses),
-described to RM as an OS descriptor (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, osdesc.py) and mapped by UVM at the same GPU
-virtual address: one address for host and GPU, `view()` is a plain pointer. `map_host` does the same for host pages
-another device allocated (at their own address, below 2**47 on Ampere/Ada, 2**56 on Hopper): the DMA-copy channel then
-copies between the two devices' memory (hcq/transfer.py) and semaphores reach the other's signals.
+Memory: one address for host and GPU, `view()` is a plain pointer; addresses are driver-chosen, below 2**40, in a
+region per kind (VA_REGIONS). `alloc` gives video memory (tensors, programs with their constant banks, QMDs with
+constant bank 0, shader local memory): RM's NV01_MEMORY_LOCAL_USER (vidmem.py), GPU-cached, mapped by UVM into the GPU
+VA space and for the CPU at the same address through BAR1 (NV_ESC_RM_MAP_MEMORY + mmap of /dev/nvidiaN, write-combined:
+host writes are fine, host reads are uncached PCIe round trips, so the driver does not read it: copyout takes the copy
+engine, and `_host_readable` is the one exception). `alloc_polled` gives
+pinned host memory: host pages mmapped at the address, described to RM as an OS descriptor
+(NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, osdesc.py) and mapped by UVM at the same GPU virtual address. It holds what the host
+polls or reads back (signals, the channels' fences, GPFIFO rings, USERD, the error notifier, pushbuffers) and the
+staging buffers of copyin/copyout, which move video memory through the DMA-copy channel, two staging buffers in turn
+(the host copies one chunk while the engine moves the other); small writes go through BAR1. Kernel arguments are read by
+the host (copied into constant bank 0 at submit): memory they lie in moves to pinned host memory, at the same address,
+the first time a launch names it (`_host_readable`). `map_host` maps host pages another device allocated (at their own
+address, below 2**47 on Ampere/Ada, 2**56 on Hopper) as an OS descriptor: the DMA-copy channel then copies between the
+two devices' memory (hcq/transfer.py) and semaphores reach the other's signals.
 
 Queues: HWQueue commands become pushbuffer methods (pushbuf.py): `exec` -> a QMD (qmd.py) + SEND_PCAS, `copy` ->
 DMA-copy class methods, `signal`/`wait`/`timestamp` -> host semaphore release/acquire. `encode` only builds the words
@@ -30,16 +40,15 @@ Channel state a launch relies on is sent at the head of the next compute submiss
 cache invalidation after program memory was written (a freed program's memory is reused for the next one).
 """
 from __future__ import annotations
-import os, re, time, struct
+import bisect, os, re, time, struct
 from dataclasses import dataclass, field
 import cffi
 import numpy as np
 from .. import kernel as kernel_mod
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
-from . import rm, qmd, osdesc, pushbuf as pb
+from . import rm, qmd, osdesc, vidmem, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
-from ..hostcopy import HostMemoryCopies
 
 _ffi = cffi.FFI()
 VA_BASE, VA_LIMIT = 0x20_0000_0000, 1 << 40      # driver-chosen host == GPU addresses (GPFIFO GET_HI is 8 bits)
@@ -47,7 +56,15 @@ MAP_FIXED_NOREPLACE = 0x100000                    # <linux/mman.h>
 PAGE = 0x1000
 OVERRUN = 0x10000
 GPFIFO_ENTRIES = 1024
-_va_cursor = [VA_BASE]                            # process-wide: every NVDriver shares the address space
+# VA regions, by the page size of what lies there: pinned host memory in 4 KiB pages, video memory in 64 KiB and in
+# 2 MiB pages (vidmem.placement). Within a region allocations lie back to back at their page alignment (see OVERRUN);
+# a 2 MiB-page allocation at a 2 MiB-aligned address gets 2 MiB PTEs from UVM. What the channel fetches by a 40-bit
+# address (pushbuffers: pinned memory; QMDs: SEND_PCAS_A holds address >> 8 in 32 bits, launch arenas take 64 KiB
+# pages) lies below 2**40; 2 MiB-page video memory (the big tensors) above, up to 2**46 (UVM addresses user VAs below
+# 2**47 on Ampere/Ada, 2**56 on Hopper; Linux places its own mappings near 2**47).
+VA_REGIONS = {PAGE: (VA_BASE, 0x40_0000_0000), vidmem.PAGE_64K: (0x40_0000_0000, VA_LIMIT),
+              vidmem.PAGE_2M: (VA_LIMIT, 1 << 46)}
+_va_cursor = {page: lo for page, (lo, _) in VA_REGIONS.items()}   # process-wide: every NVDriver shares the address space
 SHARED_WINDOW, LOCAL_WINDOW = 0xFE00_0000, 0xFF00_0000   # generic-address windows (driver's choice, below VA_BASE)
 CHANNEL_VA_BYTES = 64 << 20   # per channel, the VA region UVM_REGISTER_CHANNEL maps the channel's context buffers into
                               # (driver's choice; RM reports the sizes in NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE)
@@ -101,6 +118,8 @@ class NVMemory:
   mapped: int
   handle: int
   host_mapped: bool = False     # pages another allocation owns, mapped for the GPU (map_host): not ours to munmap
+  video: bool = False           # video memory (NV01_MEMORY_LOCAL_USER, the CPU's mapping through BAR1); else pinned host
+  page: int = PAGE              # the VA region it lies in (VA_REGIONS)
 
 
 @dataclass(eq=False)
@@ -187,7 +206,7 @@ def check_version(version: str):
                   f"series (checked against {rm.HEADERS_VERSION}). Install a {rm.SUPPORTED_SERIES[-1]} driver.")
 
 
-class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
+class NVDriver:
   name = "NV"
   has_copy_queue = True    # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
   timestamp_hz = 1_000_000_000   # semaphore release timestamps are the GPU's globaltimer, in ns
@@ -197,6 +216,10 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     self.timeout = timeout           # seconds a full GPFIFO may stay full
     self._stalled = None             # (address, value, seen, timeout) of the last wait that timed out
     self._live: dict[int, NVMemory] = {}   # mapped allocations, unmapped by close()
+    self._live_addrs: list[int] = []       # their addresses, sorted (which allocation holds an address)
+    self._host_read: list[tuple[int, int]] = []   # [lo, hi) of pinned allocations kernel arguments were read from
+    self._stage = None                     # copyin/copyout: two pinned staging buffers and their signal, on first use
+    self._guards: list[NVMemory] = []      # the first page of each video-memory VA region (see _alloc_video)
     self._host_maps: dict[int, NVMemory] = {}   # other allocations' pages this GPU maps (map_host)
     if not self.k.exists("/dev/nvidiactl"):
       raise NVError("NV device: /dev/nvidiactl does not exist: the NVIDIA kernel driver is not loaded (or this machine has "
@@ -241,6 +264,7 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     gid.flags = rm.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY
     self.rm.control(self.subdevice, rm.NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid)
     self.uuid = bytes(gid.data[0:16])
+    self.vram_bytes = self._fb_info("TOTAL_RAM_SIZE")[0]     # the GPU's memory (143771 MiB on an H200)
     self._uvm(rm.UVM_REGISTER_GPU, gpu_uuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root)
     # usermode doorbell page
     self.usermode = self.rm.alloc(self.subdevice, usermode_class)
@@ -251,9 +275,9 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     vp.flags = rm.NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING | rm.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED
     self.vaspace = self.rm.alloc(self.device, rm.FERMI_VASPACE_A, vp)
     self._uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hVaSpace=self.vaspace)
-    self._free_va: dict[int, list] = {}
+    self._free_va: dict[tuple, list] = {}   # (region page size, bytes) -> freed addresses
     self._free_windows: list[int] = []
-    self.error_notifier = self.alloc(PAGE)
+    self.error_notifier = self.alloc_polled(PAGE)
     # One TSG per engine: RM ties a TSG and every channel in it to the runlist of the TSG's engine and rejects a channel
     # whose engineType differs from its TSG's with NV_ERR_INVALID_ARGUMENT ("Engine type of channel ... not compatible
     # with engine type of TSG", src/nvidia/src/kernel/gpu/fifo/kernel_channel.c, kchannelConstruct; GA100 and later,
@@ -315,7 +339,7 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
 
   def _channel(self, name: str, cls: int, engine: int, subchannels: dict) -> Channel:
     """A GPFIFO channel in the TSG of `engine`, its objects, its work-submit token, registered with UVM."""
-    ring, userd = self.alloc(GPFIFO_ENTRIES * pb.GP_ENTRY_BYTES), self.alloc(PAGE)
+    ring, userd = self.alloc_polled(GPFIFO_ENTRIES * pb.GP_ENTRY_BYTES), self.alloc_polled(PAGE)    # the host reads them
     p = ffi.new("NV_CHANNEL_ALLOC_PARAMS *")
     p.hObjectError, p.gpFifoOffset, p.gpFifoEntries = self.error_notifier.handle, ring.addr, GPFIFO_ENTRIES
     p.hContextShare, p.hUserdMemory[0], p.userdOffset[0], p.engineType = self.ctxshares[engine], userd.handle, 0, engine
@@ -329,8 +353,8 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     window = self._free_windows.pop() if self._free_windows else self._take_va(CHANNEL_VA_BYTES)
     self._uvm(rm.UVM_REGISTER_CHANNEL, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hChannel=handle,
               base=window, length=CHANNEL_VA_BYTES)
-    return Channel(name, handle, ring, userd, token, self.alloc(PAGE), subchannels=subchannels, cls=cls, engine=engine,
-                   group=self.groups[engine], window=window)
+    return Channel(name, handle, ring, userd, token, self.alloc_polled(PAGE), subchannels=subchannels, cls=cls,
+                   engine=engine, group=self.groups[engine], window=window)
 
   def _schedule(self):
     for group in self.groups.values():
@@ -379,11 +403,20 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     self._local_generation += 1
 
   # ---- memory ----
+  # OVERRUN bytes of slack after each buffer: codegen's GPU kernels load (not store) past the end for the masked-off
+  # threads of the last block; on the GPU an unmapped address faults (drivers/emu/README.md)
   def alloc(self, nbytes: int) -> NVMemory:
-    # OVERRUN bytes of slack after each buffer: codegen's GPU kernels load (not store) past the end for the masked-off
-    # threads of the last block; on the GPU an unmapped address faults (drivers/emu/README.md)
+    """Video memory (see the module docstring): tensors, programs, launch memory, local memory."""
+    page, size = vidmem.placement(nbytes + OVERRUN)
+    if _va_cursor[page] == VA_REGIONS[page][0]:     # nothing before the region's first allocation to read: a guard
+      self._guards.append(self._alloc_video(page, page, page))
+    return self._alloc_video(nbytes, size, page)
+
+  def alloc_polled(self, nbytes: int) -> NVMemory:
+    """Pinned host memory (OS descriptors) for what the host polls or reads back: signals (hcq/driver.py), and the
+    driver's fences, GPFIFO rings, USERD, error notifier, pushbuffers and copy staging."""
     size = (max(nbytes, 1) + OVERRUN + PAGE - 1) // PAGE * PAGE
-    addr = self._free_va[size].pop() if self._free_va.get(size) else self._take_va(size)
+    addr = self._va(PAGE, size)
     while True:
       try:
         self.k.mmap(addr, size, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE,
@@ -394,9 +427,79 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
         addr = self._take_va(size)
     handle = self._os_descriptor(addr, size)
     self._uvm_map(addr, size, handle)
-    mem = NVMemory(addr, nbytes, size, handle)
-    self._live[addr] = mem
+    return self._track(NVMemory(addr, nbytes, size, handle))
+
+  def _alloc_video(self, nbytes: int, size: int, page: int) -> NVMemory:
+    """`size` bytes (whole pages of `page` bytes) of video memory: RM's allocation, its CPU mapping through BAR1 at a
+    driver-chosen address and UVM's GPU mapping at the same address. MemoryError when the GPU's memory is full."""
+    p = ffi.new("NV_MEMORY_ALLOCATION_PARAMS *")
+    vidmem.request(p, self.rm.root, size, page)
+    try: handle = self.rm.alloc(self.device, rm.NV01_MEMORY_LOCAL_USER, p)
+    except RMError as e:
+      if e.status != rm.STATUS["NV_ERR_NO_MEMORY"]: raise
+      total, free = self._fb_info("HEAP_SIZE", "HEAP_FREE")
+      raise MemoryError(f"{self.name}: out of GPU memory allocating {size} bytes of video memory: {free >> 20} MiB of "
+                        f"{total >> 20} MiB free (NV01_MEMORY_LOCAL_USER: {rm.status_name(e.status)})") from None
+    try:
+      addr = self._bar1_map(handle, size, page)
+      try: self._uvm_map(addr, size, handle)
+      except BaseException:
+        self.k.munmap(addr, size)
+        self._free_va.setdefault((page, size), []).append(addr)
+        raise
+    except BaseException:
+      self.rm.free(self.device, handle)
+      raise
+    return self._track(NVMemory(addr, nbytes, size, handle, video=True, page=page))
+
+  def _bar1_map(self, handle: int, size: int, page: int) -> int:
+    """Map video memory object `handle` for the CPU at a driver-chosen address of region `page`: NV_ESC_RM_MAP_MEMORY
+    (NVOS33) naming a fresh /dev/nvidiaN fd, then mmap of that fd at offset 0 and the whole length (vidmem.py). The
+    fd is closed after: the mapping keeps the file (and RM's mapping context on it) alive."""
+    fd = self._open_device()
+    try:
+      p = ffi.new("nv_ioctl_nvos33_parameters_with_fd *")
+      p.params.hClient, p.params.hDevice, p.params.hMemory, p.params.offset, p.params.length = \
+        self.rm.root, self.device, handle, 0, size
+      p.fd = fd
+      self.rm.escape(self.fd_ctl, rm.NV_ESC_RM_MAP_MEMORY, p, lambda: {"hMemory": handle, "length": size, "status": p.params.status})
+      if p.params.status != rm.NV_OK:
+        raise RMError(f"NV_ESC_RM_MAP_MEMORY of {size:#x} bytes of video memory (handle {handle:#x})", p.params.status)
+      addr = self._va(page, size)
+      while True:
+        try:
+          got = self.k.mmap(addr, size, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE,
+                            kernel_mod.MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0)
+        except kernel_mod.KernelCallError as e:   # the range is taken (another mapping in this process): the next one
+          if e.errno != 17: raise               # EEXIST
+          addr = self._take_va(size, page)
+          continue
+        if got != addr:                        # a kernel without MAP_FIXED_NOREPLACE (before Linux 4.17) took it as a hint
+          self.k.munmap(got, size)
+          raise NVError(f"{self.name}: mmap of video memory at {addr:#x} placed it at {got:#x} (the kernel does not "
+                        f"know MAP_FIXED_NOREPLACE, Linux 4.17+)")
+        return addr
+    finally:
+      self.k.close(fd)
+
+  def _fb_info(self, *names: str) -> list[int]:
+    """NV2080_CTRL_CMD_FB_GET_INFO_V2: the named sizes (vidmem.FB_INFO_INDEX; RM reports KiB), in bytes."""
+    p = ffi.new("NV2080_CTRL_FB_GET_INFO_V2_PARAMS *")
+    p.fbInfoListSize = len(names)
+    for i, name in enumerate(names): p.fbInfoList[i].index = vidmem.FB_INFO_INDEX[name]
+    self.rm.control(self.subdevice, rm.NV2080_CTRL_CMD_FB_GET_INFO_V2, p)
+    return [p.fbInfoList[i].data << 10 for i in range(len(names))]
+
+  def _track(self, mem: NVMemory) -> NVMemory:
+    self._live[mem.addr] = mem
+    bisect.insort(self._live_addrs, mem.addr)
     return mem
+
+  def _allocation(self, addr: int, nbytes: int) -> NVMemory | None:
+    """This driver's allocation holding [addr, addr + nbytes), or None."""
+    i = bisect.bisect_right(self._live_addrs, addr) - 1
+    mem = self._live.get(self._live_addrs[i]) if i >= 0 else None
+    return mem if mem is not None and addr + nbytes <= mem.addr + mem.mapped else None
 
   def _os_descriptor(self, addr: int, size: int) -> int:
     """Describe `size` bytes of host pages at `addr` to RM: NV_ESC_RM_ALLOC_MEMORY (NVOS02) of
@@ -423,15 +526,18 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
       self._uvm(rm.UVM_FREE, base=addr, length=size)
       raise
 
-  def _take_va(self, size: int) -> int:
-    addr = _va_cursor[0]
-    _va_cursor[0] += size               # contiguous: see the note on out-of-range loads in drivers/emu/README.md
-    if _va_cursor[0] > VA_LIMIT: raise MemoryError(f"NV device: out of GPU virtual address space below {VA_LIMIT:#x}")
-    return addr
+  def _va(self, page: int, size: int) -> int:
+    """An address for `size` bytes in the region of `page`: a freed one of that size, else a fresh one."""
+    free = self._free_va.get((page, size))
+    return free.pop() if free else self._take_va(size, page)
 
-  def alloc_polled(self, nbytes: int):
-    """Memory the host polls (signals): see hcq/driver.py."""
-    return self.alloc(nbytes)                 # pinned host memory (OS descriptors), as every allocation today
+  def _take_va(self, size: int, page: int = PAGE) -> int:
+    addr = _va_cursor[page]
+    _va_cursor[page] += size            # contiguous: see the note on out-of-range loads in drivers/emu/README.md
+    if _va_cursor[page] > VA_REGIONS[page][1]:
+      raise MemoryError(f"NV device: out of GPU virtual address space for {page >> 10} KiB pages (below "
+                        f"{VA_REGIONS[page][1]:#x})")
+    return addr
 
   def free(self, mem: NVMemory):
     if mem.host_mapped:               # another allocation's pages: unmap them from the GPU, RM unpins them
@@ -439,15 +545,111 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
       self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
       self.rm.free(self.device, mem.handle)
       return
-    self._live.pop(mem.addr, None)
+    if self._live.pop(mem.addr, None) is not None: self._live_addrs.remove(mem.addr)
+    self._host_read = [r for r in self._host_read if r[0] != mem.addr]
     self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
-    self.rm.free(self.device, mem.handle)
-    self.k.munmap(mem.addr, mem.mapped)
-    self._free_va.setdefault(mem.mapped, []).append(mem.addr)
+    if mem.video:                     # the CPU's BAR1 mapping goes before the memory (RM would drop it with the object)
+      self.k.munmap(mem.addr, mem.mapped)
+      self.rm.free(self.device, mem.handle)
+    else:                             # RM unpins the pages, then they go
+      self.rm.free(self.device, mem.handle)
+      self.k.munmap(mem.addr, mem.mapped)
+    self._free_va.setdefault((mem.page, mem.mapped), []).append(mem.addr)
 
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
+  def _host_readable(self, addr: int, nbytes: int):
+    """Kernel arguments at [addr, addr + nbytes) are about to be read by the host (copied into constant bank 0): if
+    they lie in video memory of this driver, move that allocation to pinned host memory at the same address (the host
+    keeps writing through the pointers it has; only the host reads kernel arguments on NV, so the GPU notices nothing),
+    so that every later launch reads them from host memory. Its bytes so far are read through BAR1 this once: the copy
+    engine cannot do it here, its channel may hold work that waits for the very submission being made (a JIT graph's
+    copy queue waiting for its compute queue). hcq allocates kernel arguments with `alloc` (AMD's GPU reads them from
+    video memory), so the driver learns where they are only when a launch names them."""
+    mem = self._allocation(addr, nbytes)
+    if mem is None: return              # not this driver's memory (another device's, map_host): host memory
+    if mem.video:
+      data = bytes(self.view(mem.addr, mem.nbytes))    # the one host read of video memory (see above)
+      self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
+      self.k.munmap(mem.addr, mem.mapped)
+      self.rm.free(self.device, mem.handle)
+      self.k.mmap(mem.addr, mem.mapped, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE,
+                  kernel_mod.MAP_SHARED | kernel_mod.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0)
+      self.view(mem.addr, mem.nbytes)[:] = data
+      mem.handle, mem.video = self._os_descriptor(mem.addr, mem.mapped), False
+      self._uvm_map(mem.addr, mem.mapped, mem.handle)
+    self._host_read.append((mem.addr, mem.addr + mem.mapped))
+
+  # ---- host <-> device copies: video memory through the copy channel and pinned staging, other memory by the CPU ----
+  STAGING = 4 << 20          # bytes per staging buffer (two: the host fills or reads one while the engine moves the other)
+  STAGE_MIN = 64 << 10       # copyin: smaller writes to video memory go through BAR1 (write-combined; a submission and
+                             # a wait cost more). copyout of video memory always takes the copy engine: host reads
+                             # through BAR1 are uncached PCIe round trips (one per load)
+
+  def _staging(self):
+    if self._stage is None:
+      self._stage = ([self.alloc_polled(self.STAGING), self.alloc_polled(self.STAGING)], self.alloc_polled(PAGE))
+      self._stage_value = 0
+    return self._stage
+
+  def _in_video(self, addr: int, nbytes: int) -> bool:
+    mem = self._allocation(addr, nbytes)
+    return mem is not None and mem.video
+
+  def _copy_chunk(self, dst: int, src: int, nbytes: int) -> int:
+    """Queue one copy on the DMA-copy channel and the staging signal after it; the signal value to wait for."""
+    _, sig = self._staging()
+    self._stage_value += 1
+    self.submit("copy", self.encode("copy", [("copy", dst, src, nbytes), ("signal", sig, self._stage_value)]))
+    return self._stage_value
+
+  def _copy_wait(self, value: int, what: str):
+    _, sig = self._staging()
+    if not self.wait_value(sig.addr, value, self.timeout):
+      self.check_faults(self.name)
+      raise NVError(f"{self.name}: the copy engine's {what} did not finish in {self.timeout:.3g} s{self._channel_report()}")
+
+  def copyin(self, dst_addr: int, data) -> None:
+    """Host bytes -> this driver's memory. Video memory: staged in pinned memory and moved by the DMA-copy channel, two
+    staging buffers in turn so that the host's copy of one chunk overlaps the engine's copy of the previous one (small
+    writes through BAR1); other memory: by the CPU."""
+    mv = memoryview(data).cast("B")
+    if mv.nbytes < self.STAGE_MIN or not self._in_video(dst_addr, mv.nbytes):
+      self.view(dst_addr, mv.nbytes)[:] = mv
+      return
+    stages, _ = self._staging()
+    pending = [0, 0]                   # the signal value each staging buffer's last copy completes with
+    for k, off in enumerate(range(0, mv.nbytes, self.STAGING)):
+      n, stage = min(self.STAGING, mv.nbytes - off), stages[k % 2]
+      if pending[k % 2]: self._copy_wait(pending[k % 2], f"copy of {n} bytes to {dst_addr + off:#x}")
+      self.view(stage.addr, n)[:] = mv[off:off + n]
+      pending[k % 2] = self._copy_chunk(dst_addr + off, stage.addr, n)
+    self._copy_wait(max(pending), f"copy of {mv.nbytes} bytes to {dst_addr:#x}")
+
+  def copyout(self, out, src_addr: int) -> None:
+    """This driver's memory -> host bytes. Video memory: the DMA-copy channel copies into pinned staging, the next
+    chunk moving while the host reads the last one (the host never reads video memory through BAR1); other memory: by
+    the CPU."""
+    mv = memoryview(out).cast("B")
+    if not mv.nbytes: return
+    if not self._in_video(src_addr, mv.nbytes):
+      mv[:] = self.view(src_addr, mv.nbytes)
+      return
+    stages, _ = self._staging()
+    chunks = [(off, min(self.STAGING, mv.nbytes - off)) for off in range(0, mv.nbytes, self.STAGING)]
+    queued = {0: self._copy_chunk(stages[0].addr, src_addr, chunks[0][1])}
+    for k, (off, n) in enumerate(chunks):
+      if k + 1 < len(chunks):            # the next chunk into the other buffer, while this one is read
+        noff, nn = chunks[k + 1]
+        queued[k + 1] = self._copy_chunk(stages[(k + 1) % 2].addr, src_addr + noff, nn)
+      self._copy_wait(queued.pop(k), f"copy of {n} bytes from {src_addr + off:#x}")
+      mv[off:off + n] = self.view(stages[k % 2].addr, n)
+
+  @property
+  def kernel(self):
+    """The kernel interface (`k`), under the name the AMD driver gives it (tools/bench.py reads `driver.kernel`)."""
+    return self.k
 
   def map_host(self, addr: int, nbytes: int) -> NVMemory:
     """Let the GPU address host memory another device allocated (page-aligned), at its host address, as this driver
@@ -515,16 +717,18 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     handle.memory = None
 
   # ---- launch memory: arenas of blocks, freed when the channel's fence passes ----
-  def _block(self, nbytes: int) -> tuple[int, list]:
-    """`nbytes` (256-aligned) of launch/pushbuffer memory: bump allocation in the first arena with room; an arena
-    whose blocks are all done (fences passed) starts over."""
+  def _block(self, nbytes: int, launch: bool = False) -> tuple[int, list]:
+    """`nbytes` (256-aligned) of pushbuffer memory (pinned host memory), or of launch memory (QMDs and constant bank
+    0: video memory) with `launch`: bump allocation in the first arena of that kind with room; an arena whose blocks
+    are all done (fences passed) starts over."""
     nbytes = (nbytes + 255) // 256 * 256
     self._reap()
     for arena in self._arenas:
+      if arena[0].video != launch: continue
       if arena[2] == 0: arena[1] = 0
       if arena[1] + nbytes <= arena[0].nbytes: break
     else:
-      arena = [self.alloc(max(4 << 20, nbytes)), 0, 0]
+      arena = [(self.alloc if launch else self.alloc_polled)(max(4 << 20, nbytes)), 0, 0]
       self._arenas.append(arena)
     addr = arena[0].addr + arena[1]
     arena[1] += nbytes
@@ -590,7 +794,7 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     words, arenas, copies = list(encoded.words), [], []
     self._ensure_local_memory(max((launch.kern.local_high for _, launch in encoded.fixups), default=0))
     for i, launch in encoded.fixups:
-      addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size)
+      addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size, launch=True)
       copies += self._write_launch(addr, launch)
       words[i] = launch.word(addr)
       arenas.append(arena)
@@ -628,7 +832,9 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
     return [(launch.args_addr + 8 * prm.ordinal, cbuf0 + kern.param_base + prm.offset, prm.size) for prm in kern.params]
 
   def _copy_params(self, copies):
-    for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
+    for src, dst, n in copies:
+      if not any(lo <= src and src + n <= hi for lo, hi in self._host_read): self._host_readable(src, n)
+      _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
 
   def submit(self, kind: str, encoded: Encoded):
     """Place the launches, copy their parameters from the kernarg memory, write the pushbuffer, ring the doorbell."""
@@ -683,7 +889,7 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
   # ---- bound queues (JIT replay): the pushbuffer stays in memory, a submit is one GPFIFO entry ----
   def bind(self, kind: str, encoded: Encoded) -> "BoundPushbuffer":
     words, arenas, copies = self._place(encoded)    # launch blocks stay with the bound queue
-    mem = self.alloc(4 * max(len(words), 1))
+    mem = self.alloc_polled(4 * max(len(words), 1))     # pushbuffer: the host patches it (and reads it in reports)
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
     view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
     return BoundPushbuffer(mem, view, len(words), copies, arenas)
@@ -796,6 +1002,7 @@ class NVDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/ho
       self.rm.free(self.rm.root, self.rm.root)
       for mem in list(self._live.values()): self.k.munmap(mem.addr, mem.mapped)   # RM freed the memory objects
       self._live.clear()
+      self._live_addrs.clear()
       self._host_maps.clear()                # RM freed the descriptors; the pages are their owners'
       for fd in (self.fd_uvm_mm, self.fd_uvm, self.fd_dev, self.fd_ctl): self.k.close(fd)
     except (NVError, OSError): pass

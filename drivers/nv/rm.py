@@ -34,6 +34,11 @@ typedef struct { uint32_t hClient, hObject, cmd, flags; uint64_t params; uint32_
 typedef struct { uint32_t hObjectError, hObjectEccError, hVASpace, engineType; uint8_t bIsCallingContextVgpuPlugin; } NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS;
 typedef struct { uint32_t index, flags; uint64_t vaSize, vaStartInternal, vaLimitInternal; uint32_t bigPageSize; uint64_t vaBase; uint32_t pasid; } NV_VASPACE_ALLOCATION_PARAMETERS;
 typedef struct { uint32_t hVASpace, flags, subctxId; } NV_CTXSHARE_ALLOCATION_PARAMETERS;
+typedef struct {
+  uint32_t owner, type, flags, width, height; int32_t pitch; uint32_t attr, attr2, format, comprCovg, zcullCovg;
+  uint64_t rangeLo, rangeHi, size, alignment, offset, limit, address;
+  uint32_t ctagOffset, hVASpace, internalflags, tag; int32_t numaNode;
+} NV_MEMORY_ALLOCATION_PARAMS;   /* NvP64 address and the NvU64s are NV_ALIGN_BYTES(8) */
 
 /* src/nvidia/arch/nvalloc/unix/include/nv-unix-nvos-params-wrappers.h */
 typedef struct { NVOS02_PARAMETERS params; int fd; } nv_ioctl_nvos02_parameters_with_fd;
@@ -57,9 +62,12 @@ typedef struct {
   uint32_t ProcessID, SubProcessID, encryptIv[3], decryptIv[3], hmacNonce[8], tpcConfigID;
 } NV_CHANNEL_ALLOC_PARAMS;
 
-/* ctrl/ctrl0080/ctrl0080gpu.h, ctrl/ctrl2080/ctrl2080gpu.h, ctrl/ctrlc36f.h, ctrl/ctrla06f/ctrla06fgpfifo.h */
+/* ctrl/ctrl0080/ctrl0080gpu.h, ctrl/ctrl2080/ctrl2080gpu.h, ctrl/ctrl2080/ctrl2080fb.h (NV2080_CTRL_FB_INFO_MAX_LIST_SIZE
+   0x80), ctrl/ctrlc36f.h, ctrl/ctrla06f/ctrla06fgpfifo.h */
 typedef struct { uint32_t numClasses; uint32_t classList[200]; } NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS;
 typedef struct { uint32_t index, flags, length; uint8_t data[256]; } NV2080_CTRL_GPU_GET_GID_INFO_PARAMS;
+typedef struct { uint32_t index, data; } NV2080_CTRL_FB_INFO;     /* NVXXXX_CTRL_XXX_INFO, ctrl/ctrlxxxx.h */
+typedef struct { uint32_t fbInfoListSize; NV2080_CTRL_FB_INFO fbInfoList[128]; } NV2080_CTRL_FB_GET_INFO_V2_PARAMS;
 typedef struct { uint32_t workSubmitToken; } NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS;
 typedef struct { uint8_t bEnable, bSkipSubmit, bSkipEnable; } NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS;
 
@@ -144,6 +152,7 @@ def escape_request(nr: int) -> int:
 NV01_ROOT_CLIENT = 0x41                  # nvos.h
 NV01_DEVICE_0 = 0x80                     # cl0080.h
 NV20_SUBDEVICE_0 = 0x2080                # cl2080.h
+NV01_MEMORY_LOCAL_USER = 0x40           # cl0040.h: video memory (RM's VideoMemory, mem_mgr/video_mem.c)
 NV01_MEMORY_SYSTEM_OS_DESCRIPTOR = 0x71  # cl0071.h
 FERMI_VASPACE_A = 0x90F1                 # cl90f1.h
 FERMI_CONTEXT_SHARE_A = 0x9067           # cl9067.h
@@ -181,12 +190,14 @@ NV2080_CTRL_CMD_GPU_GET_GID_INFO = 0x2080014A      # ctrl2080gpu.h
 NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY = 2
 NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108   # ctrlc36f.h
 NVA06C_CTRL_CMD_GPFIFO_SCHEDULE = 0xA06C0101       # ctrla06c.h
+NV2080_CTRL_CMD_FB_GET_INFO_V2 = 0x20801303        # ctrl2080fb.h (the indices: drivers/nv/vidmem.py)
 CONTROLS = {
   NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2: ("NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2", "NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS"),
   NV2080_CTRL_CMD_GPU_GET_GID_INFO: ("NV2080_CTRL_CMD_GPU_GET_GID_INFO", "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS"),
   NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: ("NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
                                                  "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS"),
   NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: ("NVA06C_CTRL_CMD_GPFIFO_SCHEDULE", "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS"),
+  NV2080_CTRL_CMD_FB_GET_INFO_V2: ("NV2080_CTRL_CMD_FB_GET_INFO_V2", "NV2080_CTRL_FB_GET_INFO_V2_PARAMS"),
 }
 # class -> its allocation parameter struct (None: no parameters)
 ALLOC_PARAMS = {
@@ -194,6 +205,7 @@ ALLOC_PARAMS = {
   NV20_SUBDEVICE_0: "NV2080_ALLOC_PARAMETERS", FERMI_VASPACE_A: "NV_VASPACE_ALLOCATION_PARAMETERS",
   KEPLER_CHANNEL_GROUP_A: "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", FERMI_CONTEXT_SHARE_A: "NV_CTXSHARE_ALLOCATION_PARAMETERS",
   HOPPER_CHANNEL_GPFIFO_A: "NV_CHANNEL_ALLOC_PARAMS", AMPERE_CHANNEL_GPFIFO_A: "NV_CHANNEL_ALLOC_PARAMS",
+  NV01_MEMORY_LOCAL_USER: "NV_MEMORY_ALLOCATION_PARAMS",
 }
 CLASS_NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper() and
                any(k.startswith(p) for p in ("NV01_", "NV20_", "FERMI_", "KEPLER_", "AMPERE_", "HOPPER_", "ADA_"))}
@@ -202,11 +214,12 @@ CLASS_NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) an
 NV_OK = 0x0
 NV_STATUS = {
   0x00: "NV_OK", 0x16: "NV_ERR_ILLEGAL_ACTION", 0x17: "NV_ERR_IN_USE", 0x19: "NV_ERR_INSERT_DUPLICATE_NAME",
-  0x1A: "NV_ERR_INSUFFICIENT_RESOURCES", 0x1E: "NV_ERR_INVALID_ADDRESS", 0x1F: "NV_ERR_INVALID_ARGUMENT",
+  0x1A: "NV_ERR_INSUFFICIENT_RESOURCES", 0x1B: "NV_ERR_INSUFFICIENT_PERMISSIONS", 0x1E: "NV_ERR_INVALID_ADDRESS",
+  0x1F: "NV_ERR_INVALID_ARGUMENT", 0x20: "NV_ERR_INVALID_BASE",
   0x21: "NV_ERR_INVALID_CHANNEL", 0x22: "NV_ERR_INVALID_CLASS", 0x23: "NV_ERR_INVALID_CLIENT", 0x24: "NV_ERR_INVALID_COMMAND",
   0x26: "NV_ERR_INVALID_DEVICE", 0x29: "NV_ERR_INVALID_FLAGS", 0x2E: "NV_ERR_INVALID_LIMIT",
   0x33: "NV_ERR_INVALID_OBJECT_HANDLE", 0x34: "NV_ERR_INVALID_OBJECT_NEW", 0x36: "NV_ERR_INVALID_OBJECT_PARENT",
-  0x37: "NV_ERR_INVALID_OFFSET", 0x3A: "NV_ERR_INVALID_PARAM_STRUCT", 0x40: "NV_ERR_INVALID_STATE",
+  0x37: "NV_ERR_INVALID_OFFSET", 0x39: "NV_ERR_INVALID_OWNER", 0x3A: "NV_ERR_INVALID_PARAM_STRUCT", 0x40: "NV_ERR_INVALID_STATE",
   0x51: "NV_ERR_NO_MEMORY", 0x56: "NV_ERR_NOT_SUPPORTED", 0x57: "NV_ERR_OBJECT_NOT_FOUND",
   0x59: "NV_ERR_OPERATING_SYSTEM", 0x5B: "NV_ERR_OUT_OF_RANGE", 0x68: "NV_ERR_UVM_ADDRESS_IN_USE", 0xFFFF: "NV_ERR_GENERIC",
   0x10006: "NV_WARN_NOTHING_TO_DO",

@@ -376,7 +376,8 @@ def test_gp_entries_are_hand_computed_words():
 # ---- classes: OGKM src/common/sdk/nvidia/inc/nvos.h (NV01_ROOT_CLIENT) and class/cl<id>.h
 CLASS_IDS = {
   "NV01_ROOT_CLIENT": 0x00000041, "NV01_DEVICE_0": 0x80, "NV20_SUBDEVICE_0": 0x2080,
-  "NV01_MEMORY_SYSTEM_OS_DESCRIPTOR": 0x00000071, "FERMI_VASPACE_A": 0x000090F1, "FERMI_CONTEXT_SHARE_A": 0x00009067,
+  "NV01_MEMORY_SYSTEM_OS_DESCRIPTOR": 0x00000071, "NV01_MEMORY_LOCAL_USER": 0x00000040,     # class/cl0040.h
+  "FERMI_VASPACE_A": 0x000090F1, "FERMI_CONTEXT_SHARE_A": 0x00009067,
   "KEPLER_CHANNEL_GROUP_A": 0x0000A06C, "AMPERE_USERMODE_A": 0xC561, "HOPPER_USERMODE_A": 0xC661,
   "AMPERE_CHANNEL_GPFIFO_A": 0x0000C56F, "HOPPER_CHANNEL_GPFIFO_A": 0x0000C86F, "AMPERE_COMPUTE_A": 0xC6C0,
   "AMPERE_COMPUTE_B": 0xC7C0, "ADA_COMPUTE_A": 0xC9C0, "HOPPER_COMPUTE_A": 0xCBC0, "AMPERE_DMA_COPY_A": 0x0000C6B5,
@@ -438,6 +439,7 @@ CONTROLS = {
   "NV2080_CTRL_CMD_GPU_GET_GID_INFO": (0x2080014A, "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS"),
   "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN": (0xC36F0108, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS"),
   "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE": (0xA06C0101, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS"),
+  "NV2080_CTRL_CMD_FB_GET_INFO_V2": (0x20801303, "NV2080_CTRL_FB_GET_INFO_V2_PARAMS"),     # ctrl/ctrl2080/ctrl2080fb.h
 }
 # class -> its allocation parameters: OGKM src/nvidia/src/kernel/rmapi/resource_list.h "Alloc Param Info" (root client:
 # RS_OPTIONAL(NvHandle), i.e. RM reads the hClient that NV0000_ALLOC_PARAMETERS starts with; the compute, copy and
@@ -446,12 +448,14 @@ ALLOC_PARAMS = {
   0x41: "NV0000_ALLOC_PARAMETERS", 0x80: "NV0080_ALLOC_PARAMETERS", 0x2080: "NV2080_ALLOC_PARAMETERS",
   0x90F1: "NV_VASPACE_ALLOCATION_PARAMETERS", 0xA06C: "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
   0x9067: "NV_CTXSHARE_ALLOCATION_PARAMETERS", 0xC86F: "NV_CHANNEL_ALLOC_PARAMS", 0xC56F: "NV_CHANNEL_ALLOC_PARAMS",
+  0x40: "NV_MEMORY_ALLOCATION_PARAMS",          # RS_REQUIRED(NV_MEMORY_ALLOCATION_PARAMS)
 }
 
 # ---- status codes: OGKM src/common/sdk/nvidia/inc/nvstatuscodes.h NV_STATUS_CODE(name, value, ...)
 NV_STATUS = {
   "NV_OK": 0x00000000, "NV_ERR_GENERIC": 0x0000FFFF, "NV_ERR_ILLEGAL_ACTION": 0x00000016, "NV_ERR_IN_USE": 0x00000017,
   "NV_ERR_INSERT_DUPLICATE_NAME": 0x00000019, "NV_ERR_INSUFFICIENT_RESOURCES": 0x0000001A,
+  "NV_ERR_INSUFFICIENT_PERMISSIONS": 0x0000001B, "NV_ERR_INVALID_BASE": 0x00000020, "NV_ERR_INVALID_OWNER": 0x00000039,
   "NV_ERR_INVALID_ADDRESS": 0x0000001E, "NV_ERR_INVALID_ARGUMENT": 0x0000001F, "NV_ERR_INVALID_CHANNEL": 0x00000021,
   "NV_ERR_INVALID_CLASS": 0x00000022,
   "NV_ERR_INVALID_CLIENT": 0x00000023, "NV_ERR_INVALID_COMMAND": 0x00000024, "NV_ERR_INVALID_DEVICE": 0x00000026,
@@ -497,6 +501,12 @@ STRUCTS = {
                                             "vaLimitInternal": (24, 8), "bigPageSize": (32, 4), "vaBase": (40, 8),
                                             "pasid": (48, 4)}),
   "NV_CTXSHARE_ALLOCATION_PARAMETERS": (12, {"hVASpace": (0, 4), "flags": (4, 4), "subctxId": (8, 4)}),
+  "NV_MEMORY_ALLOCATION_PARAMS": (128, {"owner": (0, 4), "type": (4, 4), "flags": (8, 4), "width": (12, 4),
+                                        "height": (16, 4), "pitch": (20, 4), "attr": (24, 4), "attr2": (28, 4),
+                                        "format": (32, 4), "comprCovg": (36, 4), "zcullCovg": (40, 4), "rangeLo": (48, 8),
+                                        "rangeHi": (56, 8), "size": (64, 8), "alignment": (72, 8), "offset": (80, 8),
+                                        "limit": (88, 8), "address": (96, 8), "ctagOffset": (104, 4), "hVASpace": (108, 4),
+                                        "internalflags": (112, 4), "tag": (116, 4), "numaNode": (120, 4)}),
   # OGKM src/nvidia/arch/nvalloc/unix/include/nv-unix-nvos-params-wrappers.h
   "nv_ioctl_nvos02_parameters_with_fd": (56, {"params": (0, 48), "fd": (48, 4)}),
   "nv_ioctl_nvos33_parameters_with_fd": (56, {"params": (0, 48), "fd": (48, 4)}),
@@ -523,6 +533,9 @@ STRUCTS = {
   "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS": (268, {"index": (0, 4), "flags": (4, 4), "length": (8, 4), "data": (12, 256)}),
   "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS": (4, {"workSubmitToken": (0, 4)}),
   "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS": (3, {"bEnable": (0, 1), "bSkipSubmit": (1, 1), "bSkipEnable": (2, 1)}),
+  # ctrl/ctrl2080/ctrl2080fb.h (NV2080_CTRL_FB_INFO is ctrlxxxx.h's NVXXXX_CTRL_XXX_INFO; MAX_LIST_SIZE 0x80)
+  "NV2080_CTRL_FB_INFO": (8, {"index": (0, 4), "data": (4, 4)}),
+  "NV2080_CTRL_FB_GET_INFO_V2_PARAMS": (1028, {"fbInfoListSize": (0, 4), "fbInfoList": (4, 1024)}),
   # OGKM kernel-open/nvidia-uvm/uvm_ioctl.h, uvm_linux_ioctl.h, uvm_types.h (NvProcessorUuid 16 bytes; UVM_MAX_GPUS =
   # NV_MAX_DEVICES 32 * UVM_PARENT_ID_MAX_SUB_PROCESSORS 8 = 256)
   "UVM_INITIALIZE_PARAMS": (16, {"flags": (0, 8), "rmStatus": (8, 4)}),
@@ -756,7 +769,8 @@ def test_gcc_probe_of_open_gpu_kernel_modules(tmp_path):
              "class/cl90f1.h", "class/cl9067.h", "class/cla06c.h", "class/clc361.h", "class/clc561.h", "class/clc661.h",
              "class/clc56f.h", "class/clc86f.h", "class/clc6c0.h", "class/clc7c0.h", "class/clc9c0.h", "class/clcbc0.h",
              "class/clc6b5.h", "class/clc7b5.h", "class/clc8b5.h", "class/cl2080_notification.h", "alloc/alloc_channel.h",
-             "ctrl/ctrl0080/ctrl0080gpu.h", "ctrl/ctrl2080/ctrl2080gpu.h", "ctrl/ctrlc36f.h", "ctrl/ctrla06c.h"]
+             "ctrl/ctrl0080/ctrl0080gpu.h", "ctrl/ctrl2080/ctrl2080gpu.h", "ctrl/ctrlc36f.h", "ctrl/ctrla06c.h",
+             "class/cl0040.h", "ctrl/ctrl2080/ctrl2080fb.h"]
   out = _probe(tmp_path, headers, [d("src/common/sdk/nvidia/inc"), d("src/nvidia/arch/nvalloc/unix/include"),
                                    d("kernel-open/common/inc")], lines)
   uvm = [s for s in STRUCTS if s.startswith(("UVM_", "Uvm"))]
