@@ -23,10 +23,11 @@ class RAW_BYTES:
   name, itemsize = "bytes", 1
 
 
-def buffer_roles(items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int):
+def buffer_roles(items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int, pinned=frozenset()):
   """(role, first, last, intermediates) of a captured graph's buffers: role maps an input to ("in", i) and an output
   to ("out", j); first/last: the index of the first and last item using each other buffer; the intermediates are those
-  made during the capture (serial) and first written by a captured item (what an arena may hold)."""
+  made during the capture (serial) and first written by a captured item (what an arena may hold), but for `pinned`
+  ones (which keep their own memory: another part of a segmented graph uses them, hcq/segmented.py)."""
   role: dict[Buffer, tuple] = {}
   for i, b in enumerate(inputs): role.setdefault(b, ("in", i))
   for j, b in enumerate(outputs): role.setdefault(b, ("out", j))
@@ -36,17 +37,17 @@ def buffer_roles(items: list, inputs: list[Buffer], outputs: list[Buffer], captu
       if b in role: continue
       first.setdefault(b, k); last[b] = k
       written_first.setdefault(b, n == 0)
-  inter = [b for b in first if written_first[b] and b.serial > capture_serial and b.base is None]
+  inter = [b for b in first if written_first[b] and b.serial > capture_serial and b.base is None and b not in pinned]
   return role, first, last, inter
 
 
 class GraphExecutor:
-  def __init__(self, items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int):
+  def __init__(self, items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int, pinned=frozenset()):
     devices = {b.device for it in items for b in it.bufs}
     if len(devices) != 1: raise NotImplementedError(f"a captured graph must use one device, got {sorted(devices)}")
     self.dev = Device.get(devices.pop())
     self.items = items
-    role, first, last, inter = buffer_roles(items, inputs, outputs, capture_serial)
+    role, first, last, inter = buffer_roles(items, inputs, outputs, capture_serial, pinned)
     offsets, arena_size = plan_arena([(first[b], last[b], b.nbytes) for b in inter])
     self.arena = Buffer(self.dev.name, max(arena_size, 1), RAW_BYTES).ensure_allocated() if inter else None
     self.arena_bytes, self.unplanned_bytes = arena_size, sum(b.nbytes for b in inter)

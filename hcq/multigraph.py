@@ -43,13 +43,13 @@ class _Agent:
 
 
 class MultiGraphExecutor:
-  def __init__(self, items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int):
+  def __init__(self, items: list, inputs: list[Buffer], outputs: list[Buffer], capture_serial: int, pinned=frozenset()):
     items = [it for it in items if it.program is not None or it.bufs[0].nbytes]    # (copies of empty shards)
     self.items = items
     names = list(dict.fromkeys(b.device for it in items for b in it.bufs))
     self.devices = [Device.get(n) for n in names]
     self.dev = self.devices[0]
-    role, first, last, inter = buffer_roles(items, inputs, outputs, capture_serial)   # one arena per device
+    role, first, last, inter = buffer_roles(items, inputs, outputs, capture_serial, pinned)   # one arena per device
     self.arenas: dict[str, Buffer] = {}
     overlaps: dict[Buffer, list] = {}          # an intermediate -> earlier ones sharing its arena bytes
     for dev in self.devices:

@@ -9,7 +9,9 @@ and the values of bound Variables) into the prebuilt queues and submit them: no 
 Tensor arguments must keep the shape, dtype and device of the captured call; other arguments must not
 change (both raise a clear error). Random numbers drawn inside the function repeat on every replay.
 A function whose kernels and copies span several devices (sharded tensors, collectives: tensor/multi.py) replays
-on the queues of all of them (hcq/multigraph.py), ordered by signals across devices."""
+on the queues of all of them (hcq/multigraph.py), ordered by signals across devices. Host work inside the function
+(a collective across processes, tensor/distributed.py) is captured as a host step: a replay runs the device work
+before it from prebuilt queues, the host step, then the device work after it (hcq/segmented.py)."""
 from __future__ import annotations
 import functools
 from baregrad.compiler.uop import UOp, Ops
@@ -18,6 +20,7 @@ from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.device import Device
 from baregrad.hcq.graph import GraphExecutor
 from baregrad.hcq.multigraph import MultiGraphExecutor
+from baregrad.hcq.segmented import HostStep, SegmentedGraph, copy_buffer as segmented_copy
 from baregrad.compiler import shape as sym
 from .tensor import Tensor, Variable, _is_realized
 from . import tensor as _tensor
@@ -94,8 +97,12 @@ class jit:
       if not captured: raise JitError(f"jitted {self.fn.__name__} ran no kernels: nothing to capture")
       in_bufs = [b for t in tensors for b in t._buffers()]
       out_bufs = [b for t in outs for b in t._buffers()]
-      several = len({b.device for it in captured for b in it.bufs}) > 1
-      self.graph = (MultiGraphExecutor if several else GraphExecutor)(captured, in_bufs, out_bufs, serial)
+      if any(isinstance(it, HostStep) for it in captured):     # host work between device parts (hcq/segmented.py)
+        self.graph = SegmentedGraph(captured, in_bufs, out_bufs, serial)
+        _own_copies(outs, self.graph.copied_outputs)
+      else:
+        several = len({b.device for it in captured for b in it.bufs}) > 1
+        self.graph = (MultiGraphExecutor if several else GraphExecutor)(captured, in_bufs, out_bufs, serial)
       self.out_meta = (_structure(out), [_out_meta(t) for t in outs])
       self.calls = 2
       return out
@@ -116,6 +123,21 @@ class jit:
     return _unflatten(structure, outs)
 
 
+def _own_copies(outs: list, copied: set):
+  """The capture's outputs whose buffers the graph keeps writing (a host step's results) become copies of them, as
+  every replay's are, so that a later replay does not change what this call returned."""
+  j = 0
+  for t in outs:
+    bufs = t._buffers()
+    mine = range(j, j + len(bufs))
+    j += len(bufs)
+    if not copied.intersection(mine): continue
+    fresh = [segmented_copy(b) if k in copied else b for k, b in zip(mine, bufs)]
+    if not isinstance(t.device, tuple): t.uop = _tensor_from(fresh[0], t.shape).uop; continue
+    axis, bounds = t.uop.arg
+    t.uop = _multi.multi_uop([_tensor_from(b, s.shape).uop for b, s in zip(fresh, t.uop.src)], axis, bounds)
+
+
 def _layout(t: Tensor):
   """A realized tensor on several devices: its MULTI's (axis, bounds); None on one device."""
   return t.uop.arg if isinstance(t.device, tuple) and t.uop.op is Ops.MULTI else None
@@ -128,7 +150,7 @@ def _out_meta(t: Tensor):
 
 
 def _graph_devices(graph) -> list:
-  return graph.devices if isinstance(graph, MultiGraphExecutor) else [graph.dev]
+  return graph.devices if isinstance(graph, (MultiGraphExecutor, SegmentedGraph)) else [graph.dev]
 
 
 def _freeze(a):

@@ -360,6 +360,52 @@ def bench_allreduce(results: dict):
       print(f"{name} x{n}: {got['path']}", file=sys.stderr)
 
 
+MPI_CHILD = r"""
+import json, sys, time
+import numpy as np
+from mpi4py import MPI
+from baregrad.tensor import Tensor, distributed as dist
+from baregrad.hcq.device import Device
+runs, size = int(sys.argv[1]), int(sys.argv[2])
+w = dist.init()
+host = np.random.default_rng(w.rank).random(size, dtype=np.float32)
+x = Tensor(host, device=w.device).realize()
+recv = np.empty_like(host)
+def ours():
+  out = dist.allreduce(x)
+  out.realize(); Device.get(w.device).synchronize()
+  return out
+def theirs(): w.comm.Allreduce(host, recv)
+for _ in range(2): out = ours(); theirs()
+assert np.allclose(out.numpy(), recv, rtol=1e-5), "allreduce result differs from mpi4py's"
+t_ours, t_theirs = [], []
+for _ in range(runs):                     # alternating, so both see the same machine
+  w.comm.Barrier(); t = time.perf_counter(); ours(); t_ours.append(time.perf_counter() - t)
+  w.comm.Barrier(); t = time.perf_counter(); theirs(); t_theirs.append(time.perf_counter() - t)
+if w.rank == 0: print(json.dumps({"ours": float(np.median(t_ours)), "theirs": float(np.median(t_theirs))}))
+"""
+
+
+def bench_mpi(results: dict):
+  """An allreduce across 2 MPI ranks on loopback (tensor/distributed.py) of 16 MiB of float32, next to mpi4py's own
+  Allreduce of a numpy array of the same size in the same run (alternating); CPU tensors and the emulated AMD's
+  (through host staging). Bus bandwidth as nccl-tests defines it: bytes / time * 2(n-1)/n."""
+  import shutil
+  mpirun = shutil.which("mpirun")
+  if mpirun is None: raise RuntimeError("bench mpi needs mpirun (apt install openmpi-bin libopenmpi-dev) and mpi4py")
+  size, n = 4 << 20, 2
+  for name, runs, env in (("cpu", 20, {}), ("amd_emu", 5, {"EMU": "1", "DEV": "AMD", "TIMEOUT": "600"})):
+    cmd = [mpirun, "--oversubscribe", "-np", str(n)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    out = subprocess.run(cmd + [sys.executable, "-c", MPI_CHILD, str(runs), str(size)], env=dict(os.environ, **env),
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0: raise RuntimeError(f"mpi child ({name}) failed:\n{out.stdout}{out.stderr}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    bw = lambda s: 4 * size / s * 2 * (n - 1) / n / 1e9
+    results[f"{name}.mpi_allreduce_16mib_f32_2ranks.busbw_gbps"] = bw(got["ours"])
+    results[f"{name}.mpi_allreduce_16mib_f32_2ranks.mpi4py_numpy_busbw_gbps"] = bw(got["theirs"])
+    results[f"{name}.mpi_allreduce_16mib_f32_2ranks.vs_mpi4py"] = got["theirs"] / got["ours"]
+
+
 def bench_llm(results: dict):
   from .bench_llm import bench_llm_cpu, bench_llm_emulated
   bench_llm_cpu(results)
@@ -489,7 +535,7 @@ def bench_gpu_memory(results: dict):
 
 BENCHES = {"add": bench_add, "matmul": bench_matmul, "eager": bench_eager, "mlp": bench_mlp_first_run, "jit": bench_jit,
            "opts": bench_matmul_opts, "emu": bench_emulated, "gpumem": bench_gpu_memory, "markers": bench_markers, "train": bench_train, "fused": bench_fused_first_realize,
-           "allreduce": bench_allreduce, "llm": bench_llm}
+           "allreduce": bench_allreduce, "mpi": bench_mpi, "llm": bench_llm}
 
 
 def main(argv=None):

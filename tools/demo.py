@@ -40,13 +40,18 @@ def build_model(kind: str = "mlp", device=None):
   raise ValueError(f"unknown model {kind!r}: expected 'mlp' or 'conv'")
 
 
-def make_train_step(model, opt):
-  """The un-jitted step: returns the loss of the batch, computed from the parameters before the update."""
+def make_train_step(model, opt, weight: float | None = None):
+  """The un-jitted step: returns the loss of the batch, computed from the parameters before the update. With
+  `weight` (this rank's share of the global batch) the step is data parallel across MPI ranks: the gradients and
+  the loss are averaged over the ranks (tensor/distributed.py) before the update, and the loss is the global one."""
   from baregrad.tensor import nn
   def train_step(x, y):
     opt.zero_grad()
     loss = nn.cross_entropy(model(x), y)
     loss.backward()
+    if weight is not None:
+      from baregrad.tensor import distributed as dist
+      loss = dist.average_gradients(opt.params, loss, weight)
     opt.step(loss)
     return loss
   return train_step
@@ -98,8 +103,10 @@ class Progress:
 
 
 def train(steps: int = 300, batch: int = 128, lr: float = 0.01, model_kind: str = "mlp", device=None, seed: int = 0,
-          use_jit: bool = True, progress: Progress | None = None):
-  """Train on the digits; returns (model, losses, seconds of the first step, median seconds of the others)."""
+          use_jit: bool = True, progress: Progress | None = None, distributed: bool = False):
+  """Train on the digits; returns (model, losses, seconds of the first step, median seconds of the others).
+  distributed: data parallel across the MPI ranks (distributed.init() called): `batch` is the global batch, each rank
+  trains on its part of it, the weights start as rank 0's and the gradients are averaged every step."""
   from baregrad.tensor import Tensor, optim
   from baregrad.tensor.datasets import load_digits
   from baregrad.tensor.jit import jit
@@ -107,12 +114,18 @@ def train(steps: int = 300, batch: int = 128, lr: float = 0.01, model_kind: str 
   Tensor.manual_seed(seed)
   model = build_model(model_kind, device)
   opt = optim.Adam(model.parameters(), lr=lr)
-  step_fn = make_train_step(model, opt)
+  part, weight = (0, batch), None
+  if distributed:
+    from baregrad.tensor import distributed as dist
+    dist.broadcast_parameters(opt.params, root=0)
+    part = dist.batch_part(batch)
+    weight = (part[1] - part[0]) / batch
+  step_fn = make_train_step(model, opt, weight)
   if use_jit: step_fn = jit(step_fn)
   losses, times = [], []
   order = batches(len(x_train), batch, seed)
   for i in range(steps):
-    idx = next(order)
+    idx = next(order)[part[0]:part[1]]
     x, y = place(x_train[idx], device), place(y_train[idx], device)
     t = time.perf_counter()
     loss = step_fn(x, y).item()
@@ -324,6 +337,9 @@ def main(argv=None):
   p.add_argument("--devices", type=int, default=1,
                  help="digits: split each batch across N devices of --device's kind (CPU, CPU:1, ...; with EMU=1 the "
                       "emulated AMD:i / NV:i), the parameters replicated and their gradients allreduced (default 1)")
+  p.add_argument("--distributed", action="store_true",
+                 help="digits: data parallel across MPI ranks (run under mpirun; needs the [distributed] extra): each "
+                      "rank trains on its part of every batch on its own device, rank 0 prints")
   p.add_argument("--no-jit", action="store_true", help="run the training step eagerly")
   p.add_argument("--target", type=float, default=TARGET,
                  help=f"digits: test accuracy to reach (default {TARGET}); transformer: 0 skips its check")
@@ -343,6 +359,7 @@ def main(argv=None):
   from baregrad.tensor.datasets import load_digits
   from baregrad.hcq.device import Device
   device = args.device or Device.default()
+  if args.distributed: return main_distributed(args, p)
   if args.devices > 1:     # data parallel: the batch split across the devices, the gradients allreduced
     kind = device.split(":")[0]
     device = args.device = tuple(kind if i == 0 else f"{kind}:{i}" for i in range(args.devices))
@@ -362,6 +379,32 @@ def main(argv=None):
   ok = acc >= args.target
   print(f"test accuracy {acc * 100:.2f}% (target >= {args.target * 100:.0f}%): {'OK' if ok else 'MISSED'}  "
         f"[{total:.1f} s total]")
+  if not ok: raise SystemExit(1)
+
+
+def main_distributed(args, parser) -> None:
+  """--distributed: every rank runs this; rank 0 prints."""
+  import io
+  if args.devices > 1: parser.error("--distributed runs one device per rank (use more ranks instead of --devices)")
+  from baregrad.tensor import distributed as dist
+  from baregrad.tensor.datasets import load_digits
+  world = dist.init()
+  device = args.device = args.device or world.device
+  out = sys.stdout if world.rank == 0 else io.StringIO()
+  _, _, x_test, y_test = load_digits()
+  desc = "MLP 64-128-10" if args.model == "mlp" else "conv 1->8 3x3, maxpool, linear 128->10"
+  print(f"{world.size} ranks (MPI), data parallel; rank 0 on {device}: {desc} on the 8x8 digits, Adam lr {args.lr}, "
+        f"global batch {args.batch}, {args.steps} steps, {'jitted' if not args.no_jit else 'eager'} training step",
+        file=out)
+  t0 = time.perf_counter()
+  model, losses, first, rest = train(args.steps, args.batch, args.lr, args.model, device, args.seed, not args.no_jit,
+                                     Progress(args.steps, stream=out), distributed=True)
+  acc = accuracy(model, x_test, y_test, device)
+  print(f"first step (schedule + compile + run): {first * 1e3:.0f} ms; then {rest * 1e3:.2f} ms/step (median)", file=out)
+  ok = acc >= args.target
+  print(f"rank 0: final loss {losses[-1]:.4f} (global batch); test accuracy {acc * 100:.2f}% (target >= "
+        f"{args.target * 100:.0f}%): {'OK' if ok else 'MISSED'}  [{time.perf_counter() - t0:.1f} s total]", file=out)
+  dist.barrier()
   if not ok: raise SystemExit(1)
 
 

@@ -33,6 +33,7 @@ ffi.cdef("""
 void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
 int mprotect(void *addr, size_t length, int prot);
 int munmap(void *addr, size_t length);
+int madvise(void *addr, size_t length, int advice);
 void *dlopen(const char *filename, int flags);
 void *dlsym(void *handle, const char *symbol);
 """)
@@ -41,15 +42,28 @@ libc = ffi.dlopen(None)
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
 RTLD_NOW = 2
+MADV_HUGEPAGE = 14                     # <asm-generic/mman-common.h>
+HUGE = 2 << 20                         # a transparent huge page on x86-64 (and aarch64 with 4K pages)
+HUGE_FROM = 4 << 20                    # mappings this large get huge pages (numpy's threshold for its arrays too)
 PAGE = mmap.PAGESIZE
 _MAP_FAILED = 2**64 - 1
 
 
 def map_memory(size: int) -> int:
-  """Anonymous READ|WRITE mapping of `size` bytes (a multiple of PAGE); returns its address."""
-  addr = int(ffi.cast("uintptr_t", libc.mmap(ffi.NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)))
-  if kernel_log.enabled: kernel_log.mmap(0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, addr)
+  """Anonymous READ|WRITE mapping of `size` bytes (a multiple of PAGE); returns its address. A mapping of HUGE_FROM
+  bytes or more starts on a huge-page boundary and asks for transparent huge pages (MADV_HUGEPAGE: where THP is
+  "madvise", the distributions' default, only such memory gets them; 512x fewer TLB entries for large tensors)."""
+  huge = size >= HUGE_FROM
+  ask = size + HUGE if huge else size
+  addr = int(ffi.cast("uintptr_t", libc.mmap(ffi.NULL, ask, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)))
+  if kernel_log.enabled: kernel_log.mmap(0, ask, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, addr)
   if addr == _MAP_FAILED: raise MemoryError(f"mmap of {size} bytes failed (errno {ffi.errno})")
+  if huge:      # keep [aligned, aligned + size): the head and tail of the over-sized mapping go back
+    aligned = (addr + HUGE - 1) // HUGE * HUGE
+    if aligned > addr: unmap_memory(addr, aligned - addr)
+    if addr + ask > aligned + size: unmap_memory(aligned + size, addr + ask - aligned - size)
+    libc.madvise(ffi.cast("void *", aligned), size, MADV_HUGEPAGE)   # advice only: a kernel without THP ignores it
+    addr = aligned
   return addr
 
 
