@@ -129,7 +129,7 @@ def test_full_ring_times_out_naming_queue_and_sizes(dev, monkeypatch):
     assert re.search(r"^AMD compute queue \d+: ring full for 0.5 s: \d+ more dwords do not fit in the ring "
                      r"of 65536 dwords \(read pointer \d+, write pointer \d+ dwords\)", msg), msg
   else:
-    assert msg.startswith("NV compute channel: its GPFIFO of 1024 entries stayed full for 0.5 s (GPGet "), msg
+    assert msg.startswith("NV compute channel: its GPFIFO of 1024 entries stayed full for 0.5 s (fence "), msg
     assert f"semaphore acquire [{gate.addr:#x}] >= 1, memory holds 0" in msg
   gate.value = 1                                          # the engine goes on: nothing was lost or corrupted
   dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)

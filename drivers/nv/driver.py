@@ -138,6 +138,9 @@ class Channel:
   group: int = 0                                    # its channel group (TSG)
   window: int = 0                                   # the VA region registered with UVM for it
   local_generation: int = 0                         # the local memory its method stream last set up
+  # per GPFIFO entry, the fence value of the submission that last wrote it: an entry is free again once the channel's
+  # fence reached that value (the GPU's GP_GET in USERD is written back only when its PBDMA idles: dev_pbdma.ref.txt)
+  slots: list = field(default_factory=lambda: [0] * GPFIFO_ENTRIES)
   code_generation: int = 0                          # program memory writes its last invalidation covered
 
 
@@ -865,25 +868,29 @@ class NVDriver:
     userd = np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)
     for arena in [*arenas, farena]: self._inflight.append((ch, ch.fence_value, arena))
     for addr, n in [*entries, (faddr, len(fence.words))]:
-      if (ch.put + 1) % GPFIFO_ENTRIES == userd[pb.USERD_GP_GET // 4]: self._wait_for_gpfifo(ch, userd)
+      # after this entry the next one must still be unread (GPPut == GPGet means empty): wait until the submission that
+      # last wrote it is complete (its fence), which needs no GP_GET from USERD
+      nxt = (ch.put + 1) % GPFIFO_ENTRIES
+      if ch.slots[nxt] > self._u64(ch.fence.addr): self._wait_for_gpfifo(ch, userd, ch.slots[nxt])
       ring[2 * ch.put:2 * ch.put + 2] = pb.gp_entry(addr, n)
-      ch.put = (ch.put + 1) % GPFIFO_ENTRIES
+      ch.slots[ch.put] = ch.fence_value
+      ch.put = nxt
     self._publish(ch, userd)
 
   def _publish(self, ch: Channel, userd):
     userd[pb.USERD_GP_PUT // 4] = ch.put
     np.frombuffer(self.view(self.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING, 4), np.uint32)[0] = ch.token
 
-  def _wait_for_gpfifo(self, ch: Channel, userd):
-    """The GPFIFO is full: publish the entries written so far (the GPU frees entries only by fetching them) and wait."""
+  def _wait_for_gpfifo(self, ch: Channel, userd, value: int):
+    """The GPFIFO is full: publish the entries written so far and wait for the channel's fence to reach `value`."""
     self._publish(ch, userd)
     deadline, sleep = time.monotonic() + self.timeout, 1e-5
-    while (ch.put + 1) % GPFIFO_ENTRIES == userd[pb.USERD_GP_GET // 4]:
+    while self._u64(ch.fence.addr) < value:
       if self._faulted(): self.check_faults(self.name)
       if time.monotonic() > deadline:
         raise NVError(f"{self.name} {ch.name} channel: its GPFIFO of {GPFIFO_ENTRIES} entries stayed full for {self.timeout:.3g} s "
-                      f"(GPGet {int(userd[pb.USERD_GP_GET // 4])}, GPPut {ch.put}): the channel is not fetching"
-                      f"{self._channel_report()}")
+                      f"(fence {self._u64(ch.fence.addr)} of {ch.fence_value} submissions, GPPut {ch.put}): the channel "
+                      f"is not progressing{self._channel_report()}")
       time.sleep(sleep); sleep = min(sleep * 2, 1e-3)
 
   # ---- bound queues (JIT replay): the pushbuffer stays in memory, a submit is one GPFIFO entry ----
@@ -964,14 +971,22 @@ class NVDriver:
     """Where each busy channel stands: its GPFIFO entry and the semaphore acquires there that do not hold yet."""
     parts = []
     for ch in self.channels.values():
-      get = int(np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)[pb.USERD_GP_GET // 4])
-      if get == ch.put: continue
-      w0, w1 = np.frombuffer(self.view(ch.ring.addr + 8 * get, 8), np.uint32)
-      addr, n = pb.decode_gp_entry(int(w0), int(w1))
-      waits = [f"semaphore acquire [{a:#x}] >= {v}, memory holds {self._u64(a)}" for a, v in self._acquires(addr, n)
-               if self._u64(a) < v]
-      parts.append(f"; {ch.name} channel is at GPFIFO entry {get}: "
-                   + (", ".join(waits) or f"a segment of {n} pushbuffer words at {addr:#x}"))
+      done = self._u64(ch.fence.addr)       # (not USERD GP_GET: stale while the channel is busy)
+      if done >= ch.fence_value: continue
+      # the first incomplete submission: its entries, in ring order ending before GPPut
+      mine = [(ch.put - k) % GPFIFO_ENTRIES for k in range(GPFIFO_ENTRIES, 0, -1)]
+      mine = [i for i in mine if ch.slots[i] == done + 1]
+      if not mine: continue
+      segs = []
+      for i in mine:
+        w0, w1 = np.frombuffer(self.view(ch.ring.addr + 8 * i, 8), np.uint32)
+        segs.append(pb.decode_gp_entry(int(w0), int(w1)))
+      waits = [f"semaphore acquire [{a:#x}] >= {v}, memory holds {self._u64(a)}" for addr, n in segs
+               for a, v in self._acquires(addr, n) if self._u64(a) < v]
+      where = f"GPFIFO entr{'y' if len(mine) == 1 else 'ies'} {mine[0]}" + (f"-{mine[-1]}" if len(mine) > 1 else "")
+      parts.append(f"; {ch.name} channel is in submission {done + 1} of {ch.fence_value} ({where}): "
+                   + (", ".join(waits) or f"segments of {sum(n for _, n in segs)} pushbuffer words at "
+                                          f"{', '.join(hex(a) for a, _ in segs)}"))
     return "".join(parts)
 
   def _acquires(self, addr: int, n: int) -> list[tuple[int, int]]:

@@ -602,3 +602,30 @@ def test_class_ids_of_the_table_match_the_driver():
   shared = {name: cls for cls, name in rm.CLASS_NAMES.items() if name in CLASS_IDS}     # AMPERE_COMPUTE_B: GA102 only
   assert set(rm.CLASS_NAMES.values()) - set(shared) == {"AMPERE_COMPUTE_B"}
   assert {name: CLASS_IDS[name] for name in shared} == shared
+
+
+def test_gpfifo_space_and_progress_come_from_the_fence_not_userd_gp_get(monkeypatch):
+  """USERD GP_GET is written back when the PBDMA idles or on a timer (dev_pbdma.ref.txt), not per entry: a driver that
+  waits on it for GPFIFO space stalls after one lap while it is stale. Here the emulated GPU never writes it back:
+  more submissions than the ring has entries go through, and a blocked channel's report names the submission that
+  holds it from the fence."""
+  from baregrad.drivers.emu import nv_gpu
+  monkeypatch.setattr(nv_gpu.ChannelProcessor, "writeback_gp_get", False)
+  d = _driver()
+  d.timeout = 10
+  ch = d.channels["compute"]
+  for _ in range(nv_driver.GPFIFO_ENTRIES + 100): d._submit_words(ch, [])     # one entry each: its fence release
+  assert d.wait_value(ch.fence.addr, ch.fence_value, 30)
+  assert np.frombuffer(d.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)[pb.USERD_GP_GET // 4] == 0   # never written
+  gate = d.alloc_polled(8)
+  np.frombuffer(d.view(gate.addr, 8), np.uint64)[0] = 0
+  wait = pb.Pushbuffer()
+  d._semaphore(wait, gate.addr, 1, pb.SEM_OPERATION_ACQ_STRICT_GEQ)
+  d._submit_words(ch, list(wait.words))
+  blocked = ch.fence_value
+  assert not d.wait_value(ch.fence.addr, blocked, 0.3)
+  report = d._channel_report()
+  assert f"compute channel is in submission {blocked} of {blocked}" in report, report
+  assert f"semaphore acquire [{gate.addr:#x}] >= 1, memory holds 0" in report, report
+  np.frombuffer(d.view(gate.addr, 8), np.uint64)[0] = 1
+  assert d.wait_value(ch.fence.addr, blocked, 10)
