@@ -217,6 +217,7 @@ class NVGpu:
     self.mem.map_array(va, np.frombuffer(buf, np.uint8), system=True)
 
   def fault(self, channel: "ChannelProcessor", message: str, xid: int):
+    channel.faulted = True
     if channel.notifier:     # NvNotification: timeStamp, info32 (the error code), info16, status; written first
       try: self.mem.write(channel.notifier, struct.pack("<QIHH", time.time_ns(), xid, 0, rm.NOTIFICATION_STATUS_ERROR))
       except MemoryFault: pass
@@ -231,8 +232,12 @@ class NVGpu:
       if channel in self.channels: self.channels.remove(channel)
 
 
+REGISTER_FILE = qmd.REGISTER_FILE      # the SM's (its own copy: tests lift the driver's limit and keep this one)
+
+
 class ChannelProcessor(threading.Thread):
   writeback_gp_get = True     # False: never (a PBDMA busy past a lap with no timer write-back yet; tests)
+  faulted = False             # set by NVGpu.fault: its channel group is in RM's recovery
 
   def __init__(self, gpu: NVGpu, name: str, handle: int, ring: int, entries: int, userd: int, notifier: int | None,
                objects: dict, doorbell, cls: int = rm.HOPPER_CHANNEL_GPFIFO_A):
@@ -351,6 +356,13 @@ class ChannelProcessor(threading.Thread):
     wide = bool(execute & pb.SEM_PAYLOAD_SIZE_64BIT)
     if wide: payload |= regs.get(pb.SEM_PAYLOAD_HI, 0) << 32
     op, size = execute & 7, 8 if wide else 4
+    # dev_pbdma.ref.txt (open-gpu-doc, Hopper) 3786-3795, 3865: a 64-bit payload's address is 8-byte aligned and a
+    # release with RELEASE_TIMESTAMP writes 16 bytes at a 16-byte aligned address; otherwise PBDMA_INTR_0_SEMAPHORE
+    need = 16 if op == pb.SEM_OPERATION_RELEASE and execute & pb.SEM_RELEASE_TIMESTAMP else size
+    if addr % need:
+      raise ChannelFault(f"semaphore {'release' if op == pb.SEM_OPERATION_RELEASE else 'acquire'} at {addr:#x}: "
+                         f"{'a timestamped release' if need == 16 else f'a {8 * size}-bit payload'} needs a {need}-byte "
+                         f"aligned address (PBDMA_INTR_0_SEMAPHORE)")
     fmt = "<Q" if wide else "<I"
     if op == pb.SEM_OPERATION_RELEASE:
       try:
@@ -414,6 +426,14 @@ class ChannelProcessor(threading.Thread):
     self.fetch_code(where, q["program"], kern.text)
     bank0, param_size = self.check_constant_banks(where, q, prog, kern)
     self.check_shared_memory(where, q, kern)
+    threads = q["block"][0] * q["block"][1] * q["block"][2]
+    if qmd.block_registers(q["registers"], threads) > REGISTER_FILE:
+      raise ChannelFault(f"{where}: {threads} threads x REGISTER_COUNT {q['registers']} need "
+                         f"{qmd.block_registers(q['registers'], threads)} registers, more than the SM's register file "
+                         f"({REGISTER_FILE})", GR_EXCEPTION)
+    if q["registers"] < kern.registers:
+      raise ChannelFault(f"{where}: REGISTER_COUNT {q['registers']} is less than the {kern.registers} registers the "
+                         f"cubin's code uses", GR_EXCEPTION)
     if kern.stack_size: self.check_local_memory(where, q, kern, bank0, regs)
     self.check_driver_words(where, q, prog, bank0, regs)
     params = bank0[prog.param_base:prog.param_base + param_size]

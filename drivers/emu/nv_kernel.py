@@ -445,9 +445,9 @@ class EmulatedNVKernel:
     p = ffi.cast(struct_name.replace("[32]", "") + " *", addr)
     device_only = nr in (rm.NV_ESC_RM_ALLOC_MEMORY, rm.NV_ESC_REGISTER_FD)   # the rest: /dev/nvidiactl only (escape.c)
     if (f.path == CTL) == device_only or f.path not in (CTL, DEV):
-      if nr in (rm.NV_ESC_CARD_INFO, rm.NV_ESC_CHECK_VERSION_STR, rm.NV_ESC_REGISTER_FD): self._einval(f"{esc_name} on {f.path}")
-      (p.params if nr in (rm.NV_ESC_RM_ALLOC_MEMORY, rm.NV_ESC_RM_MAP_MEMORY) else p).status = S["NV_ERR_INVALID_ARGUMENT"]
-      return 0
+      # an escape on the wrong kind of file: nvidia_ioctl returns -EINVAL and leaves the status alone (escape.c
+      # NV_CTL_DEVICE_ONLY / NV_ACTUAL_DEVICE_ONLY -> nv.c nvidia_ioctl, 580.142)
+      self._einval(f"{esc_name} on {f.path} (it is an escape of {'/dev/nvidiaN' if device_only else '/dev/nvidiactl'})")
     if nr == rm.NV_ESC_CHECK_VERSION_STR:
       p.reply = rm.NV_RM_API_VERSION_REPLY_RECOGNIZED
       if p.cmd == rm.NV_RM_API_VERSION_CMD_QUERY: p.versionString = DRIVER_VERSION.encode()
@@ -563,6 +563,9 @@ class EmulatedNVKernel:
     # the channel takes the TSG's engine (0 inherits it)
     if 0 < a.engineType < NV2080_ENGINE_TYPE_LAST and a.engineType != group.info["engine"]: raise RMFail("NV_ERR_INVALID_ARGUMENT")
     engine = group.info["engine"]
+    # a TSG one of whose channels had an error stays in RM's recovery (kernel_channel.c bIsRcPending): the emulator
+    # takes no new channel into it; the client frees the group and makes a new one
+    if any(getattr(p, "faulted", False) for p in group.info.get("procs", ())): raise RMFail("NV_ERR_INVALID_STATE")
     memory = (rm.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, rm.NV01_MEMORY_LOCAL_USER)    # USERD / notifier: any memory object
     userd = self._find(client, a.hUserdMemory[0], memory)
     if a.userdOffset[0] + 0x200 > userd.info["size"]: raise RMFail("NV_ERR_INVALID_OFFSET")
@@ -577,6 +580,7 @@ class EmulatedNVKernel:
     proc = ChannelProcessor(self.gpu, "compute" if engine == GR_ENGINE else "copy", handle, a.gpFifoOffset,
                             a.gpFifoEntries, userd.info["va"] + a.userdOffset[0], notifier, obj.info["objects"], None, cls)
     obj.info["proc"] = proc
+    group.info.setdefault("procs", []).append(proc)
     self.tokens[token] = handle
 
   def _gpu_mapped(self, va: int, n: int) -> bool:

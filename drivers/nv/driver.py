@@ -104,6 +104,13 @@ class RMError(NVError):
     super().__init__(f"{what} failed: {rm.status_name(status)}")
 
 
+class EscapeError(NVError, OSError):
+  """The kernel module's escape layer refused an ioctl (-EINVAL and no RM status): wrong size or wrong file."""
+  def __init__(self, message: str, errno_: int):
+    NVError.__init__(self, message)
+    self.errno = errno_
+
+
 class HostMapError(RMError, OSError):
   """RM or UVM refused to map host memory for the GPU (map_host): an OSError, so hcq copies another way."""
   def __init__(self, message: str, status: int):
@@ -154,7 +161,15 @@ class RMClient:
 
   def escape(self, fd: int, nr: int, params, fields=None):
     name = rm.ESCAPES[nr][0]
-    self.k.ioctl(fd, rm.escape_request(nr), params, name=name, fields=fields)
+    try:
+      self.k.ioctl(fd, rm.escape_request(nr), params, name=name, fields=fields)
+    except kernel_mod.KernelCallError as e:
+      # errors of the escape layer come back from the ioctl itself, the status untouched (escape.c, nv.c nvidia_ioctl):
+      # the parameter struct's size or the file is not what this module takes
+      raise EscapeError(f"{name}: the NVIDIA kernel module refused the call itself ({e}): the parameter size "
+                        f"({ffi.sizeof(params[0]) if isinstance(params, ffi.CData) else '?'} bytes) or the file it "
+                        f"went to is not what this module version takes; baregrad's structures are written for the "
+                        f"{', '.join(s + '.x' for s in rm.SUPPORTED_SERIES)} driver series", e.errno) from e
     return params
 
   def new_handle(self) -> int:
@@ -286,15 +301,7 @@ class NVDriver:
     # with engine type of TSG", src/nvidia/src/kernel/gpu/fifo/kernel_channel.c, kchannelConstruct; GA100 and later,
     # kfifoIsPerRunlistChramSupportedInHw). The copy channel gets a COPY0 TSG, as UVM's own CE channels do
     # (nvGpuOpsTsgAllocate, src/nvidia/src/kernel/rmapi/nv_gpu_ops.c).
-    self.groups, self.ctxshares = {}, {}
-    for engine in (rm.NV2080_ENGINE_TYPE_GRAPHICS, rm.NV2080_ENGINE_TYPE_COPY0):
-      gp = ffi.new("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *")
-      gp.engineType = engine
-      self.groups[engine] = self.rm.alloc(self.device, rm.KEPLER_CHANNEL_GROUP_A, gp)
-      cp = ffi.new("NV_CTXSHARE_ALLOCATION_PARAMETERS *")
-      cp.hVASpace, cp.flags = self.vaspace, rm.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC
-      self.ctxshares[engine] = self.rm.alloc(self.groups[engine], rm.FERMI_CONTEXT_SHARE_A, cp)
-    self.group, self.ctxshare = self.groups[rm.NV2080_ENGINE_TYPE_GRAPHICS], self.ctxshares[rm.NV2080_ENGINE_TYPE_GRAPHICS]
+    self._make_groups()
     self.channels = {
       "compute": self._channel("compute", channel_class, rm.NV2080_ENGINE_TYPE_GRAPHICS,
                                {pb.SUBC_COMPUTE: self.compute_class, pb.SUBC_COPY: self.copy_class}),
@@ -358,6 +365,19 @@ class NVDriver:
               base=window, length=CHANNEL_VA_BYTES)
     return Channel(name, handle, ring, userd, token, self.alloc_polled(PAGE), subchannels=subchannels, cls=cls,
                    engine=engine, group=self.groups[engine], window=window)
+
+  def _make_groups(self):
+    """The channel groups and their context shares (again after a channel error: RM's recovery works on the whole
+    TSG, and nothing shows a TSG usable after it, kernel_channel.c bIsRcPending; CUDA treats the context as lost)."""
+    self.groups, self.ctxshares = {}, {}
+    for engine in (rm.NV2080_ENGINE_TYPE_GRAPHICS, rm.NV2080_ENGINE_TYPE_COPY0):
+      gp = ffi.new("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *")
+      gp.engineType = engine
+      self.groups[engine] = self.rm.alloc(self.device, rm.KEPLER_CHANNEL_GROUP_A, gp)
+      cp = ffi.new("NV_CTXSHARE_ALLOCATION_PARAMETERS *")
+      cp.hVASpace, cp.flags = self.vaspace, rm.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC
+      self.ctxshares[engine] = self.rm.alloc(self.groups[engine], rm.FERMI_CONTEXT_SHARE_A, cp)
+    self.group, self.ctxshare = self.groups[rm.NV2080_ENGINE_TYPE_GRAPHICS], self.ctxshares[rm.NV2080_ENGINE_TYPE_GRAPHICS]
 
   def _schedule(self):
     for group in self.groups.values():
@@ -787,6 +807,13 @@ class NVDriver:
     block = tuple(local_size) if tuple(local_size) != (1, 1, 1) else tuple(program.meta.get("local_size", (1, 1, 1)))
     cb_size = (max(kern.cbank0_size, kern.param_base + 8) + 255) // 256 * 256
     self._carveout(program.name, kern)      # a kernel no carveout holds fails here, not on the GPU
+    threads = block[0] * block[1] * block[2]
+    if qmd.block_registers(kern.registers, threads) > qmd.REGISTER_FILE:   # ... and one the register file cannot hold
+      most = qmd.REGISTER_FILE // qmd.block_registers(kern.registers, 32) * 32
+      raise NVError(f"NV: kernel {program.name}: {threads} threads of {kern.registers} registers each need "
+                    f"{qmd.block_registers(kern.registers, threads)} registers, more than an SM's register file of "
+                    f"{qmd.REGISTER_FILE} (CUDA's 'too many resources requested for launch'); launch at most {most} "
+                    f"threads per block, or make the kernel use fewer registers")
     p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
     p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, tuple(global_size), block, args_addr, cb_size))
     p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
@@ -917,7 +944,7 @@ class NVDriver:
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
     deadline, sleep = time.monotonic() + timeout, 1e-5
     while self._u64(addr) < value:
-      if self.k.fault() is not None: return False     # the emulated GPU stopped a channel (the real kernel: None)
+      if self._faulted(): return False     # RM wrote the error notifier (or the emulated GPU stopped a channel)
       if time.monotonic() > deadline:
         self._stalled = (addr, value, self._u64(addr), timeout)
         return False
@@ -960,6 +987,8 @@ class NVDriver:
         self._local_retired.remove(retired)
         self.free(retired[0])
       for mem in (old.ring, old.userd, old.fence): self.free(mem)
+    for group in self.groups.values(): self.rm.free(self.device, group)     # with their context shares
+    self._make_groups()
     self.view(self.error_notifier.addr, 16)[:] = bytes(16)
     for kind, old in list(self.channels.items()):
       self.channels[kind] = self._channel(kind, old.cls, old.engine, old.subchannels)

@@ -130,6 +130,19 @@ def launch_fields(version: tuple, *, program: int, cbufs: dict, grid, block, reg
   return v
 
 
+# The register file: 64K 32-bit registers per SM, which is also the most one thread block may hold, on sm_80 .. sm_90
+# (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": "Maximum number of 32-bit registers
+# per thread block" 64K); registers are given to each warp in units of 256 (the "register allocation unit size" of the
+# CUDA occupancy calculator for these compute capabilities).
+REGISTER_FILE, REGISTER_UNIT = 65536, 256
+
+
+def block_registers(registers: int, threads: int) -> int:
+  """Registers a block of `threads` threads takes when each thread uses `registers` (per-warp allocation units)."""
+  per_warp = -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+  return per_warp * -(-threads // 32)
+
+
 def read_launch(version: tuple, data: bytes) -> dict:
   """What the emulator needs from a QMD, under version-independent names: program, the valid constant buffers
   ({bank: (address, bytes)}), grid, block, shared memory, SM carveout fields, local memory sizes."""
@@ -153,6 +166,7 @@ def read_launch(version: tuple, data: bytes) -> dict:
           "grid": grid,
           "block": (f["CTA_THREAD_DIMENSION0"], f["CTA_THREAD_DIMENSION1"], f["CTA_THREAD_DIMENSION2"]),
           "shared": f["SHARED_MEMORY_SIZE"],
+          "registers": f["REGISTER_COUNT"] if version == (4, 0) else f["REGISTER_COUNT_V"],
           "sm_config": (f["MIN_SM_CONFIG_SHARED_MEM_SIZE"], f["TARGET_SM_CONFIG_SHARED_MEM_SIZE"],
                         f["MAX_SM_CONFIG_SHARED_MEM_SIZE"]),
           "local": (f["SHADER_LOCAL_MEMORY_LOW_SIZE"], f["SHADER_LOCAL_MEMORY_HIGH_SIZE"]),

@@ -218,7 +218,7 @@ def test_qmd_launch_bit_exact(version):
     assert int.from_bytes(data[128:132], "little") == 70000 and int.from_bytes(data[152:156], "little") == 0x3456_7800
   launch = qmd.read_launch(version, data)
   assert launch == {"version": version, "program": program, "cbufs": {0: (cbuf0, 0x300), 2: (cbuf2, 0xA0)},
-                    "cbuf0": cbuf0, "cbuf0_valid": 1, "cbuf0_size": 0x300, "grid": grid, "block": block, "shared": 1024,
+                    "cbuf0": cbuf0, "cbuf0_valid": 1, "cbuf0_size": 0x300, "grid": grid, "block": block, "shared": 1024, "registers": 38,
                     "sm_config": (3, 5, 58), "local": (32, 0x350), "invalidate_instruction_cache": 0}
   assert [qmd.sm_config_bytes(v) for v in launch["sm_config"]] == [8 << 10, 16 << 10, 228 << 10]
   assert qmd.sm_config_bytes(0) is None      # 0 encodes no carveout

@@ -14,7 +14,7 @@ from baregrad.drivers.emu import nv_gpu
 from baregrad.drivers.emu.memory import MemoryFault
 from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel, GPU_UUID
 from baregrad.drivers.nv import osdesc, rm
-from baregrad.drivers.nv.driver import NVDriver, NVError, HostMapError
+from baregrad.drivers.nv.driver import NVDriver, NVError, HostMapError, EscapeError
 from baregrad.drivers.nv.rm import ffi
 from baregrad.hcq import transfer
 from baregrad.hcq.buffer import Buffer
@@ -132,13 +132,14 @@ def test_rm_os_descriptor_rejections():
     "unknown client": dict(root=0x1234),
     "duplicate handle": dict(handle=d.device),
     "limit 0": dict(limit=0),
-    "on /dev/nvidiactl": dict(fd=d.fd_ctl),
   }
   want = ["NV_ERR_INVALID_FLAGS"] * 5 + ["NV_ERR_NOT_SUPPORTED", "NV_ERR_INVALID_LIMIT"] + ["NV_ERR_INVALID_ADDRESS"] * 3 + \
          ["NV_ERR_INVALID_OBJECT_PARENT", "NV_ERR_INVALID_CLIENT", "NV_ERR_INSERT_DUPLICATE_NAME",
-          "NV_ERR_INVALID_PARAM_STRUCT", "NV_ERR_INVALID_ARGUMENT"]
+          "NV_ERR_INVALID_PARAM_STRUCT"]
   got = [_alloc_memory(d, **{"addr": host, "limit": PAGE - 1, **kw})[0] for kw in refused.values()]
   assert dict(zip(refused, got)) == dict(zip(refused, want))
+  # on /dev/nvidiactl: the escape layer refuses it (-EINVAL, no status: escape.c NV_ACTUAL_DEVICE_ONLY)
+  with pytest.raises(EscapeError): _alloc_memory(d, host, PAGE - 1, fd=d.fd_ctl)
   # accepted: write-back coherency, read-only pages described read-only, a limit that is not a page multiple (RM
   # rounds the pages up: pageCount = 1 + limit / page size)
   assert _alloc_memory(d, host, PAGE - 1, flags=(HOST_PAGES & ~CACHED) | WRITE_BACK)[0] == "NV_OK"

@@ -19,7 +19,7 @@ with the driver as it was before the rule (what it did is said beside the test).
      relocations refused. Before: bank 0 only.
   +  class lists: each chip lists what OGKM src/nvidia/generated/g_gpu_class_list.c says (GH100: HOPPER_COMPUTE_A only).
 """
-import re, shutil, struct, subprocess, time
+import errno, re, shutil, struct, subprocess, time
 from pathlib import Path
 import numpy as np
 import pytest
@@ -629,3 +629,79 @@ def test_gpfifo_space_and_progress_come_from_the_fence_not_userd_gp_get(monkeypa
   assert f"semaphore acquire [{gate.addr:#x}] >= 1, memory holds 0" in report, report
   np.frombuffer(d.view(gate.addr, 8), np.uint64)[0] = 1
   assert d.wait_value(ch.fence.addr, blocked, 10)
+
+
+@pytest.mark.parametrize("offset,timestamp,ok", [(0, True, True), (8, True, False), (8, False, True), (4, False, False)])
+def test_semaphore_alignment(offset, timestamp, ok):
+  """dev_pbdma.ref.txt: a 64-bit semaphore payload at an 8-byte aligned address, a timestamped release at a 16-byte
+  aligned one (PBDMA_INTR_0_SEMAPHORE otherwise); the driver's signals are 16-byte slots."""
+  d = _driver()
+  mem = d.alloc_polled(64)
+  ch = d.channels["compute"]
+  p = pb.Pushbuffer()
+  d._semaphore(p, mem.addr + offset, 7, pb.SEM_OPERATION_RELEASE | (pb.SEM_RELEASE_TIMESTAMP if timestamp else 0))
+  d._submit_words(ch, list(p.words))
+  if ok:
+    assert d.wait_value(ch.fence.addr, ch.fence_value, 10) and d._u64(mem.addr + offset) == 7
+  else:
+    assert not d.wait_value(ch.fence.addr, ch.fence_value, 10)
+    assert "aligned address (PBDMA_INTR_0_SEMAPHORE)" in d.k.fault(), d.k.fault()
+
+
+def test_launches_the_register_file_cannot_hold_are_refused(monkeypatch):
+  """64K registers per SM and per block, given to warps in units of 256 (CUDA C++ Programming Guide's technical
+  specifications, the occupancy calculator): the driver refuses such a launch before it, naming the fix; a QMD that
+  asks for it anyway faults on the emulated GPU (a GR exception), as does a REGISTER_COUNT below what the code uses."""
+  d = _driver()
+  prog = _program(d, _copy_kernel(d.target, 1), "copy")
+  inp, out = d.alloc(4096), d.alloc(4096)
+  monkeypatch.setattr(prog.handle, "registers", 72)           # 72 x 32 = 2304 per warp: 28 warps (896 threads) fit
+  assert _run(d, prog, [out.addr, inp.addr], block=(896, 1, 1)) is None, d.k.fault()
+  with pytest.raises(NVError, match=r"1024 threads of 72 registers each need 73728 registers, more than an SM's "
+                                    r"register file of 65536 .*launch at most 896 threads per block"):
+    _run(d, prog, [out.addr, inp.addr], block=(1024, 1, 1))
+  monkeypatch.setattr(qmd, "REGISTER_FILE", 1 << 20)          # the driver's check off: the GPU's own
+  fault = _run(d, prog, [out.addr, inp.addr], block=(1024, 1, 1))
+  assert fault and "1024 threads x REGISTER_COUNT 72 need 73728 registers" in fault, fault
+  d2 = _driver()
+  prog2 = _program(d2, _copy_kernel(d2.target, 1), "copy")
+  real = prog2.handle.registers
+  monkeypatch.setattr(prog2.handle, "registers", 0)
+  fault = _run(d2, prog2, [d2.alloc(4096).addr, d2.alloc(4096).addr])
+  assert real > 0 and fault and f"REGISTER_COUNT 0 is less than the {real} registers" in fault, fault
+
+
+def test_escape_level_errors_are_einval_with_the_status_untouched():
+  """An RM escape on the wrong kind of file (an /dev/nvidiactl escape on /dev/nvidia0, or the other way): nvidia_ioctl
+  returns -EINVAL and writes no status (escape.c NV_CTL_DEVICE_ONLY / NV_ACTUAL_DEVICE_ONLY, nv.c); the driver
+  names the escape and what it means."""
+  d = _driver()
+  p = ffi.new("NVOS21_PARAMETERS *")
+  p.hRoot, p.hObjectParent, p.hObjectNew, p.hClass, p.status = d.rm.root, d.rm.root, 0xBEEF0001, rm.NV01_DEVICE_0, 0x1234
+  with pytest.raises(nv_driver.EscapeError, match=r"NV_ESC_RM_ALLOC: the NVIDIA kernel module refused the call itself "
+                                                  r".*EINVAL.*the parameter size \(\d+ bytes\) or the file") as e:
+    d.rm.escape(d.fd_dev, rm.NV_ESC_RM_ALLOC, p)
+  assert e.value.errno == errno.EINVAL and p.status == 0x1234       # the status was not written
+  q = ffi.new("nv_ioctl_nvos02_parameters_with_fd *")
+  q.params.status = 0x4321
+  with pytest.raises(nv_driver.EscapeError):
+    d.rm.escape(d.fd_ctl, rm.NV_ESC_RM_ALLOC_MEMORY, q)                # a device-file escape on /dev/nvidiactl
+  assert q.params.status == 0x4321
+
+
+def test_a_channel_error_is_seen_through_the_notifier_at_once_and_the_groups_are_made_anew(monkeypatch):
+  """The wait loop reads RM's error notifier (the real kernel interface has no `fault()`), so a channel error ends a
+  wait at once, not after the timeout; recovery frees and recreates the channel groups and context shares (RM's
+  recovery works on the whole TSG; the emulated RM takes no new channel into a TSG that had an error)."""
+  d = _driver()
+  monkeypatch.setattr(d.k, "fault", lambda: None)           # as the real kernel interface: only the notifier tells
+  ch = d.channels["compute"]
+  old_groups, old_shares = dict(d.groups), dict(d.ctxshares)
+  d._submit_words(ch, [0xE0000000 | 5])                       # an undefined pushbuffer opcode: a PBDMA error
+  start = time.monotonic()
+  assert not d.wait_value(ch.fence.addr, ch.fence_value, 30)
+  assert time.monotonic() - start < 1.0
+  with pytest.raises(nv_driver.ChannelReset, match=r"GPU channel error 32 \(ROBUST_CHANNEL_PBDMA_ERROR"):
+    d.check_faults("NV")
+  assert set(d.groups.values()).isdisjoint(old_groups.values()) and set(d.ctxshares.values()).isdisjoint(old_shares.values())
+  _add_one_works(d)                                           # the new channels run
