@@ -545,8 +545,24 @@ class ChannelProcessor(threading.Thread):
     window = lambda a, b: (regs.get(a, 0) & 0x1FFFF) << 32 | regs.get(b, 0)
     want = {"NTID": struct.pack("<3I", *q["block"]), "NCTAID": struct.pack("<3I", *q["grid"]),
             "LOCAL_WINDOW": struct.pack("<Q", window(pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B))}
-    if int(self.gpu.model.arch[3:]) < 90:     # sm_90 code forms shared addresses from SR_SWINHI instead
-      want["SHARED_WINDOW"] = struct.pack("<Q", window(pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B))
+    shared = window(pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_B)
+    local = window(pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B)
+    hopper = int(self.gpu.model.arch[3:]) >= 90
+    if PTX_DRIVER_WORDS["SHARED_WINDOW"].search(prog.ptx):      # generic addresses of shared memory
+      # sm_90 code forms them as SR_SWINHI (the window's high 32 bits) : offset, so the window is 4 GiB aligned and
+      # spans 4 GiB (Mesa NVK nvk_cmd_dispatch.c: "shared memory window needs 4GB alignment on hopper+"); earlier
+      # ones add a 16 MiB window to the offset. Either way it must not overlap the local window.
+      span = 1 << 32 if hopper else 1 << 24
+      if hopper and (shared & 0xFFFFFFFF or not shared):
+        raise ChannelFault(f"{where}: the shader shared memory window {shared:#x} is not 4 GiB aligned: sm_90 code forms "
+                           f"generic shared addresses from its high 32 bits (SR_SWINHI), so they would be global "
+                           f"addresses", MMU_FAULT)
+      if shared < local + LOCAL_WINDOW_BYTES and local < shared + span:
+        raise ChannelFault(f"{where}: the shader shared memory window [{shared:#x}, +{span:#x}) overlaps the local "
+                           f"memory window [{local:#x}, +{LOCAL_WINDOW_BYTES:#x}): generic addresses are ambiguous",
+                           MMU_FAULT)
+    if not hopper:     # sm_90 code forms shared addresses from SR_SWINHI instead of bank 0
+      want["SHARED_WINDOW"] = struct.pack("<Q", shared)
     for key, value in want.items():
       if not PTX_DRIVER_WORDS[key].search(prog.ptx): continue
       at = DRIVER_AREA[key]

@@ -180,8 +180,25 @@ USERMODE_CLASSES = (rm.HOPPER_USERMODE_A, rm.AMPERE_USERMODE_A)
 CHANNEL_CLASSES = (rm.HOPPER_CHANNEL_GPFIFO_A, rm.AMPERE_CHANNEL_GPFIFO_A)
 GR_ENGINE, CE_ENGINES = rm.NV2080_ENGINE_TYPE_GRAPHICS, range(rm.NV2080_ENGINE_TYPE_COPY0, rm.NV2080_ENGINE_TYPE_COPY0 + 10)
 NV2080_ENGINE_TYPE_LAST = 0x00000040      # cl2080_notification.h: NV2080_ENGINE_TYPE_IS_VALID(i) is 0 < i < LAST
-GR_CHANNEL_RESOURCES = 16 << 20   # VA a GR channel's context buffers take in UVM_REGISTER_CHANNEL's region (the emulator's
-                                  # stand-in: RM reports the sizes in NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE)
+# A GR channel's context buffers (main context, patch, page pool, attribute/bundle circular buffers, ...) that
+# UVM_REGISTER_CHANNEL maps into the caller's region, each at its own alignment (uvm_user_channel.c create_va_range;
+# NV_ERR_INVALID_ADDRESS when they do not fit), and whose total NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE reports for the
+# channel. A model, not read off hardware: the sizes grow with the SM count (each SM's context-switch state) and the
+# one public figure seen (a CUDA trace: 62,316,544 bytes, GPU unnamed) sits among them; the H200's exceeds a fixed
+# 64 MiB, so a driver that assumes one is caught. (bytes, alignment) per buffer.
+MIB = 1 << 20
+CTX_BUFFERS = {
+  "GA100": [(40 * MIB, 2 * MIB), (64 << 10, 64 << 10), (8 * MIB, 2 * MIB), (3 * MIB, 4 << 10)],
+  "AD102": [(44 * MIB, 2 * MIB), (64 << 10, 64 << 10), (8 * MIB, 2 * MIB), (4 * MIB, 4 << 10)],
+  "GH100": [(54 * MIB, 2 * MIB), (64 << 10, 64 << 10), (8 * MIB, 2 * MIB), (5 * MIB, 4 << 10)],
+}
+
+
+def ctx_buffer_layout(gpu: str, base: int) -> int:
+  """The end of the GR context buffers laid out from `base` at their alignments (UVM's placement)."""
+  at = base
+  for nbytes, align in CTX_BUFFERS[gpu]: at = -(-at // align) * align + nbytes
+  return at
 
 
 def user_pages_pinnable(addr: int, nbytes: int, write: bool) -> bool:
@@ -216,6 +233,7 @@ CONTROL_CLASSES = {
   rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: CHANNEL_CLASSES,
   rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: (rm.KEPLER_CHANNEL_GROUP_A,),
   rm.NV2080_CTRL_CMD_FB_GET_INFO_V2: (rm.NV20_SUBDEVICE_0,),
+  rm.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE: (rm.NV20_SUBDEVICE_0,),
 }
 # vidmem allocation fields the emulator honours; another nonzero one is valid RM input it does not emulate
 # (NV_ERR_NOT_SUPPORTED): compression, block-linear or swizzled formats, fixed addresses, protected / localized memory
@@ -612,6 +630,12 @@ class EmulatedNVKernel:
         name = index.get(c.fbInfoList[i].index)
         if name not in values: raise RMFail("NV_ERR_NOT_SUPPORTED")       # an index the emulator does not model
         c.fbInfoList[i].data = values[name]
+    elif p.cmd == rm.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE:
+      # subdeviceCtrlCmdGrGetCtxBufferSize (kernel_graphics_context / kgraphicsctx): the channel's GR context buffers,
+      # laid out from an address aligned for all of them; a channel without GR context has none
+      target = client.get(c.hChannel)
+      if target is None or target.cls not in CHANNEL_CLASSES: raise RMFail("NV_ERR_INVALID_OBJECT_HANDLE")
+      c.totalBufferSize = ctx_buffer_layout(self.model.chip, 0) if target.info.get("engine") == GR_ENGINE else 0
     elif p.cmd == rm.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN:
       c.workSubmitToken = obj.info["token"]
     elif p.cmd == rm.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
@@ -797,10 +821,10 @@ class EmulatedNVKernel:
       if p.base % PAGE or p.length % PAGE or not p.base or not p.length or p.base + p.length >= 1 << 64:
         raise RMFail("NV_ERR_INVALID_ADDRESS")  # uvm_api_range_invalid
       if p.base + p.length - 1 >= self.model.max_channel_va: raise RMFail("NV_ERR_OUT_OF_RANGE")
-      if p.length < GR_CHANNEL_RESOURCES or any(b < p.base + GR_CHANNEL_RESOURCES and p.base < b + n
-                                                for b, n in self._uvm_va_ranges()):
-        raise RMFail("NV_ERR_INVALID_ADDRESS")  # create_va_range: no free VA of that size in the region
-      resources = (p.base, GR_CHANNEL_RESOURCES)
+      end = ctx_buffer_layout(self.model.chip, p.base)      # each buffer at its alignment inside [base, base + length)
+      if end > p.base + p.length or any(b < end and p.base < b + n for b, n in self._uvm_va_ranges()):
+        raise RMFail("NV_ERR_INVALID_ADDRESS")  # create_va_range: "Range exceeded", or VA already in use
+      resources = (p.base, end - p.base)
     self.uvm_channels[key] = resources
     ch.info["bound"] = True                     # bind_channel_resources -> nvGpuOpsBindChannelResources
 

@@ -66,8 +66,12 @@ VA_REGIONS = {PAGE: (VA_BASE, 0x40_0000_0000), vidmem.PAGE_64K: (0x40_0000_0000,
               vidmem.PAGE_2M: (VA_LIMIT, 1 << 46)}
 _va_cursor = {page: lo for page, (lo, _) in VA_REGIONS.items()}   # process-wide: every NVDriver shares the address space
 SHARED_WINDOW, LOCAL_WINDOW = 0xFE00_0000, 0xFF00_0000   # generic-address windows (driver's choice, below VA_BASE)
-CHANNEL_VA_BYTES = 64 << 20   # per channel, the VA region UVM_REGISTER_CHANNEL maps the channel's context buffers into
-                              # (driver's choice; RM reports the sizes in NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE)
+# Hopper forms a generic shared address as SR_SWINHI (the window's high 32 bits) : offset, so its window is 4 GiB
+# aligned and spans 4 GiB (Mesa NVK nvk_cmd_dispatch.c "shared memory window needs 4GB alignment on hopper+", 1 << 32;
+# ptxas sm_90 cvta.shared); [4 GiB, 8 GiB) is free of the local window and of every allocation (VA_BASE up)
+SHARED_WINDOW_HOPPER = 1 << 32
+CHANNEL_VA_ALIGN = 2 << 20    # a GR channel's context-buffer region (UVM_REGISTER_CHANNEL): 2 MiB aligned, its size
+                              # from NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE rounded up to 2 MiB
 CONST_BANK_ALIGN = 256        # constant banks are placed at 256-byte boundaries after a program's code
 
 # Per SM architecture: (resident warps per SM, SMs per TPC, TPCs of the largest chip of the architecture, the shared
@@ -143,7 +147,7 @@ class Channel:
   cls: int = 0                                      # channel class and engine type, to allocate it again
   engine: int = 0
   group: int = 0                                    # its channel group (TSG)
-  window: int = 0                                   # the VA region registered with UVM for it
+  window: tuple = (0, 0)                            # (base, bytes) registered with UVM for its context buffers
   local_generation: int = 0                         # the local memory its method stream last set up
   # per GPFIFO entry, the fence value of the submission that last wrote it: an entry is free again once the channel's
   # fence reached that value (the GPU's GP_GET in USERD is written back only when its PBDMA idles: dev_pbdma.ref.txt)
@@ -275,6 +279,7 @@ class NVDriver:
     self.compute_class, self.copy_class = picked["compute"][0], picked["copy"][0]
     self.channel_class, self.usermode_class = channel_class, usermode_class = picked["channel"][0], picked["usermode"][0]
     self.target, self.qmd_version = rm.COMPUTE_CLASSES[self.compute_class]   # sm_90, (4, 0)
+    self.shared_window = SHARED_WINDOW_HOPPER if int(self.target[3:]) >= 90 else SHARED_WINDOW
     self.qmd_table = qmd.TABLES[self.qmd_version]
     self.warps_per_sm, self.sms_per_tpc, self.tpcs, carveouts = SM_LIMITS[self.target]
     self.carveouts = [kib << 10 for kib in carveouts if kib << 10 >= MIN_CARVEOUT]
@@ -294,7 +299,7 @@ class NVDriver:
     self.vaspace = self.rm.alloc(self.device, rm.FERMI_VASPACE_A, vp)
     self._uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hVaSpace=self.vaspace)
     self._free_va: dict[tuple, list] = {}   # (region page size, bytes) -> freed addresses
-    self._free_windows: list[int] = []
+    self._free_windows: list[tuple] = []     # (base, bytes) of GR channels' context-buffer regions, to reuse
     self.error_notifier = self.alloc_polled(PAGE)
     # One TSG per engine: RM ties a TSG and every channel in it to the runlist of the TSG's engine and rejects a channel
     # whose engineType differs from its TSG's with NV_ERR_INVALID_ARGUMENT ("Engine type of channel ... not compatible
@@ -360,9 +365,19 @@ class NVDriver:
     # Resources sets bIsContextBound, rmapi/nv_gpu_ops.c); RM schedules a GR channel of an externally owned VA space only
     # once bound (kchannelIsSchedulable, gpu/fifo/kernel_channel.c; else NVA06C_CTRL_CMD_GPFIFO_SCHEDULE returns
     # NV_ERR_INVALID_STATE, kernel_channel_group_api.c). The region: driver-chosen VA no allocation uses.
-    window = self._free_windows.pop() if self._free_windows else self._take_va(CHANNEL_VA_BYTES)
+    # Its size and alignment come from NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE (uvm.h, UvmRegisterChannel); UVM places
+    # each buffer at its own alignment inside the region (up to 2 MiB, uvm_user_channel.c create_va_range), so the
+    # region starts 2 MiB aligned and spans the reported size rounded up to 2 MiB. A copy channel has no buffers.
+    window = (0, 0)
+    if engine == rm.NV2080_ENGINE_TYPE_GRAPHICS:
+      sp = ffi.new("NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS *"); sp.hChannel = handle
+      size = -(-self.rm.control(self.subdevice, rm.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, sp).totalBufferSize
+               // CHANNEL_VA_ALIGN) * CHANNEL_VA_ALIGN
+      reuse = [w for w in self._free_windows if w[1] == size]
+      if reuse: self._free_windows.remove(reuse[0])
+      window = reuse[0] if reuse else (self._take_va(size, align=CHANNEL_VA_ALIGN), size)
     self._uvm(rm.UVM_REGISTER_CHANNEL, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hChannel=handle,
-              base=window, length=CHANNEL_VA_BYTES)
+              base=window[0], length=window[1])
     return Channel(name, handle, ring, userd, token, self.alloc_polled(PAGE), subchannels=subchannels, cls=cls,
                    engine=engine, group=self.groups[engine], window=window)
 
@@ -388,7 +403,7 @@ class NVDriver:
     p = pb.Pushbuffer()
     for subc, cls in ch.subchannels.items(): p.method(subc, pb.SET_OBJECT, cls)
     if pb.SUBC_COMPUTE in ch.subchannels:
-      p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, SHARED_WINDOW >> 32, SHARED_WINDOW & 0xFFFFFFFF)
+      p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, self.shared_window >> 32, self.shared_window & 0xFFFFFFFF)
       p.method(pb.SUBC_COMPUTE, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, LOCAL_WINDOW >> 32, LOCAL_WINDOW & 0xFFFFFFFF)
     return p.words
 
@@ -554,7 +569,8 @@ class NVDriver:
     free = self._free_va.get((page, size))
     return free.pop() if free else self._take_va(size, page)
 
-  def _take_va(self, size: int, page: int = PAGE) -> int:
+  def _take_va(self, size: int, page: int = PAGE, align: int = 0) -> int:
+    if align: _va_cursor[page] = -(-_va_cursor[page] // align) * align
     addr = _va_cursor[page]
     _va_cursor[page] += size            # contiguous: see the note on out-of-range loads in drivers/emu/README.md
     if _va_cursor[page] > VA_REGIONS[page][1]:
@@ -855,7 +871,7 @@ class NVDriver:
     area = DRIVER_AREA
     struct.pack_into("<3I", bank0, area["NTID"], *launch.block)
     struct.pack_into("<3I", bank0, area["NCTAID"], *launch.grid)
-    struct.pack_into("<Q", bank0, area["SHARED_WINDOW"], SHARED_WINDOW)
+    struct.pack_into("<Q", bank0, area["SHARED_WINDOW"], self.shared_window)
     struct.pack_into("<Q", bank0, area["LOCAL_WINDOW"], LOCAL_WINDOW)
     struct.pack_into("<I", bank0, area["STACK_POINTER"], STACK_TOP)
     self.view(cbuf0, cb_size)[:] = bytes(bank0)
@@ -978,7 +994,7 @@ class NVDriver:
     notifier and allocate new ones; what they still held is dropped."""
     for kind, old in list(self.channels.items()):
       self._uvm(rm.UVM_UNREGISTER_CHANNEL, gpuUuid=self.uuid, hClient=self.rm.root, hChannel=old.handle)
-      self._free_windows.append(old.window)
+      if old.window[1]: self._free_windows.append(old.window)
       self.rm.free(old.group, old.handle)
       for ch, _, arena in self._inflight:
         if ch is old: arena[2] -= 1

@@ -440,6 +440,9 @@ CONTROLS = {
   "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN": (0xC36F0108, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS"),
   "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE": (0xA06C0101, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS"),
   "NV2080_CTRL_CMD_FB_GET_INFO_V2": (0x20801303, "NV2080_CTRL_FB_GET_INFO_V2_PARAMS"),     # ctrl/ctrl2080/ctrl2080fb.h
+  # ctrl/ctrl2080/ctrl2080gr.h: NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS {NvHandle hChannel; NV_DECLARE_ALIGNED(NvU64
+  # totalBufferSize, 8)}
+  "NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE": (0x20801218, "NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS"),
 }
 # class -> its allocation parameters: OGKM src/nvidia/src/kernel/rmapi/resource_list.h "Alloc Param Info" (root client:
 # RS_OPTIONAL(NvHandle), i.e. RM reads the hClient that NV0000_ALLOC_PARAMETERS starts with; the compute, copy and
@@ -536,6 +539,7 @@ STRUCTS = {
   # ctrl/ctrl2080/ctrl2080fb.h (NV2080_CTRL_FB_INFO is ctrlxxxx.h's NVXXXX_CTRL_XXX_INFO; MAX_LIST_SIZE 0x80)
   "NV2080_CTRL_FB_INFO": (8, {"index": (0, 4), "data": (4, 4)}),
   "NV2080_CTRL_FB_GET_INFO_V2_PARAMS": (1028, {"fbInfoListSize": (0, 4), "fbInfoList": (4, 1024)}),
+  "NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS": (16, {"hChannel": (0, 4), "totalBufferSize": (8, 8)}),
   # OGKM kernel-open/nvidia-uvm/uvm_ioctl.h, uvm_linux_ioctl.h, uvm_types.h (NvProcessorUuid 16 bytes; UVM_MAX_GPUS =
   # NV_MAX_DEVICES 32 * UVM_PARENT_ID_MAX_SUB_PROCESSORS 8 = 256)
   "UVM_INITIALIZE_PARAMS": (16, {"flags": (0, 8), "rmStatus": (8, 4)}),

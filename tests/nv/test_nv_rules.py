@@ -27,7 +27,10 @@ import pytest
 from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel, GPU_UUID, CLASS_IDS
 from baregrad.drivers.nv import driver as nv_driver, pushbuf as pb, qmd, rm
 from baregrad.drivers.nv.cubin import DRIVER_AREA, STACK_TOP, load_cubin, find_ptxas
-from baregrad.drivers.nv.driver import NVDriver, NVError, RMError, CHANNEL_VA_BYTES
+from baregrad.drivers.nv.driver import NVDriver, NVError, RMError
+from baregrad.drivers.emu.nv_kernel import ctx_buffer_layout
+
+CHANNEL_VA_BYTES = 96 << 20       # a region large enough for every emulated GPU's GR context buffers
 from baregrad.drivers.nv.rm import ffi
 from baregrad.hcq.program import Program
 
@@ -705,3 +708,74 @@ def test_a_channel_error_is_seen_through_the_notifier_at_once_and_the_groups_are
     d.check_faults("NV")
   assert set(d.groups.values()).isdisjoint(old_groups.values()) and set(d.ctxshares.values()).isdisjoint(old_shares.values())
   _add_one_works(d)                                           # the new channels run
+
+
+GENERIC_SHARED_PTX = """.visible .entry gshared(.param .u64 out)
+{
+  .shared .align 4 .b8 buf[128];
+  .reg .b64 %rd<8>;
+  .reg .b32 %r<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mov.u64 %rd2, buf;
+  cvta.shared.u64 %rd3, %rd2;
+  mul.wide.u32 %rd4, %r1, 4;
+  add.u64 %rd5, %rd3, %rd4;
+  st.u32 [%rd5], %r1;
+  bar.sync 0;
+  ld.u32 %r2, [%rd5];
+  add.u32 %r2, %r2, 5;
+  add.u64 %rd6, %rd1, %rd4;
+  st.global.u32 [%rd6], %r2;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("gpu", ["GH100", "GA100"])
+def test_generic_shared_addresses_need_a_window_the_gpu_can_form(gpu, monkeypatch):
+  """Hopper forms a generic shared address from the window's high 32 bits (SR_SWINHI): the window is 4 GiB aligned
+  (Mesa NVK: "shared memory window needs 4GB alignment on hopper+"); the driver's 0xFE000000 made such addresses
+  global ones. A kernel storing through a generic pointer to shared memory runs; with the old window it faults."""
+  d = _driver(gpu)
+  out = d.alloc(4 * 32)
+  prog = _program(d, _ptx(d.target, GENERIC_SHARED_PTX), "gshared")
+  assert _run(d, prog, [out.addr]) is None, d.k.fault()
+  np.testing.assert_array_equal(np.frombuffer(d.view(out.addr, 4 * 32), np.uint32), np.arange(32) + 5)
+  if gpu == "GH100":
+    assert d.shared_window == 1 << 32
+    monkeypatch.setattr(nv_driver, "SHARED_WINDOW_HOPPER", 0xFE00_0000)
+    old = _driver(gpu)
+    fault = _run(old, _program(old, _ptx(old.target, GENERIC_SHARED_PTX), "gshared"), [old.alloc(128).addr])
+    assert fault and "is not 4 GiB aligned" in fault, fault
+
+
+@pytest.mark.parametrize("gpu", ["GH100", "GA100"])
+def test_uvm_channel_region_comes_from_rm_and_is_2mib_aligned(gpu):
+  """uvm.h (UvmRegisterChannel): the region's size and alignment come from NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE; UVM
+  places each context buffer at its alignment inside it and refuses what does not fit (NV_ERR_INVALID_ADDRESS,
+  uvm_user_channel.c). The driver's fixed, page-aligned 64 MiB did not hold the emulated H200's buffers."""
+  d = _driver(gpu)
+  size = lambda h: d.rm.control(d.subdevice, rm.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE,
+                                _params("NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS", hChannel=h)).totalBufferSize
+  compute, copy = d.channels["compute"], d.channels["copy"]
+  total = size(compute.handle)
+  assert total == ctx_buffer_layout(d.k.model.chip, 0) and size(copy.handle) == 0
+  base, length = compute.window
+  assert base % (2 << 20) == 0 and length == -(-total // (2 << 20)) * (2 << 20) and copy.window == (0, 0)
+  with pytest.raises(RMError, match="NV_ERR_INVALID_OBJECT_HANDLE"): size(d.device)
+  group, ctxshare = _rm_group(d, rm.NV2080_ENGINE_TYPE_GRAPHICS)
+  channel = _rm_channel(d, group, ctxshare, rm.NV2080_ENGINE_TYPE_GRAPHICS)
+  old = d._take_va(64 << 20) + 0x34000                         # what the driver did: page aligned, 64 MiB
+  register = lambda b, n: d._uvm(rm.UVM_REGISTER_CHANNEL, gpuUuid=GPU_UUID, rmCtrlFd=d.fd_ctl, hClient=d.rm.root,
+                                 hChannel=channel, base=b, length=n)
+  if gpu == "GH100":
+    with pytest.raises(RMError, match="NV_ERR_INVALID_ADDRESS"): register(old, 64 << 20)
+  fresh = d._take_va(length, align=2 << 20)
+  register(fresh, length)
+
+
+def _params(struct_name: str, **values):
+  p = ffi.new(struct_name + " *")
+  for k, v in values.items(): setattr(p, k, v)
+  return p
