@@ -266,6 +266,8 @@ def _render(spec: KernelSpec, key) -> _Rendered:
   low = lower(spec, renderer)
   name = re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
   src = renderer.render(name, low.program, low.alias, len(spec.params), low.variables)
+  if hasattr(renderer, "with_launch_bounds") and "local_size" in low.launch:    # PTX: .maxntid (the block it runs with)
+    src = renderer.with_launch_bounds(src, low.launch["local_size"])
   if DEBUG >= 4: print(src)
   return _Rendered(spec, key, renderer, low, name, src)
 

@@ -184,6 +184,15 @@ class PTXRenderer:
     """The module directives; a module may hold several entries (`header() + render_entry(...) + ...`)."""
     return f".version {self.version}\n.target {self.arch}\n.address_size 64\n"
 
+  @staticmethod
+  def with_launch_bounds(src: str, local_size) -> str:
+    """The module with `.maxntid` on its entry (PTX ISA "Performance-tuning directives"): ptxas then keeps the
+    registers per thread within what a block of that many threads fits in the 64K register file, and a launch with
+    more threads is refused."""
+    x, y, z = (tuple(local_size) + (1, 1, 1))[:3]
+    head, sep, rest = src.partition(")\n{")
+    return f"{head})\n.maxntid {x}, {y}, {z}\n{{{rest}" if sep else src
+
   def render(self, name: str, program: list[UOp], alias: dict[UOp, UOp], n_params: int, variables: list[UOp]) -> str:
     """A complete PTX module with one kernel."""
     return self.header() + "\n" + self.render_entry(name, program, alias, n_params, variables)

@@ -263,7 +263,7 @@ class KernargArena:
 
   def __init__(self, dev: Device, size: int = 1 << 20):
     self.dev, self.size = dev, size
-    self.mem = dev.driver.alloc(size)
+    self.mem = dev.driver.alloc_args(size)
     self.view = dev.driver.view(self.mem.addr, size)
     self.offset = 0
 

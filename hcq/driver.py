@@ -43,6 +43,12 @@ class Driver(Protocol):
     reaches over the bus rather than device memory the host would read through the BAR, uncached."""
     ...
 
+  def alloc_args(self, nbytes: int):
+    """Like `alloc`, for kernel arguments (hcq's kernarg memory: the host writes them, and where the device reads them
+    from memory, the device does): AMD's packets point the GPU at them (device memory); NV copies them into a launch's
+    constant bank 0 on the host at submit, so they are host memory there."""
+    ...
+
   def free(self, mem) -> None:
     """Give back memory from `alloc` (hcq calls it once no queued work uses the memory)."""
     ...

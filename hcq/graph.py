@@ -70,7 +70,7 @@ class GraphExecutor:
       if it.program is None: arg_lists.append(None); continue
       arg_lists.append([addr(b) for b in it.bufs] + [Slot(f"var:{v}") for v in it.program.variables])
     nwords = sum(len(a) for a in arg_lists if a is not None)
-    self.kernargs = self.dev.driver.alloc(8 * max(nwords, 1))
+    self.kernargs = self.dev.driver.alloc_args(8 * max(nwords, 1))
     self.kv = np.frombuffer(self.dev.driver.view(self.kernargs.addr, 8 * max(nwords, 1)), dtype=np.uint64)
     self.patch_pos, self.patch_slots = [], []
     # copies get their own queue where the driver has one; queues order themselves with per-queue signals

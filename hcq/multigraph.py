@@ -165,7 +165,7 @@ class MultiGraphExecutor:
     self.kernargs = {}
     for dev in self.devices:
       words = kv_words[dev.name]
-      mem = dev.driver.alloc(8 * max(len(words), 1))
+      mem = dev.driver.alloc_args(8 * max(len(words), 1))
       kv = np.frombuffer(dev.driver.view(mem.addr, 8 * max(len(words), 1)), dtype=np.uint64)
       pos, names = [], []
       for i, w in enumerate(words):

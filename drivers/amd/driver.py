@@ -328,6 +328,10 @@ class AMDDriver:
     self.memory[addr] = mem
     return mem
 
+  def alloc_args(self, nbytes: int):
+    """Kernel arguments: memory like any other (hcq/driver.py)."""
+    return self.alloc(nbytes)
+
   def alloc_polled(self, nbytes: int):
     """Memory the host polls (signals): see hcq/driver.py."""
     return self.alloc(nbytes, "gtt")         # GTT: host reads of VRAM cross the BAR uncached

@@ -76,6 +76,10 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     address_space.map(mem.addr, mapped)
     return mem
 
+  def alloc_args(self, nbytes: int):
+    """Kernel arguments: memory like any other (hcq/driver.py)."""
+    return self.alloc(nbytes)
+
   def alloc_polled(self, nbytes: int):
     """Memory the host polls (signals): see hcq/driver.py."""
     return self.alloc(nbytes)                 # host memory already

@@ -7,7 +7,7 @@ buffers it allocated in the host process at their own addresses). Both share the
 """
 from __future__ import annotations
 
-import bisect
+import bisect, threading
 
 import numpy as np
 
@@ -33,13 +33,20 @@ class Memory:
   DEVICE, SYSTEM = 0, 1
 
   def __init__(self):
-    self._bases: list[int] = []          # sorted
-    self._arrays: list[np.ndarray] = []  # uint8, same order
-    self._system: list[bool] = []        # same order: the mapping is system memory
+    # (bases sorted, uint8 arrays in the same order, whether each is system memory): replaced whole, never changed in
+    # place, so a GPU thread that reads it once per access sees one consistent table while the host maps and unmaps
+    # (an index into lists another thread inserts into would name another mapping's bytes)
+    self._table: tuple[list, list, list] = ([], [], [])
+    self._lock = threading.Lock()        # serializes the host's map/unmap
     self.traffic = [0, 0]                # bytes gathered + scattered in device / system memory
     self._next = 0x1000_0000_0000        # where alloc() places the next mapping
 
   # ---- mappings ----
+  @property
+  def mappings(self) -> int:
+    """How many mappings there are."""
+    return len(self._table[0])
+
   def map(self, addr: int, nbytes: int) -> np.ndarray:
     """Map `nbytes` zeroed bytes at `addr`; returns the backing uint8 array."""
     return self.map_array(addr, np.zeros(nbytes, np.uint8))
@@ -50,22 +57,25 @@ class Memory:
     if not array.flags.c_contiguous: raise ValueError("map_array needs a C-contiguous array")
     data = array.reshape(-1).view(np.uint8)
     if addr < 0 or addr + data.size > 1 << 64: raise ValueError(f"mapping [{addr:#x}, +{data.size:#x}) outside the 64-bit space")
-    i = bisect.bisect_right(self._bases, addr)
-    if i > 0 and self._bases[i - 1] + self._arrays[i - 1].size > addr or i < len(self._bases) and addr + data.size > self._bases[i]:
-      raise ValueError(f"mapping [{addr:#x}, {addr + data.size:#x}) overlaps an existing one")
-    self._bases.insert(i, addr)
-    self._arrays.insert(i, data)
-    self._system.insert(i, bool(system))
+    with self._lock:
+      bases, arrays, system_ = self._table
+      i = bisect.bisect_right(bases, addr)
+      if i > 0 and bases[i - 1] + arrays[i - 1].size > addr or i < len(bases) and addr + data.size > bases[i]:
+        raise ValueError(f"mapping [{addr:#x}, {addr + data.size:#x}) overlaps an existing one")
+      self._table = (bases[:i] + [addr] + bases[i:], arrays[:i] + [data] + arrays[i:],
+                     system_[:i] + [bool(system)] + system_[i:])
     return data
 
   def unmap(self, addr: int) -> None:
-    i = bisect.bisect_left(self._bases, addr)
-    if i == len(self._bases) or self._bases[i] != addr: raise ValueError(f"no mapping starts at {addr:#x}")
-    del self._bases[i], self._arrays[i], self._system[i]
+    with self._lock:
+      bases, arrays, system = self._table
+      i = bisect.bisect_left(bases, addr)
+      if i == len(bases) or bases[i] != addr: raise ValueError(f"no mapping starts at {addr:#x}")
+      self._table = (bases[:i] + bases[i + 1:], arrays[:i] + arrays[i + 1:], system[:i] + system[i + 1:])
 
   def is_system(self, addr: int) -> bool:
     """Whether the mapping holding `addr` is system memory."""
-    return self._system[self._find(addr, 1)[0]]
+    return self._find(addr, 1)[2]
 
   def alloc(self, nbytes: int, align: int = 0x1000) -> int:
     """Map `nbytes` zeroed bytes at a fresh address; returns the address."""
@@ -76,46 +86,50 @@ class Memory:
 
   def array(self, addr: int, dtype=np.uint8, count: int | None = None) -> np.ndarray:
     """A numpy view of mapped memory starting at `addr`."""
-    i, off = self._find(addr, 1)
-    data = self._arrays[i][off:]
+    array, off, _ = self._find(addr, 1)
+    data = array[off:]
     itemsize = np.dtype(dtype).itemsize
     count = data.size // itemsize if count is None else count
     if count * itemsize > data.size: raise MemoryFault(addr, count * itemsize)
     return data[:count * itemsize].view(dtype)
 
-  def _find(self, addr: int, nbytes: int, write: bool = False) -> tuple[int, int]:
-    i = bisect.bisect_right(self._bases, addr) - 1
-    if i < 0 or addr + nbytes > self._bases[i] + self._arrays[i].size: raise MemoryFault(addr, nbytes, write)
-    return i, addr - self._bases[i]
+  def _find(self, addr: int, nbytes: int, write: bool = False) -> tuple[np.ndarray, int, bool]:
+    """(the mapping's bytes, the offset of `addr` in them, whether it is system memory)."""
+    bases, arrays, system = self._table
+    i = bisect.bisect_right(bases, addr) - 1
+    if i < 0 or addr + nbytes > bases[i] + arrays[i].size: raise MemoryFault(addr, nbytes, write)
+    return arrays[i], addr - bases[i], system[i]
 
   # ---- scalar access ----
   def read(self, addr: int, nbytes: int) -> bytes:
-    i, off = self._find(addr, nbytes)
-    return self._arrays[i][off:off + nbytes].tobytes()
+    array, off, _ = self._find(addr, nbytes)
+    return array[off:off + nbytes].tobytes()
 
   def write(self, addr: int, data: bytes) -> None:
-    i, off = self._find(addr, len(data), True)
-    self._arrays[i][off:off + len(data)] = np.frombuffer(bytes(data), np.uint8)
+    array, off, _ = self._find(addr, len(data), True)
+    array[off:off + len(data)] = np.frombuffer(bytes(data), np.uint8)
 
   # ---- vectorized access ----
   def _locate(self, addrs: np.ndarray, nbytes: int, write: bool):
-    """(mapping index per address, offset per address); raises on the first bad address."""
-    if not self._bases:
+    """(mapping index per address, offset per address, the mappings' arrays, their system flags) from one snapshot of
+    the table; raises on the first bad address."""
+    bases_l, arrays, system = self._table
+    if not bases_l:
       if addrs.size: raise MemoryFault(int(addrs[0]), nbytes, write)
-      return np.zeros(0, np.intp), np.zeros(0, np.int64)
+      return np.zeros(0, np.intp), np.zeros(0, np.int64), arrays, system
     # fast path: every address inside the mapping that holds the lowest one
     lo, hi = int(addrs.min()), int(addrs.max())
-    i = bisect.bisect_right(self._bases, lo) - 1
-    if i >= 0 and hi + nbytes <= self._bases[i] + self._arrays[i].size:
-      return np.full(1, i, np.intp), (addrs - np.uint64(self._bases[i])).view(np.int64)
-    bases = np.array(self._bases, np.uint64)
-    ends = bases + np.array([a.size for a in self._arrays], np.uint64)
+    i = bisect.bisect_right(bases_l, lo) - 1
+    if i >= 0 and hi + nbytes <= bases_l[i] + arrays[i].size:
+      return np.full(1, i, np.intp), (addrs - np.uint64(bases_l[i])).view(np.int64), arrays, system
+    bases = np.array(bases_l, np.uint64)
+    ends = bases + np.array([a.size for a in arrays], np.uint64)
     idx = np.searchsorted(bases, addrs, side="right").astype(np.intp) - 1
     safe = np.maximum(idx, 0)
     bad = (idx < 0) | (addrs + np.uint64(nbytes) > ends[safe]) | (addrs > np.uint64((1 << 64) - 1 - nbytes))
     if bad.any():
       raise MemoryFault(int(addrs[np.argmax(bad)]), nbytes, write)
-    return safe, (addrs - bases[safe]).astype(np.int64)
+    return safe, (addrs - bases[safe]).astype(np.int64), arrays, system
 
   def gather(self, addrs: np.ndarray, nbytes_each: int) -> np.ndarray:
     """Bytes at every address: (len(addrs), nbytes_each) uint8. Every address must be mapped
@@ -123,16 +137,16 @@ class Memory:
     addrs = np.asarray(addrs, np.uint64).reshape(-1)
     out = np.empty((addrs.size, nbytes_each), np.uint8)
     if addrs.size == 0: return out
-    idx, offs = self._locate(addrs, nbytes_each, False)
+    idx, offs, arrays, system = self._locate(addrs, nbytes_each, False)
     first = int(idx[0])
     if idx.size == 1 or (idx == first).all():
-      out[:] = self._take(self._arrays[first], offs, nbytes_each)
-      self.traffic[self._system[first]] += addrs.size * nbytes_each
+      out[:] = self._take(arrays[first], offs, nbytes_each)
+      self.traffic[system[first]] += addrs.size * nbytes_each
     else:
       for m in np.unique(idx):
         sel = idx == m
-        out[sel] = self._take(self._arrays[int(m)], offs[sel], nbytes_each)
-        self.traffic[self._system[int(m)]] += int(sel.sum()) * nbytes_each
+        out[sel] = self._take(arrays[int(m)], offs[sel], nbytes_each)
+        self.traffic[system[int(m)]] += int(sel.sum()) * nbytes_each
     return out
 
   def scatter(self, addrs: np.ndarray, values: np.ndarray, nbytes_each: int, mask: np.ndarray | None = None) -> None:
@@ -146,15 +160,15 @@ class Memory:
       mask = np.asarray(mask, bool).reshape(-1)
       addrs, values = addrs[mask], values[mask]
     if addrs.size == 0: return
-    idx, offs = self._locate(addrs, nbytes_each, True)
+    idx, offs, arrays, system = self._locate(addrs, nbytes_each, True)
     if idx.size == 1 or (idx == idx[0]).all():      # one mapping holds every address
-      self._put(self._arrays[int(idx[0])], offs, values, nbytes_each)
-      self.traffic[self._system[int(idx[0])]] += addrs.size * nbytes_each
+      self._put(arrays[int(idx[0])], offs, values, nbytes_each)
+      self.traffic[system[int(idx[0])]] += addrs.size * nbytes_each
       return
     for m in np.unique(idx):
       sel = idx == m
-      self._put(self._arrays[int(m)], offs[sel], values[sel], nbytes_each)
-      self.traffic[self._system[int(m)]] += int(sel.sum()) * nbytes_each
+      self._put(arrays[int(m)], offs[sel], values[sel], nbytes_each)
+      self.traffic[system[int(m)]] += int(sel.sum()) * nbytes_each
 
   @staticmethod
   def _take(data: np.ndarray, offs: np.ndarray, n: int) -> np.ndarray:

@@ -242,11 +242,20 @@ class ChannelProcessor(threading.Thread):
   def __init__(self, gpu: NVGpu, name: str, handle: int, ring: int, entries: int, userd: int, notifier: int | None,
                objects: dict, doorbell, cls: int = rm.HOPPER_CHANNEL_GPFIFO_A):
     super().__init__(daemon=True, name=f"nv-emu-{name}")
-    self.gpu, self.chname, self.handle, self.ring, self.entries, self.cls = gpu, name, handle, ring, entries, cls
+    self.gpu, self.given_name, self.handle, self.ring, self.entries, self.cls = gpu, name, handle, ring, entries, cls
     self.userd, self.notifier, self.objects, self.doorbell = userd, notifier, objects, doorbell
     self.subchannels: dict[int, int] = {}
     self.state: dict[int, int] = {}         # last value of each method per subchannel (method registers)
     self.stopped = False
+
+  @property
+  def chname(self) -> str:
+    """'compute' or 'copy' by the engine object it holds (a GR channel may hold either: a copy object on it runs on
+    the GR engine's copy engine), else its given name."""
+    held = set(self.objects.values())
+    if self.gpu.model.compute_class in held: return "compute"
+    if self.gpu.model.copy_class in held: return "copy"
+    return self.given_name
 
   def describe(self) -> str: return f"channel '{self.chname}' (handle {self.handle:#x})"
 

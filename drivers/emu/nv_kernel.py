@@ -821,10 +821,18 @@ class EmulatedNVKernel:
       if p.base % PAGE or p.length % PAGE or not p.base or not p.length or p.base + p.length >= 1 << 64:
         raise RMFail("NV_ERR_INVALID_ADDRESS")  # uvm_api_range_invalid
       if p.base + p.length - 1 >= self.model.max_channel_va: raise RMFail("NV_ERR_OUT_OF_RANGE")
-      end = ctx_buffer_layout(self.model.chip, p.base)      # each buffer at its alignment inside [base, base + length)
-      if end > p.base + p.length or any(b < end and p.base < b + n for b, n in self._uvm_va_ranges()):
-        raise RMFail("NV_ERR_INVALID_ADDRESS")  # create_va_range: "Range exceeded", or VA already in use
-      resources = (p.base, end - p.base)
+      # the channels of one TSG share its GR context: a second one registers the region its buffers are already
+      # mapped in (uvm.h: one VA region for several UvmRegisterChannel calls is allowed while everything fits)
+      shared = next((r for (cl, h), r in self.uvm_channels.items()
+                     if r and cl == p.hClient and h in client and client[h].parent == ch.parent), None)
+      if shared is not None:
+        if not (p.base <= shared[0] and shared[0] + shared[1] <= p.base + p.length): raise RMFail("NV_ERR_INVALID_ADDRESS")
+        resources = shared
+      else:
+        end = ctx_buffer_layout(self.model.chip, p.base)      # each buffer at its alignment inside [base, base + length)
+        if end > p.base + p.length or any(b < end and p.base < b + n for b, n in self._uvm_va_ranges()):
+          raise RMFail("NV_ERR_INVALID_ADDRESS")  # create_va_range: "Range exceeded", or VA already in use
+        resources = (p.base, end - p.base)
     self.uvm_channels[key] = resources
     ch.info["bound"] = True                     # bind_channel_resources -> nvGpuOpsBindChannelResources
 

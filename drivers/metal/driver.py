@@ -157,6 +157,10 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
     self._memory[mem.addr] = mem
     return mem
 
+  def alloc_args(self, nbytes: int):
+    """Kernel arguments: memory like any other (hcq/driver.py)."""
+    return self.alloc(nbytes)
+
   def alloc_polled(self, nbytes: int):
     """Memory the host polls (signals): see hcq/driver.py."""
     return self.alloc(nbytes)                 # shared storage: unified memory

@@ -1,9 +1,9 @@
 """The NV driver: NVIDIA GPUs through the kernel driver's RM and UVM ioctls, no CUDA runtime.
 
 Opening the device builds the RM object tree on /dev/nvidiactl (root client, device, subdevice, usermode doorbell
-page, a UVM-owned VA space, two channel groups (TSGs) each with a context share: a GRAPHICS one holding the compute
-GPFIFO channel and a COPY0 one holding the copy channel, since RM binds a TSG and its channels to one engine's
-runlist; the newest compute, DMA-copy, channel and usermode classes the GPU lists) and registers the GPU, the VA
+page, a UVM-owned VA space, one GRAPHICS channel group (TSG) with a context share holding the compute GPFIFO channel
+and the copy channel, whose DMA-copy object runs on the GR engine's copy engine; the newest compute, DMA-copy, channel
+and usermode classes the GPU lists) and registers the GPU, the VA
 space and every channel with /dev/nvidia-uvm (a channel in a UVM-owned VA space is schedulable only once bound).
 
 Memory: one address for host and GPU, `view()` is a plain pointer; addresses are driver-chosen, below 2**40, in a
@@ -11,14 +11,13 @@ region per kind (VA_REGIONS). `alloc` gives video memory (tensors, programs with
 constant bank 0, shader local memory): RM's NV01_MEMORY_LOCAL_USER (vidmem.py), GPU-cached, mapped by UVM into the GPU
 VA space and for the CPU at the same address through BAR1 (NV_ESC_RM_MAP_MEMORY + mmap of /dev/nvidiaN, write-combined:
 host writes are fine, host reads are uncached PCIe round trips, so the driver does not read it: copyout takes the copy
-engine, and `_host_readable` is the one exception). `alloc_polled` gives
+engine). `alloc_polled` gives
 pinned host memory: host pages mmapped at the address, described to RM as an OS descriptor
 (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, osdesc.py) and mapped by UVM at the same GPU virtual address. It holds what the host
 polls or reads back (signals, the channels' fences, GPFIFO rings, USERD, the error notifier, pushbuffers) and the
 staging buffers of copyin/copyout, which move video memory through the DMA-copy channel, two staging buffers in turn
 (the host copies one chunk while the engine moves the other); small writes go through BAR1. Kernel arguments are read by
-the host (copied into constant bank 0 at submit): memory they lie in moves to pinned host memory, at the same address,
-the first time a launch names it (`_host_readable`). `map_host` maps host pages another device allocated (at their own
+the host (copied into constant bank 0 at submit): `alloc_args` gives them pinned host memory. `map_host` maps host pages another device allocated (at their own
 address, below 2**47 on Ampere/Ada, 2**56 on Hopper) as an OS descriptor: the DMA-copy channel then copies between the
 two devices' memory (hcq/transfer.py) and semaphores reach the other's signals.
 
@@ -239,7 +238,6 @@ class NVDriver:
     self._stalled = None             # (address, value, seen, timeout) of the last wait that timed out
     self._live: dict[int, NVMemory] = {}   # mapped allocations, unmapped by close()
     self._live_addrs: list[int] = []       # their addresses, sorted (which allocation holds an address)
-    self._host_read: list[tuple[int, int]] = []   # [lo, hi) of pinned allocations kernel arguments were read from
     self._stage = None                     # copyin/copyout: two pinned staging buffers and their signal, on first use
     self._guards: list[NVMemory] = []      # the first page of each video-memory VA region (see _alloc_video)
     self._host_maps: dict[int, NVMemory] = {}   # other allocations' pages this GPU maps (map_host)
@@ -300,17 +298,18 @@ class NVDriver:
     self._uvm(rm.UVM_REGISTER_GPU_VASPACE, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hVaSpace=self.vaspace)
     self._free_va: dict[tuple, list] = {}   # (region page size, bytes) -> freed addresses
     self._free_windows: list[tuple] = []     # (base, bytes) of GR channels' context-buffer regions, to reuse
+    self._group_windows: dict = {}           # channel group -> the region its channels registered
     self.error_notifier = self.alloc_polled(PAGE)
-    # One TSG per engine: RM ties a TSG and every channel in it to the runlist of the TSG's engine and rejects a channel
-    # whose engineType differs from its TSG's with NV_ERR_INVALID_ARGUMENT ("Engine type of channel ... not compatible
-    # with engine type of TSG", src/nvidia/src/kernel/gpu/fifo/kernel_channel.c, kchannelConstruct; GA100 and later,
-    # kfifoIsPerRunlistChramSupportedInHw). The copy channel gets a COPY0 TSG, as UVM's own CE channels do
-    # (nvGpuOpsTsgAllocate, src/nvidia/src/kernel/rmapi/nv_gpu_ops.c).
+    # One TSG on the GR engine holds both channels: RM ties a TSG and every channel in it to the runlist of the TSG's
+    # engine and rejects a channel whose engineType differs from its TSG's (kchannelConstruct, kernel_channel.c), so
+    # the copy channel takes the TSG's engine (engineType GRAPHICS) and its DMA-copy object runs on the GR engine's
+    # copy engine (GRCE; chandesConstruct, channel_descendant.c) -- the layout tinygrad runs on hardware. A CE-only TSG
+    # on COPY0, a GRCE on GH100 (kernel_ce_gh100.c), is a layout neither UVM nor RM's CeUtils use that way.
     self._make_groups()
     self.channels = {
       "compute": self._channel("compute", channel_class, rm.NV2080_ENGINE_TYPE_GRAPHICS,
                                {pb.SUBC_COMPUTE: self.compute_class, pb.SUBC_COPY: self.copy_class}),
-      "copy": self._channel("copy", channel_class, rm.NV2080_ENGINE_TYPE_COPY0, {pb.SUBC_COPY: self.copy_class}),
+      "copy": self._channel("copy", channel_class, rm.NV2080_ENGINE_TYPE_GRAPHICS, {pb.SUBC_COPY: self.copy_class}),
     }
     self._schedule()
     self._arenas: list = []          # launch/pushbuffer memory: [memory, offset, live blocks]
@@ -368,14 +367,16 @@ class NVDriver:
     # Its size and alignment come from NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE (uvm.h, UvmRegisterChannel); UVM places
     # each buffer at its own alignment inside the region (up to 2 MiB, uvm_user_channel.c create_va_range), so the
     # region starts 2 MiB aligned and spans the reported size rounded up to 2 MiB. A copy channel has no buffers.
-    window = (0, 0)
-    if engine == rm.NV2080_ENGINE_TYPE_GRAPHICS:
+    # The channels of one TSG share its context, so they register one region (as CUDA does).
+    window, group = (0, 0), self.groups[engine]
+    if engine == rm.NV2080_ENGINE_TYPE_GRAPHICS and group in self._group_windows: window = self._group_windows[group]
+    elif engine == rm.NV2080_ENGINE_TYPE_GRAPHICS:
       sp = ffi.new("NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS *"); sp.hChannel = handle
       size = -(-self.rm.control(self.subdevice, rm.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, sp).totalBufferSize
                // CHANNEL_VA_ALIGN) * CHANNEL_VA_ALIGN
       reuse = [w for w in self._free_windows if w[1] == size]
       if reuse: self._free_windows.remove(reuse[0])
-      window = reuse[0] if reuse else (self._take_va(size, align=CHANNEL_VA_ALIGN), size)
+      window = self._group_windows[group] = reuse[0] if reuse else (self._take_va(size, align=CHANNEL_VA_ALIGN), size)
     self._uvm(rm.UVM_REGISTER_CHANNEL, gpuUuid=self.uuid, rmCtrlFd=self.fd_ctl, hClient=self.rm.root, hChannel=handle,
               base=window[0], length=window[1])
     return Channel(name, handle, ring, userd, token, self.alloc_polled(PAGE), subchannels=subchannels, cls=cls,
@@ -385,7 +386,7 @@ class NVDriver:
     """The channel groups and their context shares (again after a channel error: RM's recovery works on the whole
     TSG, and nothing shows a TSG usable after it, kernel_channel.c bIsRcPending; CUDA treats the context as lost)."""
     self.groups, self.ctxshares = {}, {}
-    for engine in (rm.NV2080_ENGINE_TYPE_GRAPHICS, rm.NV2080_ENGINE_TYPE_COPY0):
+    for engine in (rm.NV2080_ENGINE_TYPE_GRAPHICS,):
       gp = ffi.new("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *")
       gp.engineType = engine
       self.groups[engine] = self.rm.alloc(self.device, rm.KEPLER_CHANNEL_GROUP_A, gp)
@@ -449,6 +450,11 @@ class NVDriver:
     if _va_cursor[page] == VA_REGIONS[page][0]:     # nothing before the region's first allocation to read: a guard
       self._guards.append(self._alloc_video(page, page, page))
     return self._alloc_video(nbytes, size, page)
+
+  def alloc_args(self, nbytes: int):
+    """Kernel arguments: pinned host memory. Only the host reads them (it copies them into a launch's constant bank 0
+    at submit), so in video memory every launch would read them through BAR1."""
+    return self.alloc_polled(nbytes)
 
   def alloc_polled(self, nbytes: int) -> NVMemory:
     """Pinned host memory (OS descriptors) for what the host polls or reads back: signals (hcq/driver.py), and the
@@ -585,7 +591,6 @@ class NVDriver:
       self.rm.free(self.device, mem.handle)
       return
     if self._live.pop(mem.addr, None) is not None: self._live_addrs.remove(mem.addr)
-    self._host_read = [r for r in self._host_read if r[0] != mem.addr]
     self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
     if mem.video:                     # the CPU's BAR1 mapping goes before the memory (RM would drop it with the object)
       self.k.munmap(mem.addr, mem.mapped)
@@ -597,28 +602,6 @@ class NVDriver:
 
   def view(self, addr: int, nbytes: int):
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
-
-  def _host_readable(self, addr: int, nbytes: int):
-    """Kernel arguments at [addr, addr + nbytes) are about to be read by the host (copied into constant bank 0): if
-    they lie in video memory of this driver, move that allocation to pinned host memory at the same address (the host
-    keeps writing through the pointers it has; only the host reads kernel arguments on NV, so the GPU notices nothing),
-    so that every later launch reads them from host memory. Its bytes so far are read through BAR1 this once: the copy
-    engine cannot do it here, its channel may hold work that waits for the very submission being made (a JIT graph's
-    copy queue waiting for its compute queue). hcq allocates kernel arguments with `alloc` (AMD's GPU reads them from
-    video memory), so the driver learns where they are only when a launch names them."""
-    mem = self._allocation(addr, nbytes)
-    if mem is None: return              # not this driver's memory (another device's, map_host): host memory
-    if mem.video:
-      data = bytes(self.view(mem.addr, mem.nbytes))    # the one host read of video memory (see above)
-      self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
-      self.k.munmap(mem.addr, mem.mapped)
-      self.rm.free(self.device, mem.handle)
-      self.k.mmap(mem.addr, mem.mapped, kernel_mod.PROT_READ | kernel_mod.PROT_WRITE,
-                  kernel_mod.MAP_SHARED | kernel_mod.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0)
-      self.view(mem.addr, mem.nbytes)[:] = data
-      mem.handle, mem.video = self._os_descriptor(mem.addr, mem.mapped), False
-      self._uvm_map(mem.addr, mem.mapped, mem.handle)
-    self._host_read.append((mem.addr, mem.addr + mem.mapped))
 
   # ---- host <-> device copies: video memory through the copy channel and pinned staging, other memory by the CPU ----
   STAGING = 4 << 20          # bytes per staging buffer (two: the host fills or reads one while the engine moves the other)
@@ -878,9 +861,8 @@ class NVDriver:
     return [(launch.args_addr + 8 * prm.ordinal, cbuf0 + kern.param_base + prm.offset, prm.size) for prm in kern.params]
 
   def _copy_params(self, copies):
-    for src, dst, n in copies:
-      if not any(lo <= src and src + n <= hi for lo, hi in self._host_read): self._host_readable(src, n)
-      _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
+    """The launches' parameters from kernel-argument memory (`alloc_args`: pinned host memory) into constant bank 0."""
+    for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
 
   def submit(self, kind: str, encoded: Encoded):
     """Place the launches, copy their parameters from the kernarg memory, write the pushbuffer, ring the doorbell."""
@@ -994,7 +976,6 @@ class NVDriver:
     notifier and allocate new ones; what they still held is dropped."""
     for kind, old in list(self.channels.items()):
       self._uvm(rm.UVM_UNREGISTER_CHANNEL, gpuUuid=self.uuid, hClient=self.rm.root, hChannel=old.handle)
-      if old.window[1]: self._free_windows.append(old.window)
       self.rm.free(old.group, old.handle)
       for ch, _, arena in self._inflight:
         if ch is old: arena[2] -= 1
@@ -1003,7 +984,9 @@ class NVDriver:
         self._local_retired.remove(retired)
         self.free(retired[0])
       for mem in (old.ring, old.userd, old.fence): self.free(mem)
-    for group in self.groups.values(): self.rm.free(self.device, group)     # with their context shares
+    for group in self.groups.values():
+      self.rm.free(self.device, group)       # with its context share
+      if group in self._group_windows: self._free_windows.append(self._group_windows.pop(group))
     self._make_groups()
     self.view(self.error_notifier.addr, 16)[:] = bytes(16)
     for kind, old in list(self.channels.items()):

@@ -314,7 +314,7 @@ def test_nv_to_nv_copies_run_on_the_copy_engine_not_the_host_relay(nv_pair, monk
     assert (link.path, link.kind, link.engine) == ("peer", "copy", dst)
     assert transfer.copy_path(src.name, dst.name) == f"peer ({dst.name} copy queue addresses {src.name}'s memory)"
   assert (nv1.driver.k.gpu, "copy") in [e[:2] for e in engines] and (nv0.driver.k.gpu, "copy") in [e[:2] for e in engines]
-  assert all(name.startswith("nv-emu-") for _, _, name in engines)
+  assert all(name.startswith("nv-emu-") for _, _, name in engines), engines
   assert "baregrad host relay" not in {t.name for t in threading.enumerate()} - threads
 
 

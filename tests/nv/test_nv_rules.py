@@ -157,15 +157,18 @@ def test_rm_refuses_a_channel_whose_engine_is_not_its_groups():
     _rm_channel(d, copy_group, ctxshare, rm.NV2080_ENGINE_TYPE_COPY0)
 
 
-def test_driver_puts_the_copy_channel_in_a_copy_channel_group():
-  """Before: both channels in one GRAPHICS TSG, so opening the device failed with NV_ERR_INVALID_ARGUMENT."""
+def test_driver_puts_the_copy_channel_in_the_gr_channel_group():
+  """Both channels in one GRAPHICS TSG, the copy channel taking its engine (the layout tinygrad runs on hardware): its
+  DMA-copy object runs on the GR engine's copy engine. Before: a CE-only TSG on COPY0 (a GRCE on GH100), a layout
+  neither UVM nor RM's CeUtils use that way; and earlier a COPY0 channel in the GR TSG (NV_ERR_INVALID_ARGUMENT)."""
   d = _driver()
   objects = d.k.clients[d.rm.root]
-  for kind, engine in (("compute", rm.NV2080_ENGINE_TYPE_GRAPHICS), ("copy", rm.NV2080_ENGINE_TYPE_COPY0)):
-    ch = objects[d.channels[kind].handle]
-    group = objects[ch.parent]
-    assert group.cls == rm.KEPLER_CHANNEL_GROUP_A and group.info["engine"] == engine == ch.info["engine"], kind
-  assert objects[d.channels["compute"].handle].parent != objects[d.channels["copy"].handle].parent
+  compute, copy = (objects[d.channels[k].handle] for k in ("compute", "copy"))
+  assert compute.parent == copy.parent and list(d.groups) == [rm.NV2080_ENGINE_TYPE_GRAPHICS]
+  group = objects[compute.parent]
+  assert group.cls == rm.KEPLER_CHANNEL_GROUP_A and group.info["engine"] == rm.NV2080_ENGINE_TYPE_GRAPHICS
+  assert compute.info["engine"] == copy.info["engine"] == rm.NV2080_ENGINE_TYPE_GRAPHICS
+  assert d.channels["compute"].window == d.channels["copy"].window       # one region: the TSG's context buffers
   src, dst = d.alloc(4096), d.alloc(4096)
   d.view(src.addr, 4096)[:] = bytes(range(256)) * 16
   d.submit("copy", d.encode("copy", [("copy", dst.addr, src.addr, 4096)]))
@@ -760,9 +763,9 @@ def test_uvm_channel_region_comes_from_rm_and_is_2mib_aligned(gpu):
                                 _params("NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS", hChannel=h)).totalBufferSize
   compute, copy = d.channels["compute"], d.channels["copy"]
   total = size(compute.handle)
-  assert total == ctx_buffer_layout(d.k.model.chip, 0) and size(copy.handle) == 0
+  assert total == ctx_buffer_layout(d.k.model.chip, 0) and size(copy.handle) == total      # both GR channels
   base, length = compute.window
-  assert base % (2 << 20) == 0 and length == -(-total // (2 << 20)) * (2 << 20) and copy.window == (0, 0)
+  assert base % (2 << 20) == 0 and length == -(-total // (2 << 20)) * (2 << 20) and copy.window == compute.window
   with pytest.raises(RMError, match="NV_ERR_INVALID_OBJECT_HANDLE"): size(d.device)
   group, ctxshare = _rm_group(d, rm.NV2080_ENGINE_TYPE_GRAPHICS)
   channel = _rm_channel(d, group, ctxshare, rm.NV2080_ENGINE_TYPE_GRAPHICS)

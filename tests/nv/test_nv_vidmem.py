@@ -322,3 +322,17 @@ def test_closing_with_a_kernel_in_flight_on_video_memory():
   env = dict(os.environ, EMU="1", DEV="NV")
   p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
   assert p.returncode == 0 and "closed twice" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+
+
+def test_rendered_kernels_carry_their_block_as_maxntid(dev):
+  """The PTX of each kernel says the block it runs with (.maxntid): ptxas keeps its registers within what that block
+  fits in the 64K register file and records EIATTR_MAX_THREADS, which the cubin reader returns."""
+  from baregrad.compiler import codegen
+  x = Tensor(np.arange(64 * 48, dtype=np.float32).reshape(64, 48), device="NV")
+  np.testing.assert_allclose(x.sum(1).numpy(), np.arange(64 * 48, dtype=np.float32).reshape(64, 48).sum(1), rtol=1e-6)
+  progs = [p for p in codegen._programs.values() if p.device == "NV" and ".entry" in str(p.source)]
+  assert progs
+  for p in progs:
+    local = tuple(p.meta["local_size"])
+    assert f".maxntid {local[0]}, {local[1]}, {local[2]}" in str(p.source), str(p.source)[:400]
+    assert tuple(p.handle.max_threads) == local
