@@ -49,8 +49,7 @@ def actions(ast: UOp, threads: int) -> list[Opt]:
 
 
 def _emulated(dev) -> bool:
-  iface = getattr(dev.driver, "kernel", None) or getattr(dev.driver, "k", None)
-  return bool(getattr(iface, "emulated", False))
+  return dev.driver.emulated
 
 
 # an emulated GPU's time says little about a real one: BEAM there minimizes what the emulator counted instead, one

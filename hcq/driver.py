@@ -26,6 +26,7 @@ class Driver(Protocol):
   target: str | None        # what programs are compiled for ("gfx1100", "sm_90"); None: host machine code (CPU)
   timestamp_hz: int         # ticks per second of the timestamps queues write (1_000_000_000: nanoseconds)
   has_copy_queue: bool      # a "copy" queue that runs beside "compute" (False: both kinds share one engine)
+  emulated: bool            # an emulated device (EMU=1): its timings say nothing of hardware (BEAM weighs counters)
 
   @classmethod
   def probe(cls) -> dict:

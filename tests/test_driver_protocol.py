@@ -87,6 +87,7 @@ def test_driver_attributes(drivers, kind):
   assert all(name in dir(d) for name in data), [n for n in data if n not in dir(d)]
   assert isinstance(d, Driver) and d.name == kind
   assert type(d.has_copy_queue) is bool and d.has_copy_queue == (kind != "CPU")
+  assert type(d.emulated) is bool and d.emulated == (kind != "CPU")        # the fixture's GPUs are the emulated ones
   assert type(d.timestamp_hz) is int and d.timestamp_hz == (100_000_000 if kind == "AMD" else 1_000_000_000)
   assert d.target == {"CPU": None, "AMD": "gfx1100", "NV": "sm_90"}[kind]
   with settings.override(EMU=1): assert d.probe()["available"] is True
@@ -137,6 +138,6 @@ def _probes(path: Path) -> list[str]:
 
 
 def test_no_capability_probes_on_drivers():
-  files = [*(ROOT / "hcq").glob("*.py"), *(ROOT / "tools").glob("*.py"),
+  files = [*(ROOT / "hcq").glob("*.py"), *(ROOT / "tools").glob("*.py"), ROOT / "compiler" / "search.py",
            *(ROOT / "drivers" / kind.lower() / "driver.py" for kind in DRIVERS)]
   assert [p for f in files for p in _probes(f)] == []

@@ -328,6 +328,11 @@ class AMDDriver:
     self.memory[addr] = mem
     return mem
 
+  @property
+  def emulated(self) -> bool:
+    """Whether the KFD and GPU are the emulated ones (EMU=1)."""
+    return bool(self.kernel.emulated)
+
   def alloc_args(self, nbytes: int):
     """Kernel arguments: memory like any other (hcq/driver.py)."""
     return self.alloc(nbytes)

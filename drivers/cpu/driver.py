@@ -47,6 +47,7 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
   target = None                  # programs are host machine code (a capture records the machine instead)
   timestamp_hz = 1_000_000_000   # the command processor writes CLOCK_MONOTONIC nanoseconds
   has_copy_queue = False         # one command processor runs both queues' packets, in order
+  emulated = False               # the host's own processor
 
   @classmethod
   def probe(cls) -> dict: return {"available": True}

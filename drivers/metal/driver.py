@@ -157,6 +157,11 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
     self._memory[mem.addr] = mem
     return mem
 
+  @property
+  def emulated(self) -> bool:
+    """Whether the frameworks are the emulated ones (EMU=1)."""
+    return bool(self.fw.emulated)
+
   def alloc_args(self, nbytes: int):
     """Kernel arguments: memory like any other (hcq/driver.py)."""
     return self.alloc(nbytes)

@@ -669,6 +669,11 @@ class NVDriver:
       mv[off:off + n] = self.view(stages[k % 2].addr, n)
 
   @property
+  def emulated(self) -> bool:
+    """Whether RM, UVM and the GPU are the emulated ones (EMU=1)."""
+    return bool(self.k.emulated)
+
+  @property
   def kernel(self):
     """The kernel interface (`k`), under the name the AMD driver gives it (tools/bench.py reads `driver.kernel`)."""
     return self.k
