@@ -302,6 +302,24 @@ def _write(dev: Device, buf: Buffer, data: np.ndarray, lo: int = 0):
   with Device.lock: dev.driver.copyin(buf.addr + lo, memoryview(data))
 
 
+def _pipelined(dev: Device, src: Buffer, dst: Buffer, step: int, start, read: bool, what: str):
+  """Move src through host staging in chunks of `step` bytes: read chunk i off the device (when `read`), start its
+  MPI request (`start(chunk) -> request`, in place on the staging chunk), and write finished chunks into dst -- the
+  device copy of the next chunk runs while MPI works on this one."""
+  stage = np.empty(src.nbytes, np.uint8)
+  pending = collections.deque()
+  def finish():
+    lo, hi, req = pending.popleft()
+    _wait(req, what)
+    _write(dev, dst, stage[lo:hi], lo)
+  for lo in range(0, src.nbytes, step):
+    hi = min(src.nbytes, lo + step)
+    if read: _read(dev, src, stage[lo:hi], lo)
+    pending.append((lo, hi, start(stage[lo:hi])))
+    while pending and pending[0][2].Test(): finish()
+  while pending: finish()
+
+
 def _allreduce_bufs(src: Buffer, dst: Buffer, dtype: DType, op: str, what: str):
   """dst = op over every rank's src: in place on host memory (CPU), else pipelined through host staging."""
   w, MPI = world(), _mpi()
@@ -312,19 +330,8 @@ def _allreduce_bufs(src: Buffer, dst: Buffer, dtype: DType, op: str, what: str):
   if dev.host_memory:
     _wait(w.comm.Iallreduce([_host_view(dev, src), mtype], [_host_view(dev, dst), mtype], mop), what)
     return
-  stage, isz = np.empty(src.nbytes, np.uint8), dtype.itemsize
-  step = max(1, CHUNK // isz) * isz
-  pending = collections.deque()
-  def finish():
-    lo, hi, req = pending.popleft()
-    _wait(req, what)
-    _write(dev, dst, stage[lo:hi], lo)
-  for lo in range(0, src.nbytes, step):
-    hi = min(src.nbytes, lo + step)
-    _read(dev, src, stage[lo:hi], lo)
-    pending.append((lo, hi, w.comm.Iallreduce(MPI.IN_PLACE, [stage[lo:hi], mtype], mop)))
-    while pending and pending[0][2].Test(): finish()
-  while pending: finish()
+  step = max(1, CHUNK // dtype.itemsize) * dtype.itemsize
+  _pipelined(dev, src, dst, step, lambda chunk: w.comm.Iallreduce(MPI.IN_PLACE, [chunk, mtype], mop), True, what)
 
 
 def _broadcast_bufs(src: Buffer, dst: Buffer, root: int, what: str):
@@ -337,18 +344,7 @@ def _broadcast_bufs(src: Buffer, dst: Buffer, root: int, what: str):
     if w.rank == root: out[:] = _host_view(dev, src)
     _wait(w.comm.Ibcast([out, MPI.BYTE], root=root), what)
     return
-  stage = np.empty(src.nbytes, np.uint8)
-  pending = collections.deque()
-  def finish():
-    lo, hi, req = pending.popleft()
-    _wait(req, what)
-    _write(dev, dst, stage[lo:hi], lo)
-  for lo in range(0, src.nbytes, CHUNK):
-    hi = min(src.nbytes, lo + CHUNK)
-    if w.rank == root: _read(dev, src, stage[lo:hi], lo)
-    pending.append((lo, hi, w.comm.Ibcast([stage[lo:hi], MPI.BYTE], root=root)))
-    while pending and pending[0][2].Test(): finish()
-  while pending: finish()
+  _pipelined(dev, src, dst, CHUNK, lambda chunk: w.comm.Ibcast([chunk, MPI.BYTE], root=root), w.rank == root, what)
 
 
 def _to_host(buf: Buffer) -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
+from ..hostcopy import StagedCopies
 from . import kfd, pm4, sdma
 from .codeobj import RSRC1_PRIV
 from .kfd import ffi as kfd_ffi
@@ -203,7 +204,7 @@ class KFDProcess:
       self.runtime_enabled = True
 
 
-class AMDDriver:
+class AMDDriver(StagedCopies):     # copyin/copyout of VRAM through SDMA and GTT staging
   name = "AMD"
   timestamp_hz = TIMESTAMP_HZ
   has_copy_queue = True    # an SDMA queue beside the PM4 compute queue (hcq graphs put copies there)
@@ -353,67 +354,20 @@ class AMDDriver:
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
   # ---- host <-> device copies: VRAM through the SDMA queue and GTT staging, system memory by the CPU ----
-  STAGING = 4 << 20               # bytes per staging buffer (two: the host fills one while SDMA moves the other)
-  STAGE_MIN = 64 << 10            # smaller copies of VRAM go through the BAR (a packet round trip costs more)
+  # copyin/copyout: drivers/hostcopy.py StagedCopies (smaller copies of VRAM go through the BAR: a packet round trip
+  # costs more; larger reads never cross it uncached)
+  def _staging_memory(self):
+    return [self.alloc(self.STAGING, "gtt"), self.alloc(self.STAGING, "gtt")], self.alloc(PAGE, "gtt")
 
-  def _staging(self):
-    if self._stage is None:
-      self._stage = ([self.alloc(self.STAGING, "gtt"), self.alloc(self.STAGING, "gtt")], self.alloc(PAGE, "gtt"))
-      self._stage_value = 0
-    return self._stage
-
-  def _in_vram(self, addr: int, nbytes: int) -> bool:
+  def _in_device(self, addr: int, nbytes: int) -> bool:
     """Whether [addr, addr + nbytes) lies in host-visible VRAM this driver allocated (reads of it cross the BAR
     uncached, tens of MB/s; writes are write-combined)."""
     for mem in self.memory.values():
       if mem.addr <= addr and addr + nbytes <= mem.addr + mem.size: return mem.domain == "vram"
     return False
 
-  def _sdma_chunk(self, dst: int, src: int, nbytes: int) -> int:
-    """Queue one SDMA copy and the staging signal after it; the signal value to wait for."""
-    _, sig = self._staging()
-    self._stage_value += 1
-    self.submit("copy", self.encode("copy", [("copy", dst, src, nbytes), ("signal", sig, self._stage_value)]))
-    return self._stage_value
-
-  def _sdma_wait(self, value: int, what: str):
-    _, sig = self._staging()
-    if not self.wait_value(sig.addr, value, self.timeout):
-      self.check_faults(self.name)
-      raise QueueTimeout(f"{self.name}: SDMA {what} did not finish in {self.timeout} s")
-
-  def copyin(self, dst_addr: int, data) -> None:
-    """Host bytes -> device memory. VRAM: staged in GTT and moved by SDMA COPY_LINEAR, two staging buffers in turn so
-    that the host's copy of one chunk overlaps the engine's copy of the previous; other memory: by the CPU."""
-    mv = memoryview(data).cast("B")
-    if mv.nbytes < self.STAGE_MIN or not self._in_vram(dst_addr, mv.nbytes):
-      self.view(dst_addr, mv.nbytes)[:] = mv
-      return
-    stages, _ = self._staging()
-    pending = [0, 0]                   # the signal value each staging buffer's last copy completes with
-    for k, off in enumerate(range(0, mv.nbytes, self.STAGING)):
-      n, stage = min(self.STAGING, mv.nbytes - off), stages[k % 2]
-      if pending[k % 2]: self._sdma_wait(pending[k % 2], f"copy of {n} bytes to {dst_addr + off:#x}")
-      self.view(stage.addr, n)[:] = mv[off:off + n]
-      pending[k % 2] = self._sdma_chunk(dst_addr + off, stage.addr, n)
-    self._sdma_wait(max(pending), f"copy of {mv.nbytes} bytes to {dst_addr:#x}")
-
-  def copyout(self, out, src_addr: int) -> None:
-    """Device memory -> host bytes. VRAM: SDMA copies into GTT staging, the next chunk moving while the host reads
-    the last one (the host never reads VRAM through the BAR); other memory: by the CPU."""
-    mv = memoryview(out).cast("B")
-    if mv.nbytes < self.STAGE_MIN or not self._in_vram(src_addr, mv.nbytes):
-      mv[:] = self.view(src_addr, mv.nbytes)
-      return
-    stages, _ = self._staging()
-    chunks = [(off, min(self.STAGING, mv.nbytes - off)) for off in range(0, mv.nbytes, self.STAGING)]
-    queued = {0: self._sdma_chunk(stages[0].addr, src_addr, chunks[0][1])}
-    for k, (off, n) in enumerate(chunks):
-      if k + 1 < len(chunks):            # the next chunk into the other buffer, while this one is read
-        noff, nn = chunks[k + 1]
-        queued[k + 1] = self._sdma_chunk(stages[(k + 1) % 2].addr, src_addr + noff, nn)
-      self._sdma_wait(queued.pop(k), f"copy of {n} bytes from {src_addr + off:#x}")
-      mv[off:off + n] = self.view(stages[k % 2].addr, n)
+  def _staged_copy_failed(self, what: str) -> Exception:
+    return QueueTimeout(f"{self.name}: SDMA {what} did not finish in {self.timeout} s")
 
   # ---- queues ----
   def _create_queue(self, kind: str, queue_type: int, ring_size: int) -> Ring:

@@ -45,6 +45,7 @@ import cffi
 import numpy as np
 from .. import kernel as kernel_mod
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
+from ..hostcopy import StagedCopies
 from . import rm, qmd, osdesc, vidmem, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
@@ -227,7 +228,7 @@ def check_version(version: str):
                   f"series (checked against {rm.HEADERS_VERSION}). Install a {rm.SUPPORTED_SERIES[-1]} driver.")
 
 
-class NVDriver:
+class NVDriver(StagedCopies):     # copyin/copyout of video memory through the copy channel
   name = "NV"
   has_copy_queue = True    # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
   timestamp_hz = 1_000_000_000   # semaphore release timestamps are the GPU's globaltimer, in ns
@@ -604,69 +605,19 @@ class NVDriver:
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
   # ---- host <-> device copies: video memory through the copy channel and pinned staging, other memory by the CPU ----
-  STAGING = 4 << 20          # bytes per staging buffer (two: the host fills or reads one while the engine moves the other)
-  STAGE_MIN = 64 << 10       # copyin: smaller writes to video memory go through BAR1 (write-combined; a submission and
-                             # a wait cost more). copyout of video memory always takes the copy engine: host reads
-                             # through BAR1 are uncached PCIe round trips (one per load)
+  # copyin/copyout: drivers/hostcopy.py StagedCopies. Smaller writes to video memory go through BAR1 (write-combined);
+  # reads of video memory always take the copy engine: host reads through BAR1 are uncached PCIe round trips
+  COPYOUT_MIN = 0
 
-  def _staging(self):
-    if self._stage is None:
-      self._stage = ([self.alloc_polled(self.STAGING), self.alloc_polled(self.STAGING)], self.alloc_polled(PAGE))
-      self._stage_value = 0
-    return self._stage
+  def _staging_memory(self):
+    return [self.alloc_polled(self.STAGING), self.alloc_polled(self.STAGING)], self.alloc_polled(PAGE)
 
-  def _in_video(self, addr: int, nbytes: int) -> bool:
+  def _in_device(self, addr: int, nbytes: int) -> bool:
     mem = self._allocation(addr, nbytes)
     return mem is not None and mem.video
 
-  def _copy_chunk(self, dst: int, src: int, nbytes: int) -> int:
-    """Queue one copy on the DMA-copy channel and the staging signal after it; the signal value to wait for."""
-    _, sig = self._staging()
-    self._stage_value += 1
-    self.submit("copy", self.encode("copy", [("copy", dst, src, nbytes), ("signal", sig, self._stage_value)]))
-    return self._stage_value
-
-  def _copy_wait(self, value: int, what: str):
-    _, sig = self._staging()
-    if not self.wait_value(sig.addr, value, self.timeout):
-      self.check_faults(self.name)
-      raise NVError(f"{self.name}: the copy engine's {what} did not finish in {self.timeout:.3g} s{self._channel_report()}")
-
-  def copyin(self, dst_addr: int, data) -> None:
-    """Host bytes -> this driver's memory. Video memory: staged in pinned memory and moved by the DMA-copy channel, two
-    staging buffers in turn so that the host's copy of one chunk overlaps the engine's copy of the previous one (small
-    writes through BAR1); other memory: by the CPU."""
-    mv = memoryview(data).cast("B")
-    if mv.nbytes < self.STAGE_MIN or not self._in_video(dst_addr, mv.nbytes):
-      self.view(dst_addr, mv.nbytes)[:] = mv
-      return
-    stages, _ = self._staging()
-    pending = [0, 0]                   # the signal value each staging buffer's last copy completes with
-    for k, off in enumerate(range(0, mv.nbytes, self.STAGING)):
-      n, stage = min(self.STAGING, mv.nbytes - off), stages[k % 2]
-      if pending[k % 2]: self._copy_wait(pending[k % 2], f"copy of {n} bytes to {dst_addr + off:#x}")
-      self.view(stage.addr, n)[:] = mv[off:off + n]
-      pending[k % 2] = self._copy_chunk(dst_addr + off, stage.addr, n)
-    self._copy_wait(max(pending), f"copy of {mv.nbytes} bytes to {dst_addr:#x}")
-
-  def copyout(self, out, src_addr: int) -> None:
-    """This driver's memory -> host bytes. Video memory: the DMA-copy channel copies into pinned staging, the next
-    chunk moving while the host reads the last one (the host never reads video memory through BAR1); other memory: by
-    the CPU."""
-    mv = memoryview(out).cast("B")
-    if not mv.nbytes: return
-    if not self._in_video(src_addr, mv.nbytes):
-      mv[:] = self.view(src_addr, mv.nbytes)
-      return
-    stages, _ = self._staging()
-    chunks = [(off, min(self.STAGING, mv.nbytes - off)) for off in range(0, mv.nbytes, self.STAGING)]
-    queued = {0: self._copy_chunk(stages[0].addr, src_addr, chunks[0][1])}
-    for k, (off, n) in enumerate(chunks):
-      if k + 1 < len(chunks):            # the next chunk into the other buffer, while this one is read
-        noff, nn = chunks[k + 1]
-        queued[k + 1] = self._copy_chunk(stages[(k + 1) % 2].addr, src_addr + noff, nn)
-      self._copy_wait(queued.pop(k), f"copy of {n} bytes from {src_addr + off:#x}")
-      mv[off:off + n] = self.view(stages[k % 2].addr, n)
+  def _staged_copy_failed(self, what: str) -> Exception:
+    return NVError(f"{self.name}: the copy engine's {what} did not finish in {self.timeout:.3g} s{self._channel_report()}")
 
   @property
   def emulated(self) -> bool:

@@ -279,7 +279,7 @@ def test_round_trip_goes_through_the_copy_engine(dev, monkeypatch):
   monkeypatch.undo()
   np.testing.assert_array_equal(y, x)
   assert d.k.gpu.copy_bytes["copy"] - before.get("copy", 0) == 2 * n
-  assert not any(d._in_video(addr, 1) for addr, _ in views), "the host read video memory"
+  assert not any(d._in_device(addr, 1) for addr, _ in views), "the host read video memory"
   d.free(mem)
 
 
