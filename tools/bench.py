@@ -466,18 +466,20 @@ print(json.dumps({"eager": median(eager, 100, 10), "replay": median(replay, 40, 
 
 def bench_markers(results: dict):
   """What the queues' trace markers cost (QUEUE_MARKERS: each command writes its sequence number for hang and fault
-  reports): eager launch + synchronize of a tiny kernel and a JIT replay per kernel, on the emulated AMD GPU with
-  markers on and off (a fresh process each). The emulator runs each marker packet in Python, so this is an upper
-  bound of the host-side and queue-side cost; on the hardware a marker is one end-of-pipe memory write."""
-  for flag, label in (("1", "on"), ("0", "off")):
-    env = dict(os.environ, EMU="1", DEV="AMD", QUEUE_MARKERS=flag)
-    out = subprocess.run([sys.executable, "-c", MARKERS_CHILD], env=env, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-      print(f"markers child ({label}) failed:\n{out.stderr[-2000:]}", file=sys.stderr)
-      continue
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    results[f"amd_emu.eager_tiny_kernel_markers_{label}.us"] = got["eager"] * 1e6
-    results[f"amd_emu.jit_replay_tiny_kernel_markers_{label}.us"] = got["replay"] * 1e6
+  reports): eager launch + synchronize of a tiny kernel and a JIT replay per kernel, on the emulated AMD and NV GPUs
+  with markers on and off (a fresh process each). The emulators run each marker packet in Python, so this is an upper
+  bound of the host-side and queue-side cost; on the hardware a marker is one end-of-pipe memory write (AMD) or one
+  semaphore release after the WFI the command has anyway (NV)."""
+  for kind in ("AMD", "NV"):
+    for flag, label in (("1", "on"), ("0", "off")):
+      env = dict(os.environ, EMU="1", DEV=kind, QUEUE_MARKERS=flag)
+      out = subprocess.run([sys.executable, "-c", MARKERS_CHILD], env=env, capture_output=True, text=True, timeout=900)
+      if out.returncode != 0:
+        print(f"markers child ({kind}, {label}) failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+        continue
+      got = json.loads(out.stdout.strip().splitlines()[-1])
+      results[f"{kind.lower()}_emu.eager_tiny_kernel_markers_{label}.us"] = got["eager"] * 1e6
+      results[f"{kind.lower()}_emu.jit_replay_tiny_kernel_markers_{label}.us"] = got["replay"] * 1e6
 
 
 GPU_MEMORY_CHILD = r"""

@@ -28,6 +28,7 @@ import numpy as np
 from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from ..hostcopy import StagedCopies
+from ..markers import Marker, TraceMarkers, describe
 from . import kfd, pm4, sdma
 from .codeobj import RSRC1_PRIV
 from .kfd import ffi as kfd_ffi
@@ -97,13 +98,6 @@ class LoadedProgram:
   wave32: bool
 
 
-class Marker(Fixup):
-  """A trace marker's value: the queue's sequence number of the command before it, given when the commands are
-  placed in the ring or a bound queue (submit/bind); `what` says what the command does, for reports."""
-  def __init__(self, what: str): self.what = what
-
-
-MARKS_KEPT = 4096               # commands of eager submissions remembered per queue, for reports
 ALLOC_HISTORY = 4096            # allocations and frees remembered, for naming fault addresses
 
 
@@ -136,20 +130,6 @@ def _process_kernel():
     have.append(k)
   _kernels_in_use.add(id(k))
   return k
-
-
-def _describe(cmd: tuple) -> str:
-  """One hcq command in words, for trace-marker reports."""
-  op = cmd[0]
-  if op == "exec":
-    program, _, global_size, local_size = cmd[1:]
-    return f"kernel {getattr(program.handle, 'name', '?')} {tuple(global_size)}x{tuple(local_size)}"
-  if op == "copy": return f"copy of {cmd[3]} bytes"
-  if op in ("signal", "wait"):
-    what = "signal" if op == "signal" else "wait for"
-    value = cmd[2] if isinstance(cmd[2], int) else "a symbolic value"
-    return f"{what} {getattr(cmd[1], 'name', '')!s} {value}".replace("  ", " ")
-  return op
 
 
 def _unmap_all(mappings: list):
@@ -204,7 +184,7 @@ class KFDProcess:
       self.runtime_enabled = True
 
 
-class AMDDriver(StagedCopies):     # copyin/copyout of VRAM through SDMA and GTT staging
+class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM through SDMA and GTT staging
   name = "AMD"
   timestamp_hz = TIMESTAMP_HZ
   has_copy_queue = True    # an SDMA queue beside the PM4 compute queue (hcq graphs put copies there)
@@ -260,11 +240,8 @@ class AMDDriver(StagedCopies):     # copyin/copyout of VRAM through SDMA and GTT
     # trace markers (settings.QUEUE_MARKERS): after each command a queue writes that command's sequence number into
     # its slot here (RELEASE_MEM / SDMA FENCE, uncached system memory the host reads); `_marks` remembers what each
     # number was, so a stopped or hung queue's report names the last command done and the first one not done
-    self.markers = settings.QUEUE_MARKERS
     self.marker_page = self.alloc_polled(PAGE)
-    self._marker_slot = {"compute": self.marker_page.addr, "copy": self.marker_page.addr + 8}
-    self._seq = {"compute": 0, "copy": 0}
-    self._marks: dict[str, dict[int, str]] = {"compute": {}, "copy": {}}
+    self._init_markers(settings.QUEUE_MARKERS, {"compute": self.marker_page.addr, "copy": self.marker_page.addr + 8})
 
   def _new_error_event(self) -> int:
     """The signal event amdkfd sets when a compute queue stops on an error (its id goes into the queue's context-save
@@ -503,7 +480,7 @@ class AMDDriver(StagedCopies):     # copyin/copyout of VRAM through SDMA and GTT
         if not sdma_queue:
           for p in self._pm4_barrier(): out.packet(p)
       else: raise ValueError(f"AMD queue: unknown command {op!r}")
-      if self.markers: self._marker(out, kind, _describe(cmd))
+      if self.markers: self._marker(out, kind, describe(cmd))
     return out.encoded
 
   def _marker(self, out: Encoder, kind: str, what: str):
@@ -516,27 +493,6 @@ class AMDDriver(StagedCopies):     # copyin/copyout of VRAM through SDMA and GTT
     else:
       out.packet(pm4.packet("RELEASE_MEM", event_type=pm4.BOTTOM_OF_PIPE_TS, event_index=5, data_sel=pm4.DATA_SEL_32,
                             addr_lo=lo32(addr), addr_hi=hi32(addr), data_lo=Marker(what)))
-
-  def _place_markers(self, kind: str, encoded: Encoded, keep: bool = True) -> list[int]:
-    """The words of `encoded` with each marker's sequence number filled in (the queue's next numbers)."""
-    words = list(encoded.words)
-    marks = self._marks[kind]
-    for at, fix in encoded.fixups:
-      if not isinstance(fix, Marker): continue
-      self._seq[kind] += 1
-      words[at] = self._seq[kind] & 0xFFFFFFFF
-      marks[self._seq[kind] & 0xFFFFFFFF] = fix.what
-    while keep and len(marks) > MARKS_KEPT: del marks[next(iter(marks))]
-    return words
-
-  def marker_report(self, kind: str) -> str:
-    """'command #n (what) done, #n+1 (what) not' from the queue's marker slot (empty without markers)."""
-    if not self.markers: return ""
-    done = int(np.frombuffer(self.view(self._marker_slot[kind], 4), np.uint32)[0])
-    marks = self._marks[kind]
-    name = lambda n: f"#{n} ({marks[n]})" if n in marks else f"#{n}"      # noqa: E731
-    if done == self._seq[kind] & 0xFFFFFFFF: return f"; every command done (last {name(done)})"
-    return f"; last command done {name(done) if done else 'none'}, first not done {name((done + 1) & 0xFFFFFFFF)}"
 
   def _dispatch(self, out: Encoder, program, args_addr, global_size, local_size):
     """SET_SH_REG the program, its resources, the kernarg pointer (user SGPRs 0-1) and the block size, then
@@ -646,12 +602,13 @@ class AMDDriver(StagedCopies):     # copyin/copyout of VRAM through SDMA and GTT
     if encoded.patches: raise AMDError(f"AMD {kind} queue: submit of commands with unresolved symbolic values (resolve them first)")
     if self.fault: self.check_faults(self.name)
     labels = {k + 1: text for k, text in encoded.packet_labels().items()}
-    if encoded.fixups: encoded = Encoded(self._place_markers(kind, encoded), [], encoded.packets, encoded.labels)
+    if encoded.fixups:
+      encoded = Encoded(self._place_markers(kind, encoded.words, encoded.fixups), [], encoded.packets, encoded.labels)
     self.ring_of(kind).write([self.hdp_flush(kind)] + encoded.packet_words(), labels)
 
   # ---- bound queues (JIT replay): the packets stay in GPU memory, a submit is one indirect-buffer packet ----
   def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
-    flat = self._place_markers(kind, encoded, keep=False)     # a replay writes the numbers given here each time
+    flat = self._place_markers(kind, encoded.words, encoded.fixups, keep=False)   # a replay writes these numbers each time
     if kind == "copy":       # an SDMA IB is padded to a multiple of 8 dwords (sdma_v6_0_ring_pad_ib)
       flat += sdma.nop(-len(flat) % sdma.IB_ALIGN_DWORDS) if flat else sdma.nop(sdma.IB_ALIGN_DWORDS)
     mem = self.alloc(4 * max(len(flat), 1), "gtt")

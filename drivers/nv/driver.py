@@ -43,9 +43,10 @@ import bisect, os, re, time, struct
 from dataclasses import dataclass, field
 import cffi
 import numpy as np
-from .. import kernel as kernel_mod
+from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from ..hostcopy import StagedCopies
+from ..markers import Marker, TraceMarkers, describe
 from . import rm, qmd, osdesc, vidmem, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
@@ -228,7 +229,7 @@ def check_version(version: str):
                   f"series (checked against {rm.HEADERS_VERSION}). Install a {rm.SUPPORTED_SERIES[-1]} driver.")
 
 
-class NVDriver(StagedCopies):     # copyin/copyout of video memory through the copy channel
+class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory through the copy channel
   name = "NV"
   has_copy_queue = True    # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
   timestamp_hz = 1_000_000_000   # semaphore release timestamps are the GPU's globaltimer, in ns
@@ -301,6 +302,10 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
     self._free_windows: list[tuple] = []     # (base, bytes) of GR channels' context-buffer regions, to reuse
     self._group_windows: dict = {}           # channel group -> the region its channels registered
     self.error_notifier = self.alloc_polled(PAGE)
+    # trace markers (drivers/markers.py): after each command a channel releases that command's sequence number into
+    # its slot here (a semaphore release after WFI: the command is done), pinned memory the host reads
+    self.marker_page = self.alloc_polled(PAGE)
+    self._init_markers(settings.QUEUE_MARKERS, {"compute": self.marker_page.addr, "copy": self.marker_page.addr + 16})
     # One TSG on the GR engine holds both channels: RM ties a TSG and every channel in it to the runlist of the TSG's
     # engine and rejects a channel whose engineType differs from its TSG's (kchannelConstruct, kernel_channel.c), so
     # the copy channel takes the TSG's engine (engineType GRAPHICS) and its DMA-copy object runs on the GR engine's
@@ -751,6 +756,10 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
         self._semaphore(p, cmd[1].timestamp_addr - 8, 0, pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_RELEASE_TIMESTAMP)
       elif op == "barrier": p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
       else: raise ValueError(f"NV queue: unknown command {op!r}")
+      if self.markers:       # the command's sequence number (a Marker fixup), released once it is done
+        slot = self._marker_slot[kind]
+        p.method(0, pb.SEM_ADDR_LO, lo32(slot), hi32(slot), Marker(describe(cmd)), 0,
+                 pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_SIZE_64BIT)
     return Encoder().packet(p.words).encoded      # one pushbuffer segment (one GPFIFO entry)
 
   def _semaphore(self, p: pb.Pushbuffer, addr, value, operation: int):
@@ -773,12 +782,15 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
     p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, tuple(global_size), block, args_addr, cb_size))
     p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
 
-  def _place(self, encoded: Encoded) -> tuple[list[int], list, list]:
+  def _place(self, encoded: Encoded, kind: str, keep: bool = True) -> tuple[list[int], list, list]:
     """Write the QMD and constant bank 0 of every launch in `encoded` into launch memory and fill in the words that
-    name them: (words, the arenas the launches took, the (kernarg, bank 0, bytes) copies of their parameters)."""
-    words, arenas, copies = list(encoded.words), [], []
-    self._ensure_local_memory(max((launch.kern.local_high for _, launch in encoded.fixups), default=0))
-    for i, launch in encoded.fixups:
+    name them, and the trace markers' sequence numbers (`keep`: remember them for reports; a bound queue's replays
+    write the same numbers): (words, the arenas the launches took, the (kernarg, bank 0, bytes) copies of their
+    parameters)."""
+    words, arenas, copies = self._place_markers(kind, encoded.words, encoded.fixups, keep), [], []
+    launches = [(i, fix) for i, fix in encoded.fixups if isinstance(fix, Launch)]
+    self._ensure_local_memory(max((launch.kern.local_high for _, launch in launches), default=0))
+    for i, launch in launches:
       addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size, launch=True)
       copies += self._write_launch(addr, launch)
       words[i] = launch.word(addr)
@@ -824,7 +836,7 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
     """Place the launches, copy their parameters from the kernarg memory, write the pushbuffer, ring the doorbell."""
     if encoded.patches: raise NVError(f"NV {kind} channel: submit of commands with unresolved symbolic values (resolve them first)")
     if self._faulted(): self.check_faults(self.name)
-    words, arenas, copies = self._place(encoded)
+    words, arenas, copies = self._place(encoded, kind)
     self._copy_params(copies)
     ch = self.channels[kind]
     self._submit_words(ch, self._state_words(ch) + words, arenas)
@@ -876,7 +888,7 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
 
   # ---- bound queues (JIT replay): the pushbuffer stays in memory, a submit is one GPFIFO entry ----
   def bind(self, kind: str, encoded: Encoded) -> "BoundPushbuffer":
-    words, arenas, copies = self._place(encoded)    # launch blocks stay with the bound queue
+    words, arenas, copies = self._place(encoded, kind, keep=False)    # launch blocks stay with the bound queue
     mem = self.alloc_polled(4 * max(len(words), 1))     # pushbuffer: the host patches it (and reads it in reports)
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
     view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
@@ -918,7 +930,8 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
     info32, info16, status = struct.unpack_from("<IHH", self.view(self.error_notifier.addr, 16), 8)
     if status or info32 or detail:
       message = (f"{device_name}: GPU channel error {info32} ({rm.RC_ERRORS.get(info32, 'unknown error')}; error notifier "
-                 f"info16={info16:#x} status={status:#x}){': ' + detail if detail else ''}")
+                 f"info16={info16:#x} status={status:#x}){': ' + detail if detail else ''}"
+                 + "".join(f"; {kind} channel:{self.marker_report(kind)[1:]}" for kind in self.channels if self.markers))
       if info32 == rm.ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT: raise NVError(message)
       self._reset_channels()
       raise ChannelReset(f"{message}; the channels were reallocated (work queued after the fault was dropped)")
@@ -970,7 +983,7 @@ class NVDriver(StagedCopies):     # copyin/copyout of video memory through the c
       where = f"GPFIFO entr{'y' if len(mine) == 1 else 'ies'} {mine[0]}" + (f"-{mine[-1]}" if len(mine) > 1 else "")
       parts.append(f"; {ch.name} channel is in submission {done + 1} of {ch.fence_value} ({where}): "
                    + (", ".join(waits) or f"segments of {sum(n for _, n in segs)} pushbuffer words at "
-                                          f"{', '.join(hex(a) for a, _ in segs)}"))
+                                          f"{', '.join(hex(a) for a, _ in segs)}") + self.marker_report(ch.name))
     return "".join(parts)
 
   def _acquires(self, addr: int, n: int) -> list[tuple[int, int]]:

@@ -107,12 +107,16 @@ def test_encode_has_no_side_effects_and_launches_are_placed_at_submit(dev):
   enc = d.encode("compute", [("exec", prog, args.addr, prog.meta.get("global_size", (1, 1, 1)), (1, 1, 1)),
                              ("signal", sig, Slot("v"))])
   assert [(a[0].addr, a[1], a[2]) for a in d._arenas] == arenas       # no launch memory taken
-  (at, launch), = enc.fixups
+  from baregrad.drivers.markers import Marker
+  (at, launch), = [(i, f) for i, f in enc.fixups if not isinstance(f, Marker)]
+  assert [f.what for _, f in enc.fixups if isinstance(f, Marker)] == [f"kernel {prog.name} {tuple(prog.meta.get('global_size', (1, 1, 1)))}x(1, 1, 1)",
+                                                                      "signal launch a symbolic value"]
   _, subc, method, count = pb.decode_header(enc.words[at - 1])
   assert (subc, method, count, enc.words[at]) == (pb.SUBC_COMPUTE, pb.SEND_PCAS_A, 1, 0)
-  sem = next(i for i, w in enumerate(enc.words) if pb.decode_header(w)[2:] == (pb.SEM_ADDR_LO, 5))
+  sems = [i for i, w in enumerate(enc.words) if pb.decode_header(w)[2:] == (pb.SEM_ADDR_LO, 5)]
+  sem = sems[1]          # the signal's (the first releases the kernel's trace marker)
   assert [(i, part.shift, part.width) for i, part in enc.patches] == [(sem + 3, 0, 32), (sem + 4, 32, 32)]
-  words, _, copies = d._place(enc.resolved({"v": 5}))
+  words, _, copies = d._place(enc.resolved({"v": 5}), "compute", keep=False)
   launched = qmd.read_launch(d.qmd_version, bytes(d.view(words[at] << 8, qmd.QMD_BYTES)))
   assert launched["program"] == prog.entry and launched["cbuf0"] == (words[at] << 8) + qmd.QMD_BYTES
   assert [c[0] for c in copies] == [args.addr, args.addr + 8]     # bank 0 gets the kernarg words at submit

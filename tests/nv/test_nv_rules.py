@@ -782,3 +782,25 @@ def _params(struct_name: str, **values):
   p = ffi.new(struct_name + " *")
   for k, v in values.items(): setattr(p, k, v)
   return p
+
+
+def test_hang_and_fault_reports_name_the_last_command_done_and_the_first_not():
+  """Trace markers (settings.QUEUE_MARKERS): each command releases its sequence number when done (a semaphore release
+  after WFI); a wait that never passes is reported with the command before it (done) and itself (not done), and a
+  channel error names where each channel stands."""
+  import types
+  d = _driver()
+  d.timeout = 0.3
+  gate, done = d.alloc_polled(16), d.alloc_polled(16)
+  sig = lambda mem, name: types.SimpleNamespace(addr=mem.addr, timestamp_addr=mem.addr + 8, name=name)
+  d.submit("compute", d.encode("compute", [("signal", sig(done, "done"), 1), ("barrier",), ("wait", sig(gate, "gate"), 7),
+                                           ("signal", sig(done, "done"), 2)]))
+  assert d.wait_value(done.addr, 1, 5) and not d.wait_value(done.addr, 2, 0.3)
+  with pytest.raises(nv_driver.ChannelTimeout) as e: d.check_faults("NV")
+  assert re.search(r"last command done #\d+ \(barrier\), first not done #\d+ \(wait for gate 7\)", str(e.value)), str(e.value)
+  np.frombuffer(d.view(gate.addr, 8), np.uint64)[0] = 7
+  assert d.wait_value(done.addr, 2, 5) and "every command done (last #4 (signal done 2))" in d.marker_report("compute")
+  d._submit_words(d.channels["compute"], [0xE0000000 | 5])      # an undefined opcode: a PBDMA error
+  assert not d.wait_value(d.channels["compute"].fence.addr, d.channels["compute"].fence_value, 5)
+  with pytest.raises(nv_driver.ChannelReset, match=r"compute channel: every command done \(last #4 \(signal done 2\)\)"):
+    d.check_faults("NV")
