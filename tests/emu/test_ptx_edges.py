@@ -377,10 +377,10 @@ def test_ptxas_fuses_only_unmarked_mul_add(rendered):
   # the Newton iterations of div/rcp/sqrt.rn and of the .approx functions)
   own_fma = re.compile(r"^\s*(?:@!?%p\d+\s+)?(fma|mad|div|rcp|sqrt|rsqrt|ex2|lg2|sin|cos|tanh)\.\S*f(16|32|64)", re.M)
   renderer, checked = PTXRenderer("sm_90"), 0
-  for k in rendered:
+  eligible = [k for k in rendered if not own_fma.search(k["entry"]) and re.search(r"\bmul\.rn\.f(32|64)", k["entry"])
+              and re.search(r"\badd\.rn\.f(32|64)", k["entry"])]
+  for k in eligible[::max(1, len(eligible) // 6)]:       # half a dozen spread over the op suite (each runs ptxas)
     entry = k["entry"]
-    if own_fma.search(entry) or not (re.search(r"\bmul\.rn\.f(32|64)", entry) and re.search(r"\badd\.rn\.f(32|64)", entry)):
-      continue
     sass = _sass(renderer.header() + "\n" + entry.replace("__KERNEL__", "k"))
     assert not re.search(r"\b[FD]FMA\b", sass), f"{k['name']}: ptxas fused a multiply-add the PTX did not ask for"
     checked += 1
