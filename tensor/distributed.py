@@ -95,8 +95,8 @@ def _mpi():
   if _MPI is None:
     try:
       from mpi4py import MPI
-    except ImportError as e:
-      raise ImportError(f"{INSTALL_HINT} ({e})") from None
+    except (ImportError, OSError, RuntimeError) as e:    # (a binary mpi4py without an MPI library fails to load it)
+      raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from None
     _MPI = MPI
   return _MPI
 
