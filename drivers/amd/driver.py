@@ -26,7 +26,7 @@ import cffi
 import numpy as np
 
 from .. import kernel as kernel_mod, settings
-from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
+from ..encoded import Encoded, Encoder, lo32, hi32
 from ..hostcopy import StagedCopies
 from ..markers import Marker, TraceMarkers, describe
 from . import kfd, pm4, sdma

@@ -33,7 +33,7 @@ it, or the same); a compute object needs a GR channel; a channel group is schedu
 externally owned VA space is bound through UVM_REGISTER_CHANNEL, whose VA region must be free in UVM's VA space.
 """
 from __future__ import annotations
-import ctypes, errno, mmap, os, struct, threading, weakref
+import ctypes, errno, mmap, os, threading, weakref
 from dataclasses import dataclass, field
 import numpy as np
 from baregrad.drivers import kernel as kernel_mod

@@ -48,20 +48,30 @@ UVM_COMPRESSION_TYPE_COUNT = 2                # Default, EnabledNoPlc
 UVM_MAX_GPUS = 32 * 8                         # uvm_types.h: NV_MAX_DEVICES * UVM_PARENT_ID_MAX_SUB_PROCESSORS
 
 
+def word_field(word: int, fields: dict, name: str) -> int:
+  """The value of field `name` ((hi, lo) bits in `fields`) of an RM flags/attribute word."""
+  hi, lo = fields[name]
+  return (word >> lo) & ((1 << (hi - lo + 1)) - 1)
+
+
+def pack_word(fields: dict, prefix: str, values: dict) -> int:
+  """An RM flags/attribute word from field values; a value its field cannot hold is a ValueError naming it."""
+  word = 0
+  for name, value in values.items():
+    hi, lo = fields[name]
+    if not 0 <= value < 1 << (hi - lo + 1): raise ValueError(f"{prefix}_{name} ({hi}:{lo}) cannot hold {value}")
+    word |= value << lo
+  return word
+
+
 def field(flags: int, name: str) -> int:
   """The value of NVOS02 flags field `name`."""
-  hi, lo = NVOS02_FIELDS[name]
-  return (flags >> lo) & ((1 << (hi - lo + 1)) - 1)
+  return word_field(flags, NVOS02_FIELDS, name)
 
 
 def flags(**fields: int) -> int:
   """NVOS02 flags from field values: flags(PHYSICALITY=PHYSICALITY_NONCONTIGUOUS, ...)."""
-  word = 0
-  for name, value in fields.items():
-    hi, lo = NVOS02_FIELDS[name]
-    if not 0 <= value < 1 << (hi - lo + 1): raise ValueError(f"NVOS02_FLAGS_{name} ({hi}:{lo}) cannot hold {value}")
-    word |= value << lo
-  return word
+  return pack_word(NVOS02_FIELDS, "NVOS02_FLAGS", fields)
 
 
 # what baregrad asks for: anonymous host pages are write-back cacheable and not physically contiguous, the only flags

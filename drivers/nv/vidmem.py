@@ -25,6 +25,7 @@ PTEs of the largest page size that the allocation's page size, the VA, the lengt
 MiB-aligned VA gets 2 MiB PTEs.
 """
 from __future__ import annotations
+from .osdesc import pack_word, word_field
 
 # NV_MEMORY_ALLOCATION_PARAMS.attr fields, name -> (high bit, low bit) (nvos.h NVOS32_ATTR_*)
 ATTR_FIELDS = {"DEPTH": (2, 0), "COMPR_COVG": (3, 3), "AA_SAMPLES": (7, 4), "GPU_CACHE_SNOOPABLE": (9, 8),
@@ -78,26 +79,16 @@ FB_INFO_MAX_LIST_SIZE = 0x80                     # NV2080_CTRL_FB_INFO_MAX_LIST_
 
 
 def field(word: int, name: str, fields: dict) -> int:
-  hi, lo = fields[name]
-  return (word >> lo) & ((1 << (hi - lo + 1)) - 1)
+  return word_field(word, fields, name)
 
 
 def attr(**values: int) -> int:
   """An attr word from field values: attr(PAGE_SIZE=PAGE_SIZE_BIG, ...)."""
-  return _pack(ATTR_FIELDS, "NVOS32_ATTR", values)
+  return pack_word(ATTR_FIELDS, "NVOS32_ATTR", values)
 
 
 def attr2(**values: int) -> int:
-  return _pack(ATTR2_FIELDS, "NVOS32_ATTR2", values)
-
-
-def _pack(fields: dict, prefix: str, values: dict) -> int:
-  word = 0
-  for name, value in values.items():
-    hi, lo = fields[name]
-    if not 0 <= value < 1 << (hi - lo + 1): raise ValueError(f"{prefix}_{name} ({hi}:{lo}) cannot hold {value}")
-    word |= value << lo
-  return word
+  return pack_word(ATTR2_FIELDS, "NVOS32_ATTR2", values)
 
 
 # ---- what the driver asks for ----
