@@ -85,6 +85,9 @@ def test_single_process_world_and_argument_errors():
              "from baregrad.tensor import Tensor, distributed as d\n"
              "try: d.rank()\n"
              "except RuntimeError as e: print('E1', e)\n"
+             "for bad in (-1, 0, float('nan')):\n"
+             "  try: d.init(timeout=bad)\n"
+             "  except ValueError as e: print('ET', e)\n"
              "w = d.init()\n"
              "print('W', w.rank, w.size, w.device)\n"
              "x = Tensor(np.arange(4, dtype=np.float32))\n"
@@ -95,6 +98,14 @@ def test_single_process_world_and_argument_errors():
              "  except (ValueError, TypeError) as e: print('E', e)\n")
   out = p.stdout
   assert "E1 baregrad.tensor.distributed: call init() first" in out, out + p.stderr
+  assert out.count("ET timeout must be a number of seconds > 0") == 3, out + p.stderr
   assert "W 0 1 CPU" in out and "V [0.0, 1.0, 2.0, 3.0] [0.0, 1.0, 2.0, 3.0]" in out, out + p.stderr
   assert "op must be one of sum, mean, max, min, prod, got 'avg'" in out, out
   assert "root 1 is not a rank (0..0)" in out and "axis 2 out of range for 1 dims" in out and "an empty list" in out, out
+
+
+@pytest.mark.parametrize("extra", [["--model", "transformer"], ["--devices", "2"]])
+def test_demo_refuses_what_it_cannot_run_distributed(extra):
+  p = subprocess.run([sys.executable, "-m", "baregrad.tools.demo", "--distributed", *extra], capture_output=True,
+                     text=True, timeout=120, cwd=ROOT)
+  assert p.returncode == 2 and "--distributed runs" in p.stderr, p.stderr

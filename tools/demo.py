@@ -352,6 +352,8 @@ def main(argv=None):
   if args.log_every is not None and args.log_every < 1: p.error("--log-every must be positive")
   if args.devices < 1: p.error("--devices must be positive")
   if args.devices > 1 and args.model == "transformer": p.error("--devices runs the digits models (mlp, conv)")
+  if args.distributed and args.model == "transformer": p.error("--distributed runs the digits models (mlp, conv)")
+  if args.distributed and args.devices > 1: p.error("--distributed runs one device per rank (use more ranks instead of --devices)")
   if args.model == "transformer": return main_transformer(args)
   args.steps = 300 if args.steps is None else args.steps
   args.batch = 128 if args.batch is None else args.batch
@@ -385,7 +387,6 @@ def main(argv=None):
 def main_distributed(args, parser) -> None:
   """--distributed: every rank runs this; rank 0 prints."""
   import io
-  if args.devices > 1: parser.error("--distributed runs one device per rank (use more ranks instead of --devices)")
   from baregrad.tensor import distributed as dist
   from baregrad.tensor.datasets import load_digits
   world = dist.init()
