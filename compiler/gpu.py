@@ -172,13 +172,14 @@ def _group(ast: UOp, locals_: list[UOp]) -> UOp:
   for r in groups: first = (r < 1) if first is None else (first & (r < 1))
   def gated(idx: UOp) -> UOp: return idx.replace(src=(idx.src[0], idx.src[1], first if len(idx.src) == 2 else idx.src[2] & first))
   # (what every thread must load stays: the partials, and the copies into workgroup memory that STAGE shares out)
-  partials = {u for b in out.toposort() if b.op is Ops.BARRIER for u in b.toposort()}
-  loads = {u: u.replace(src=(gated(u.src[0]),) + u.src[1:]) for st in out.src if st.op is Ops.STORE
-           for u in st.src[1].toposort() if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM and u not in partials}
-  gates = {}
-  for st in out.src:
-    if st.op is Ops.STORE:
-      gates[st] = st.replace(src=(gated(st.src[0]), substitute(st.src[1], loads) if loads else st.src[1]))
+  barriers = [b for b in out.toposort() if b.op is Ops.BARRIER]
+  partials = set(UOp.sink(*barriers).toposort()) if barriers else set()    # (one walk, not one per barrier)
+  stores = [st for st in out.src if st.op is Ops.STORE]
+  values = UOp.sink(*(st.src[1] for st in stores))     # the stored values, walked once for every store
+  loads = {u: u.replace(src=(gated(u.src[0]),) + u.src[1:]) for u in values.toposort()
+           if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM and u not in partials}
+  if loads: values = substitute(values, loads)
+  gates = {st: st.replace(src=(gated(st.src[0]), v)) for st, v in zip(stores, values.src)}
   return out.replace(src=tuple(gates.get(s, s) for s in out.src))
 
 

@@ -34,7 +34,7 @@ from baregrad.compiler.amd import regalloc
 from baregrad.compiler.amd.regalloc import RegisterPressureError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from helpers_capture import op_suite_records, dtype_matrix_specs, record  # noqa: E402
+from helpers_capture import op_suite_records, op_suite_count, dtype_matrix_specs, record  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
@@ -49,7 +49,7 @@ MC_ARGS = ["-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100"]
 @pytest.fixture(scope="module")
 def kernels():
   recs = op_suite_records()
-  n_suite = len(recs)
+  n_suite = op_suite_count()
   known = {r[1] for r in recs}
   recs += [r for r in map(record, dtype_matrix_specs()) if r[1] not in known]
   return {"records": recs, "n_op_suite": n_suite}
@@ -182,7 +182,7 @@ def test_code_object_descriptor_llvm_objdump(rendered):
     insts = [l for l in dis.splitlines() if re.match(r"\s+\w+.*//\s*[0-9A-F]+:", l)]
     assert insts and not any("<unknown>" in l for l in insts), f"{k['rec'][0]}: llvm-objdump cannot decode the code"
     assert insts[-1].split()[0] == "s_endpgm"
-  assert len(decoded) == len(ks) >= 1500
+  assert len(decoded) == len(ks) >= 1000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,14 +300,14 @@ EMULATE_ALL = os.environ.get("AMD_EMULATE_ALL", "") not in ("", "0")   # every o
 
 
 def emulated_sample(kernels: list) -> list:
-  """Every kernel with AMD_EMULATE_ALL=1; else every sixth one, plus each kernel that holds an (op, dtype) pair no
-  earlier chosen kernel had (every kind of instruction the renderer emits stays covered; the run takes under a third as
-  long)."""
+  """Every kernel with AMD_EMULATE_ALL=1; else every fourth one (of the op suite's `sample`, helpers_capture.py), plus
+  each kernel that holds an (op, dtype) pair no earlier chosen kernel had (every kind of instruction the renderer emits
+  stays covered)."""
   if EMULATE_ALL: return list(kernels)
   seen, out = set(), []
   for i, k in enumerate(kernels):
     pairs = {(u.op, u.dtype) for u in k["rec"][1].toposort()}
-    if i % 6 == 0 or not pairs <= seen: out.append(k); seen |= pairs
+    if i % 4 == 0 or not pairs <= seen: out.append(k); seen |= pairs
   return out
 
 

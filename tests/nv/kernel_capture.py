@@ -6,7 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from helpers_capture import op_suite_records, dtype_matrix_specs  # noqa: E402
+from helpers_capture import op_suite_records, op_suite_count, dtype_matrix_specs  # noqa: E402,F401
 from baregrad.compiler import codegen
 from baregrad.compiler.deepstack import on_deep_stack
 from baregrad.compiler.uop import Ops

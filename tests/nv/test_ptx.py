@@ -70,7 +70,7 @@ def cuobjdump():
 def captured():
   kernels, errors = kernel_capture.op_suite_kernels()
   data = {"kernels": kernels, "errors": errors}
-  data["n_op_suite"] = len(data["kernels"])
+  data["n_op_suite"] = kernel_capture.op_suite_count()
   known = {k["entry"] for k in data["kernels"]}
   data["kernels"] += [k for k in kernel_capture.dtype_matrix() if k["entry"] not in known]
   for k in data["kernels"]:   # a unique, stable entry name per kernel
