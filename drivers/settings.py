@@ -99,6 +99,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
                                          "part of its VRAM, as on a machine without Resizable BAR)"),
   Setting("QUEUE_MARKERS", _flag, True, "0 or 1 (1: every command a GPU queue runs writes its sequence number where "
                                         "the host reads it, so a hang or fault report names the command; 0: off)"),
+  Setting("HANG_REPORT", _text, None, "a file path (a wait that times out or meets a device fault appends its error "
+                                      "and every queue of the device decoded from the read pointer there)"),
   Setting("TRACE_IOCTL", _flag, False, "0 or 1 (1: log every call through the kernel interface)"),
   Setting("TRACE_IOCTL_FILE", _text, None, "a file path (where TRACE_IOCTL=1 writes; default stderr)"),
   Setting("CAPTURE", _text, None, "a file path (record every queue submission there, e.g. run.bgq)"),
@@ -160,6 +162,7 @@ PTX_MAX_STEPS: int = _values["PTX_MAX_STEPS"]
 EMU_LOG: bool = _values["EMU_LOG"]
 EMU_SMALL_BAR: bool = _values["EMU_SMALL_BAR"]
 QUEUE_MARKERS: bool = _values["QUEUE_MARKERS"]
+HANG_REPORT: str | None = _values["HANG_REPORT"]
 TRACE_IOCTL: bool = _values["TRACE_IOCTL"]
 TRACE_IOCTL_FILE: str | None = _values["TRACE_IOCTL_FILE"]
 CAPTURE: str | None = _values["CAPTURE"]

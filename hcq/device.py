@@ -1,6 +1,6 @@
 """The device: driver + allocator + timeline signal + program loader. `Device.get(name)` opens one once."""
 from __future__ import annotations
-import atexit, os, importlib, mmap, struct, sys, weakref
+import atexit, os, importlib, mmap, struct, sys, time, weakref
 from typing import TYPE_CHECKING
 from .allocator import LRUAllocator
 if TYPE_CHECKING: from .driver import Driver   # (the protocol, for annotations: its module loads with the drivers)
@@ -98,6 +98,34 @@ class Device:
     self.pending_waits: list[tuple[Signal, int]] = []
     self.peer_maps: dict[tuple[str, int], tuple[object, int]] = {}   # (owner, address) -> (handle, bytes) mapped here
     self.exported: dict[int, list] = {}    # address of an allocation of ours -> the devices that mapped it (map_peer)
+
+  def dump_queues(self) -> str:
+    """Every queue of this device decoded from its read pointer to its write pointer (the driver's `dump_queues`),
+    under a line naming the device: for a person looking at a hang, or a report."""
+    return f"{self.name} queues:\n" + self.driver.dump_queues()
+
+  REPORT_LINES = 120         # lines of the decoded queues an error's note shows (the whole dump: `error.queues`)
+
+  def queues_report(self) -> str:
+    """dump_queues(), or why there is none (a report must not fail on a device too broken to read)."""
+    try: return self.dump_queues()
+    except Exception as e: return f"{self.name} queues: cannot be decoded ({type(e).__name__}: {e})"
+
+  def hang_report(self, error: BaseException, queues: str) -> None:
+    """Attach the decoded queues to a timeout or fault `error` (`error.queues`, and a note shown with it); with
+    HANG_REPORT set, append the error and the queues to that file."""
+    error.queues = queues
+    lines = queues.splitlines()
+    shown = "\n".join(lines[:self.REPORT_LINES]) + (f"\n... {len(lines) - self.REPORT_LINES} more lines (error.queues)"
+                                                    if len(lines) > self.REPORT_LINES else "")
+    error.add_note("the device's queues when it stopped, decoded from their read pointers:\n" + shown)
+    if (path := settings.HANG_REPORT):
+      try:
+        with open(path, "a") as f:
+          f.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {type(error).__name__}: {error}\n"
+                  f"{queues}\n\n")
+        error.add_note(f"(written to {path})")
+      except OSError as e: error.add_note(f"(HANG_REPORT: cannot write {path}: {e.strerror})")
 
   @property
   def last_command(self) -> str | None:

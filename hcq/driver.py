@@ -116,6 +116,11 @@ class Driver(Protocol):
     `queues_reset = True` when the driver recreated its queues (the work they held is dropped)."""
     ...
 
+  def dump_queues(self) -> str:
+    """Each live queue decoded from the engine's read pointer to the write pointer (drivers/decode.py: the packet
+    tables the driver encodes with), following indirect buffers: what the hardware has not finished yet."""
+    ...
+
   # ---- lifetime ----
   def after_fork_in_child(self) -> bool:
     """In a forked child: True when this driver keeps working there, False when the child must open a new device."""

@@ -37,10 +37,15 @@ class Signal:
     if self.value >= value: return
     start = time.monotonic()
     if not self.device.driver.wait_value(self.addr, value, timeout):
-      self.device.check_faults()
-      raise SignalTimeout(
-        f"{self.device.name}: waited {time.monotonic() - start:.3f} s on {queue} queue for signal '{self.name}' "
-        f"to reach {value}, it is {self.value}; last command submitted: {self.device.last_command or 'none'}")
+      queues = self.device.queues_report()        # before check_faults: a driver that resets its queues empties them
+      try:
+        self.device.check_faults()
+        raise SignalTimeout(
+          f"{self.device.name}: waited {time.monotonic() - start:.3f} s on {queue} queue for signal '{self.name}' "
+          f"to reach {value}, it is {self.value}; last command submitted: {self.device.last_command or 'none'}")
+      except Exception as e:
+        self.device.hang_report(e, queues)
+        raise
 
   def __del__(self):
     # a command already queued may still write it: the slot is reused only once the work queued so far is done

@@ -28,6 +28,7 @@ import numpy as np
 from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, lo32, hi32
 from ..hostcopy import StagedCopies
+from ..decode import decode as decode_words
 from ..markers import Marker, TraceMarkers, describe
 from . import kfd, pm4, sdma
 from .codeobj import RSRC1_PRIV
@@ -729,6 +730,29 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
       except ValueError as e: text = f"undecodable ({e})"
       lines.append(f"{'=>' if at == ring.rptr else '  '} {at % ring.dwords:#06x} {text}")
     return "\n    " + "\n    ".join(lines)
+
+  def _readable(self, addr: int, nbytes: int) -> bytes | None:
+    """The bytes at a GPU address inside one live allocation the host can map (for decoding), else None."""
+    for m in self.memory.values():
+      if m.addr <= addr and addr + nbytes <= m.addr + m.size and m.domain != "device": return bytes(self.view(addr, nbytes))
+    return None
+
+  def dump_queues(self) -> str:
+    """Each queue's ring decoded from the engine's read pointer to the write pointer, following indirect buffers."""
+    out = []
+    for ring in (self.compute, self.copy):
+      fmt = "sdma" if ring.kind == "copy" else "pm4"
+      rptr, wptr = ring.rptr, ring.wptr
+      out.append(f"{ring.kind} queue {ring.queue_id} ({fmt.upper()} ring of {ring.dwords} dwords at {ring.base:#x}): read "
+                 f"pointer {rptr}, write pointer {wptr} (dwords since it was created)"
+                 f"{': empty' if rptr >= wptr else ''}{self.marker_report(ring.kind)}")
+      pos = rptr
+      while pos < wptr:          # no packet straddles the wrap: decode up to it, then from the ring's start
+        at = pos % ring.dwords
+        n = min(wptr - pos, ring.dwords - at)
+        out += decode_words(fmt, ring.ring[at:at + n], ring.base + 4 * at, self._readable, "  ")
+        pos += n
+    return "\n".join(out)
 
   def _memory_now(self, addr: int, mask: int, nbytes: int = 4) -> str:
     if not any(m.addr <= addr < m.addr + m.size for m in self.memory.values()): return ""

@@ -11,6 +11,7 @@ from ..encoded import Encoded, stream
 from . import processor
 from .processor import CommandProcessor, Op, PACKETS, header, ProcessorFault, address_space
 from ..hostcopy import HostMemoryCopies
+from ..decode import decode as decode_words
 
 _ffi = cffi.FFI()
 # -fwrapv: integer overflow wraps, as on every GPU and in numpy. -ffp-contract=off: a*b+c is two roundings, as numpy
@@ -153,6 +154,19 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
     return self.processor.wait_value(addr, value, timeout)
+
+  def _readable(self, addr: int, nbytes: int) -> bytes | None:
+    """The bytes at an address inside memory the command processor may touch (for decoding), else None."""
+    for start, end in list(address_space.ranges.items()):
+      if start <= addr and addr + nbytes <= end: return bytes(self.view(addr, nbytes))
+    return None
+
+  def dump_queues(self) -> str:
+    """The command processor's ring from its read pointer to its write pointer, decoded (following INDIRECTs)."""
+    rptr, wptr, words = self.processor.pending()
+    head = (f"command processor ring ({self.processor.ring_words} words): read pointer {rptr}, write pointer {wptr} "
+            f"(words since it started){': empty' if not words else ''}")
+    return "\n".join([head] + decode_words("cpu", words, None, self._readable, "  "))
 
   def check_faults(self, device_name: str):
     fault = self.processor.fault

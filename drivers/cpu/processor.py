@@ -284,6 +284,12 @@ class CommandProcessor:
   @property
   def stopped(self) -> bool: return not self._finalizer.alive
 
+  def pending(self) -> tuple[int, int, list[int]]:
+    """(read pointer, write pointer, the ring words between them): what the worker has not finished yet (a packet
+    may continue past the ring's end at its start)."""
+    rptr, wptr = self.rptr, self.wptr
+    return rptr, wptr, [int(self._ring[p & (self.ring_words - 1)]) for p in range(rptr, max(rptr, wptr))]
+
   @property
   def fault(self) -> str | None:
     """None, or what went wrong: the fault, the packet header and where it was."""

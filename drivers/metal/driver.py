@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import cffi
 from .. import settings
 from ..encoded import Encoded
+from ..decode import decode as decode_words
 from . import commands, framework
 from .objc import ObjC, NULL, addr as objc_addr, ffi as objc_ffi
 from .selectors import (STATUS, STATUS_COMPLETED, STATUS_ERROR, INDIRECT_COMMAND_CONCURRENT_DISPATCH, MAX_BUFFER_BINDINGS,
@@ -116,6 +117,11 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
     self._lock = threading.Lock()
     self._records = {k: collections.deque() for k in KINDS}   # what the completion thread writes, in queue order
     self._gates = {k: collections.deque() for k in KINDS}     # (token, address, value) per queue
+    # for dump_queues: per queue, command buffers committed and completed so far, and the submissions not known to be
+    # complete: (the committed count at their end, their command words); a queue completes its buffers in order
+    self._committed = {k: 0 for k in KINDS}
+    self._completed = {k: 0 for k in KINDS}
+    self._inflight = {k: collections.deque() for k in KINDS}
     self._tokens = {k: 0 for k in KINDS}
     self._gate_tokens = {k: 0 for k in KINDS}
     self._fault: str | None = None
@@ -244,7 +250,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
   def submit(self, kind: str, encoded: Encoded) -> None:
     if encoded.patches: raise MetalError(f"METAL {kind} queue: submit of commands with unresolved symbolic values")
     self._bury()
-    _Submission(self, kind).run(commands.decode(encoded.words), None)
+    _Submission(self, kind, encoded.words).run(commands.decode(encoded.words), None)
 
   def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
     """Keep the words for replays and build the indirect command buffer of their launches."""
@@ -291,7 +297,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
 
   def submit_bound(self, kind: str, bound: BoundQueue, patch: list[tuple[int, int]]) -> None:
     for i, v in patch: bound.words[i] = v
-    _Submission(self, kind).run(commands.decode(bound.words), bound)
+    _Submission(self, kind, bound.words).run(commands.decode(bound.words), bound)
 
   def _launch(self, op: dict) -> tuple[MetalProgram, tuple, tuple]:
     program = self._program(op["pipeline"])
@@ -330,6 +336,22 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
         gates = [f"{k} queue waits for [{a:#x}] >= {v} (memory holds {self._u64(a)})" for k in KINDS
                  for _, a, v in list(self._gates[k])[:1]]
       if gates: raise MetalTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}; " + "; ".join(gates))
+
+  def dump_queues(self) -> str:
+    """Each queue's submissions whose command buffers have not all completed, their commands decoded (Metal has no
+    ring the driver writes: a submission's words are turned into command buffers when it is submitted)."""
+    out = []
+    with self._lock:
+      state = {k: (self._committed[k], self._completed[k], list(self._inflight[k]), list(self._gates[k])) for k in KINDS}
+    for kind, (committed, completed, inflight, gates) in state.items():
+      pending = [(end, words) for end, words in inflight if end > completed]
+      out.append(f"{kind} queue: {completed} of {committed} command buffers completed"
+                 + "".join(f"; waits for [{a:#x}] >= {v} (memory holds {self._u64(a)})" for _, a, v in gates[:1])
+                 + ("" if pending else ", nothing pending"))
+      for end, words in pending:
+        out.append(f"  a submission ending with command buffer {end}:")
+        out += decode_words("metal", words, None, None, "    ")
+    return "\n".join(out)
 
   # ---- the completion thread: hcq signal and timestamp memory from Metal's events and command buffer times ----
   def _completions(self):
@@ -376,7 +398,9 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
           if record == "time":
             seconds = rt.send(cb, "GPUStartTime" if records[0][2] == "start" else "GPUEndTime")
             self._put_u64(records[0][3], int(seconds * 1e9))
-          else: rt.release(cb)    # "done": the driver's reference since the submit
+          else:                   # "done": the driver's reference since the submit
+            rt.release(cb)
+            self._completed[kind] += 1
         records.popleft()
         progressed = True
     return progressed, blocked_on
@@ -388,6 +412,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
     records = self._records[kind]
     while records and records[0][1] is cb: records.popleft()
     self.rt.release(cb)
+    self._completed[kind] += 1
 
   # ---- lifetime ----
   def after_fork_in_child(self) -> bool:
@@ -417,8 +442,9 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
 class _Submission:
   """Turns one submission's commands into command buffers on the queue of `kind` (see the module docstring)."""
 
-  def __init__(self, driver: MetalDriver, kind: str):
-    self.d, self.rt, self.kind = driver, driver.rt, kind
+  def __init__(self, driver: MetalDriver, kind: str, words: list):
+    self.d, self.rt, self.kind, self.words = driver, driver.rt, kind, list(words)
+    self.committed = 0          # command buffers this submission committed
     self.cb = None              # the open command buffer and whether anything was encoded in it
     self.work = False
     self.encoder, self.encoder_kind = None, None
@@ -457,6 +483,11 @@ class _Submission:
       with d._lock:
         d._gates[self.kind].extend(self.gates)
         d._records[self.kind].extend(self.records)
+        if self.committed:
+          d._committed[self.kind] += self.committed
+          d._inflight[self.kind].append((d._committed[self.kind], self.words))
+        inflight = d._inflight[self.kind]
+        while inflight and inflight[0][0] <= d._completed[self.kind]: inflight.popleft()
       d._wake.set()
 
   def abandon(self):
@@ -479,6 +510,7 @@ class _Submission:
   def close(self):
     self.end_encoder()
     self.rt.send(self.cb, "commit")
+    self.committed += 1
     self.records.append(("done", self.cb))
     self.last, self.cb = self.cb, None
 

@@ -46,6 +46,7 @@ import numpy as np
 from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from ..hostcopy import StagedCopies
+from ..decode import decode as decode_words
 from ..markers import Marker, TraceMarkers, describe
 from . import rm, qmd, osdesc, vidmem, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
@@ -985,6 +986,26 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
                    + (", ".join(waits) or f"segments of {sum(n for _, n in segs)} pushbuffer words at "
                                           f"{', '.join(hex(a) for a, _ in segs)}") + self.marker_report(ch.name))
     return "".join(parts)
+
+  def _readable(self, addr: int, nbytes: int) -> bytes | None:
+    """The bytes at a GPU address inside one live allocation (for decoding), else None."""
+    return bytes(self.view(addr, nbytes)) if self._allocation(addr, nbytes) is not None else None
+
+  def dump_queues(self) -> str:
+    """Each channel's GPFIFO entries that are not done (its fence) up to GPPut, with the pushbuffer segments they
+    point at and the QMDs their launches name, decoded."""
+    out = []
+    for ch in self.channels.values():
+      done = self._u64(ch.fence.addr)       # (not USERD GP_GET: stale while the channel is busy)
+      pending = [i for i in ((ch.put - k) % GPFIFO_ENTRIES for k in range(GPFIFO_ENTRIES, 0, -1)) if ch.slots[i] > done]
+      out.append(f"{ch.name} channel (GPFIFO of {GPFIFO_ENTRIES} entries at {ch.ring.addr:#x}): GPPut {ch.put}, "
+                 f"{done} of {ch.fence_value} submissions done"
+                 f"{', nothing pending' if not pending else f', {len(pending)} entries pending'}{self.marker_report(ch.name)}")
+      for i in pending:
+        words = np.frombuffer(self.view(ch.ring.addr + 8 * i, 8), np.uint32)
+        out += [line.replace(f"GP entry 0:", f"GP entry {i}:", 1)
+                for line in decode_words("gpfifo", words, ch.ring.addr + 8 * i, self._readable, "  ")]
+    return "\n".join(out)
 
   def _acquires(self, addr: int, n: int) -> list[tuple[int, int]]:
     """(address, payload) of the 64-bit semaphore acquires in the pushbuffer segment the driver wrote at addr."""
