@@ -208,3 +208,39 @@ def _metal(words, address, read, indent) -> list[str]:
 
 _DECODERS = {"pm4": _pm4, "sdma": _sdma, "gpfifo": _gpfifo, "pushbuf": _pushbuf, "qmd": _qmd, "cpu": _cpu,
              "metal": _metal}
+
+
+def referenced_memory(fmt: str, words, read: Read) -> dict[int, bytes]:
+  """{address: bytes} of the memory `words` reference (indirect buffers, pushbuffer segments, QMDs), read now through
+  `read` exactly as `decode` follows them: what a capture keeps so that its words decode later without the device."""
+  seen: dict[int, bytes] = {}
+  def keep(addr: int, n: int):
+    data = read(addr, n)
+    if data is not None: seen[addr] = data
+    return data
+  decode(fmt, words, None, keep)
+  return seen
+
+
+def read_from(memory: dict[int, bytes]) -> Read:
+  """A `read` over {address: bytes} snapshots (None outside them)."""
+  def read(addr: int, n: int):
+    for base, data in memory.items():
+      if base <= addr and addr + n <= base + len(data): return data[addr - base:addr - base + n]
+    return None
+  return read
+
+
+class WordLog:
+  """What a driver hands its engines while a capture records them (`Driver.word_log`): (queue kind, format, words,
+  referenced memory) per submission, appended by the driver's submit paths and taken by the recorder."""
+
+  def __init__(self): self.entries: list[tuple[str, str, list[int], dict[int, bytes]]] = []
+
+  def add(self, kind: str, fmt: str, words, read: Read | None):
+    words = [int(w) for w in words]
+    self.entries.append((kind, fmt, words, referenced_memory(fmt, words, read) if read is not None else {}))
+
+  def take(self) -> list:
+    out, self.entries = self.entries, []
+    return out

@@ -19,6 +19,7 @@ size and decompression before replay touches anything; CaptureError names the fi
 from __future__ import annotations
 import atexit, hashlib, json, os, platform, re, struct, sys, time, zlib
 from dataclasses import dataclass
+from baregrad.drivers.decode import FORMATS as WORD_FORMATS, WORD_BYTES, WordLog
 
 MAGIC = b"BGQCAPT\x00"
 END_MAGIC = b"BGQEND\x00\x00"
@@ -39,6 +40,11 @@ MAX_THREADS = 4096                    # meta.threads: CPU cores a kernel is spli
 MAX_GRID = (1 << 31) - 1              # one dimension of a launch's global size (blocks)
 MAX_BLOCK = 1024                      # threads in one block (local size), NV and AMD
 INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def pack_words(fmt: str, words: list[int]) -> bytes:
+  """Words of a queue format as little-endian bytes (4 or 8 each, drivers/decode.py WORD_BYTES)."""
+  return struct.pack(f"<{len(words)}{'I' if WORD_BYTES[fmt] == 4 else 'Q'}", *words)
 
 
 class CaptureError(ValueError):
@@ -461,6 +467,23 @@ class _HeaderCheck:
       self.blob(self.member(c, "data", field), f"{field}.data", nullable=False, length=dst[2])
     elif op == "submit":
       self.string(self.member(c, "origin", field), f"{field}.origin", max_len=32)
+    if "hw" in c: self.hw(c["hw"], f"{field}.hw")
+
+  def hw(self, value, field: str):
+    """The words the command's submission handed the engines (optional; `baregrad decode` reads them)."""
+    for k, seg in enumerate(self.array(value, field)):
+      f = f"{field}[{k}]"
+      self.record(seg, f)
+      self.string(self.member(seg, "queue", f), f"{f}.queue", max_len=32)
+      fmt = self.member(seg, "format", f)
+      if fmt not in WORD_FORMATS: self.fail(f"{f}.format", f"is {_show(fmt)}, expected one of {', '.join(WORD_FORMATS)}")
+      i = self.blob(self.member(seg, "words", f), f"{f}.words", nullable=False)
+      if self.blob_lengths[i] % WORD_BYTES[fmt]:
+        self.fail(f"{f}.words", f"is blob {i} of {self.blob_lengths[i]} bytes, not whole {WORD_BYTES[fmt]}-byte words")
+      for j, pair in enumerate(self.array(self.member(seg, "memory", f), f"{f}.memory")):
+        self.array(pair, f"{f}.memory[{j}]", length=2)
+        self.integer(pair[0], f"{f}.memory[{j}][0]", 0, 2**64 - 1)
+        self.blob(pair[1], f"{f}.memory[{j}][1]", nullable=False)
 
   def exec(self, c: dict, field: str, device: str):
     """A kernel launch: the arguments its program takes, each buffer as large as the program was compiled for."""
@@ -561,7 +584,26 @@ class Recorder:
     if dev is None:
       from .device import Device
       dev = self.devices[name] = Device.get(name)
+      self._log_words(dev)
     return dev
+
+  def _log_words(self, dev):
+    """From now on the driver logs the words it hands its engines (drivers/decode.py WordLog)."""
+    if dev.driver.word_log is None: dev.driver.word_log = WordLog()
+
+  def _drain(self):
+    """The words each device's engines got since the last call, attached to the device's last command record (the
+    submission, host write or sync they came from; they are logged when the driver submits, after it is recorded)."""
+    for name, dev in self.devices.items():
+      log = dev.driver.word_log
+      entries = log.take() if log is not None else []
+      if not entries: continue
+      rec = next((c for c in reversed(self.commands) if c.get("device") == name), None)
+      if rec is None: continue
+      for kind, fmt, words, memory in entries:
+        rec.setdefault("hw", []).append({
+          "queue": kind, "format": fmt, "words": self.blobs.add(pack_words(fmt, words)),
+          "memory": [[addr, self.blobs.add(data)] for addr, data in memory.items()]})
 
   def _alloc(self, base, dev, skip_snapshot: bool = False) -> int:
     aid = self.alloc_ids.get(base)
@@ -609,6 +651,7 @@ class Recorder:
 
   def record_items(self, items: list):
     """One run_schedule call: one submission per device."""
+    self._drain()
     subs: dict[str, int] = {}
     for item in items:
       dev = self._device(item.bufs[0].device)
@@ -623,6 +666,7 @@ class Recorder:
     """One JIT replay: the graph's commands with this call's inputs, outputs and variables."""
     dev, role = graph.dev, graph.capture_role
     self._device(dev.name)
+    self._drain()
     sub = self.submissions; self.submissions += 1
 
     def actual(b):
@@ -641,7 +685,8 @@ class Recorder:
 
   def host_write(self, dev, buf, data: memoryview):
     """A copyin (called before the bytes are written)."""
-    self.devices.setdefault(dev.name, dev)
+    if dev.name not in self.devices: self.devices[dev.name] = dev; self._log_words(dev)
+    self._drain()
     base = buf.base if buf.base is not None else buf
     whole = buf.base is None and data.nbytes == base.nbytes
     aid = self._alloc(base, dev, skip_snapshot=whole)
@@ -649,6 +694,7 @@ class Recorder:
                           "data": self.blobs.add(data)})
 
   def sync(self, dev):
+    self._drain()
     if self.commands and self.commands[-1]["op"] == "sync" and self.commands[-1]["device"] == dev.name: return
     if dev.name in self.devices: self.commands.append({"op": "sync", "device": dev.name})
 
@@ -657,6 +703,7 @@ class Recorder:
     for dev in self.devices.values():
       dev.timeline.wait(dev.timeline_value)
       dev.check_faults()
+    self._drain()
     allocations = []
     for base, record in self.allocs:
       dev = self.devices[record["device"]]

@@ -27,6 +27,7 @@ class Driver(Protocol):
   timestamp_hz: int         # ticks per second of the timestamps queues write (1_000_000_000: nanoseconds)
   has_copy_queue: bool      # a "copy" queue that runs beside "compute" (False: both kinds share one engine)
   emulated: bool            # an emulated device (EMU=1): its timings say nothing of hardware (BEAM weighs counters)
+  word_log: object          # None, or a drivers/decode.py WordLog the submit paths append to (CAPTURE records it)
 
   @classmethod
   def probe(cls) -> dict:

@@ -13,6 +13,8 @@
     baregrad replay run.bgq --kernel I [--repeat N] [--warmup W] [--list] [--json-out r.json] [--sqlite out.db]
                                                     one kernel launch again and again, inputs restored: its
                                                     min/median/max time, GB/s, GFLOP/s, outputs checked
+    baregrad decode run.bgq [--command I]         every command with the words its submission handed the engines
+                                                    (PM4/SDMA, GPFIFO + pushbuffer + QMD, CPU and Metal), decoded
     baregrad diff A.bgq B.bgq | A.json B.json       what differs between two captures or two replay results
     baregrad trim run.bgq --from I --to J -o part.bgq
                                                     commands I..J as a capture that replays and checks alone
@@ -111,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-o", "--output", required=True, help=f"file to write (e.g. {what})")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     s.set_defaults(env_var=var)
+  s = sub.add_parser("decode", help="every command of a capture with the engine words its submission got, decoded")
+  s.add_argument("file", help="a .bgq capture")
+  s.add_argument("--command", type=int, default=None, help="only command I (an exec or copy: its submission's words)")
   s = sub.add_parser("replay", help="replay a capture: check the results, time every command",
                      description=REPLAY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
   s.add_argument("file", help="a .bgq capture (tools/BGQ_FORMAT.md); every field is checked before anything runs")
@@ -141,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
   if args.cmd == "profile" and args.sqlite: return replay_tools.run_profile(args, _child)
   if args.cmd in ("diff", "trim"): return {"diff": replay_tools.run_diff, "trim": replay_tools.run_trim}[args.cmd](args)
   if args.cmd in ("capture", "profile", "viz"): return _child(args.env_var, args.output, args.command)
+  if args.cmd == "decode":
+    from .decode import run as run_decode
+    return run_decode(args.file, args.command)
   if args.cmd == "replay" and args.repeat is not None and args.repeat < 1: p.error("--repeat must be at least 1")
   return {"info": cmd_info, "smoke": cmd_smoke, "doctor": cmd_doctor, "replay": cmd_replay, "llm": cmd_llm}[args.cmd](args)
 

@@ -186,6 +186,7 @@ class KFDProcess:
 
 
 class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM through SDMA and GTT staging
+  word_log = None         # CAPTURE: a drivers/decode.py WordLog of what the rings get
   name = "AMD"
   timestamp_hz = TIMESTAMP_HZ
   has_copy_queue = True    # an SDMA queue beside the PM4 compute queue (hcq graphs put copies there)
@@ -605,7 +606,9 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
     labels = {k + 1: text for k, text in encoded.packet_labels().items()}
     if encoded.fixups:
       encoded = Encoded(self._place_markers(kind, encoded.words, encoded.fixups), [], encoded.packets, encoded.labels)
-    self.ring_of(kind).write([self.hdp_flush(kind)] + encoded.packet_words(), labels)
+    packets = [self.hdp_flush(kind)] + encoded.packet_words()
+    if self.word_log is not None: self.word_log.add(kind, self._format(kind), [w for p in packets for w in p], self._readable)
+    self.ring_of(kind).write(packets, labels)
 
   # ---- bound queues (JIT replay): the packets stay in GPU memory, a submit is one indirect-buffer packet ----
   def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
@@ -625,10 +628,13 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
     addr = bound.memory.addr
     if kind == "copy":       # the INDIRECT ends on an 8-dword ring boundary (sdma_v6_0_ring_emit_ib)
       p = sdma.packet("INDIRECT", ib_base_lo=addr & 0xFFFFFFFF, ib_base_hi=addr >> 32, ib_size=bound.ndwords)
-      self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label}, end_align={1: sdma.IB_ALIGN_DWORDS})
     else:
       p = pm4.packet("INDIRECT_BUFFER", ib_base_lo=addr & 0xFFFFFFFC, ib_base_hi=(addr >> 32) & 0xFFFF,
                      ib_size=bound.ndwords, valid=1)
+    if self.word_log is not None: self.word_log.add(kind, self._format(kind), self.hdp_flush(kind) + p, self._readable)
+    if kind == "copy":
+      self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label}, end_align={1: sdma.IB_ALIGN_DWORDS})
+    else:
       self.ring_of(kind).write([self.hdp_flush(kind), p], {1: bound.label})   # the kernel arguments hcq patched are VRAM
 
   # ---- waiting ----
@@ -730,6 +736,9 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
       except ValueError as e: text = f"undecodable ({e})"
       lines.append(f"{'=>' if at == ring.rptr else '  '} {at % ring.dwords:#06x} {text}")
     return "\n    " + "\n    ".join(lines)
+
+  @staticmethod
+  def _format(kind: str) -> str: return "sdma" if kind == "copy" else "pm4"
 
   def _readable(self, addr: int, nbytes: int) -> bytes | None:
     """The bytes at a GPU address inside one live allocation the host can map (for decoding), else None."""

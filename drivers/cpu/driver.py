@@ -44,6 +44,7 @@ class Memory:
 
 
 class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
+  word_log = None         # CAPTURE: a drivers/decode.py WordLog of what the ring gets
   name = "CPU"
   target = None                  # programs are host machine code (a capture records the machine instead)
   timestamp_hz = 1_000_000_000   # the command processor writes CLOCK_MONOTONIC nanoseconds
@@ -137,6 +138,7 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
 
   def submit(self, kind: str, encoded: Encoded):
     if encoded.patches: raise ValueError(f"CPU {kind} queue: submit of commands with unresolved symbolic values")
+    if self.word_log is not None: self.word_log.add(kind, "cpu", encoded.words, self._readable)
     self.processor.write(encoded.words)
 
   # ---- bound queues (JIT replay): packets live in memory, the ring gets one INDIRECT packet ----
@@ -150,6 +152,7 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
   def submit_bound(self, kind: str, bound, patch: list[tuple[int, int]]):
     mem, view, nwords = bound
     for i, v in patch: view[i] = v
+    if self.word_log is not None: self.word_log.add(kind, "cpu", [header(Op.INDIRECT, 3), mem.addr, nwords], self._readable)
     self.processor.write([header(Op.INDIRECT, 3), mem.addr, nwords])
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:

@@ -105,6 +105,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
   target = "msl"                  # programs are MSL source; Metal compiles them for the GPU when they are loaded
   timestamp_hz = 1_000_000_000    # command buffer GPU times (seconds) written as nanoseconds
   has_copy_queue = True           # a second MTLCommandQueue for copies
+  word_log = None                 # CAPTURE: a drivers/decode.py WordLog of the submitted command words
 
   def __init__(self, frameworks=None):
     self.fw = frameworks if frameworks is not None else framework.frameworks()
@@ -250,6 +251,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
   def submit(self, kind: str, encoded: Encoded) -> None:
     if encoded.patches: raise MetalError(f"METAL {kind} queue: submit of commands with unresolved symbolic values")
     self._bury()
+    if self.word_log is not None: self.word_log.add(kind, "metal", encoded.words, None)
     _Submission(self, kind, encoded.words).run(commands.decode(encoded.words), None)
 
   def bind(self, kind: str, encoded: Encoded) -> BoundQueue:
@@ -297,6 +299,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
 
   def submit_bound(self, kind: str, bound: BoundQueue, patch: list[tuple[int, int]]) -> None:
     for i, v in patch: bound.words[i] = v
+    if self.word_log is not None: self.word_log.add(kind, "metal", bound.words, None)
     _Submission(self, kind, bound.words).run(commands.decode(bound.words), bound)
 
   def _launch(self, op: dict) -> tuple[MetalProgram, tuple, tuple]:

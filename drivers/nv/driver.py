@@ -231,6 +231,7 @@ def check_version(version: str):
 
 
 class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory through the copy channel
+  word_log = None         # CAPTURE: a drivers/decode.py WordLog of what the channels get
   name = "NV"
   has_copy_queue = True    # a DMA-copy channel beside the compute channel (hcq graphs put copies there)
   timestamp_hz = 1_000_000_000   # semaphore release timestamps are the GPU's globaltimer, in ns
@@ -861,6 +862,9 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     ring = np.frombuffer(self.view(ch.ring.addr, GPFIFO_ENTRIES * 8), np.uint32)
     userd = np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)
     for arena in [*arenas, farena]: self._inflight.append((ch, ch.fence_value, arena))
+    if self.word_log is not None:
+      gp = [w for addr, n in [*entries, (faddr, len(fence.words))] for w in pb.gp_entry(addr, n)]
+      self.word_log.add(ch.name, "gpfifo", gp, self._readable)
     for addr, n in [*entries, (faddr, len(fence.words))]:
       # after this entry the next one must still be unread (GPPut == GPGet means empty): wait until the submission that
       # last wrote it is complete (its fence), which needs no GP_GET from USERD

@@ -1,7 +1,7 @@
 """A capture is input, not code: every malformed field ends in CaptureError/exit code 2 with one line naming it,
 blobs inflate only to their declared length, kernels never run on buffers smaller than they were compiled for,
 and a CPU capture's machine code runs only with --allow-native-code."""
-import copy, hashlib, json, os, subprocess, sys, tracemalloc, zlib
+import copy, hashlib, json, os, re, subprocess, sys, tracemalloc, zlib
 from pathlib import Path
 import pytest
 from baregrad.hcq.capture import (END_MAGIC, FIXED, MAGIC, MAX_HEADER_BYTES, MAX_NBYTES, MAX_NESTING, TRAILER, VERSION,
@@ -269,6 +269,12 @@ CASES = {
   "param_nbytes count": (lambda h: h["programs"][0]["param_nbytes"].pop(), "programs[0].param_nbytes has 1 sizes, but the program takes 2"),
   "global size": (_set(_exec, "global_size", [64, 1, 1]), "commands[1].global_size is [64, 1, 1], but program 0 (E_4194304) was compiled for [1, 1, 1]"),
   "global size shape": (_set(_exec, "global_size", [1, 1]), "commands[1].global_size has 2 items, expected 3"),
+  # the engine words a submission got (`baregrad decode`)
+  "hw format": (lambda h: h["commands"][2]["hw"][0].__setitem__("format", "ptx"),
+                "commands[2].hw[0].format is \"ptx\", expected one of pm4, sdma, gpfifo, pushbuf, qmd, cpu, metal"),
+  "hw memory pair": (lambda h: h["commands"][2]["hw"][0].__setitem__("memory", [[4096]]),
+                     "commands[2].hw[0].memory[0] has 1 items, expected 2"),
+  "hw words blob": (lambda h: h["commands"][2]["hw"][0].__setitem__("words", 10 ** 6), "commands[2].hw[0].words is 1000000"),
 }
 
 
@@ -290,3 +296,20 @@ def test_malformed_field_exits_2_from_the_command_line(cpu_capture, tmp_path, ca
   header, section = opened(cpu_capture)
   corrupt(header)
   refused(baregrad("replay", str(seal(tmp_path / "bad.bgq", header, section)), "--allow-native-code"), *words)
+
+
+def test_decode_prints_the_words_each_submission_got(cpu_capture, capsys):
+  """`baregrad decode`: the CPU command processor's packets of the capture's submission, decoded from the words the
+  capture kept; --command of an exec shows its submission's; a command the capture lacks exits 2."""
+  from baregrad.tools.decode import run as decode
+  header, _ = opened(cpu_capture)
+  fn = json.loads(json.dumps(header["programs"][0]["name"]))
+  assert decode(str(cpu_capture)) == 0
+  text = capsys.readouterr().out
+  assert re.search(rf"#1 exec {fn} on CPU \(program 0\).*\n#2 submit 0 to CPU \(schedule\)\n  compute queue: \d+ CPU words\n"
+                   r"    \+0x00000  EXEC(_MT)? fn=0x[0-9a-f]+ args=0x[0-9a-f]+", text), text
+  assert re.search(r"SIGNAL addr=0x[0-9a-f]+ value=0x1", text), text
+  assert decode(str(cpu_capture), 1) == 0
+  assert re.search(r"in submit 0 to CPU \(schedule\):\n    compute queue", capsys.readouterr().out)
+  assert decode(str(cpu_capture), 99) == 2
+  assert "--command 99 is not a command of" in capsys.readouterr().err

@@ -364,6 +364,18 @@ def test_capture_replay_on_emulated_gpu(name, kind, tmp_path):
   env = {"EMU": "1", "DEV": kind}
   out = baregrad("capture", "-o", str(path), "--", sys.executable, str(HERE / f"{name}_script.py"), env=env, timeout=600)
   assert out.stdout.startswith("ok"), out.stdout
+  # `baregrad decode`: the launch as the engine got it, from the words the capture kept (no device needed)
+  from baregrad.hcq.capture import load_capture
+  from baregrad.tools.decode import run as decode
+  cap = load_capture(str(path))
+  k, c = next((k, c) for k, c in enumerate(cap.commands) if c["op"] == "exec")
+  text = io.StringIO()
+  assert decode(str(path), k, out=text) == 0
+  grid = tuple(c["global_size"])
+  want = (rf"DISPATCH_DIRECT dim_x={grid[0]:#x} dim_y={grid[1]:#x} dim_z={grid[2]:#x}" if kind == "AMD" else
+          rf"compute\.SEND_PCAS_A = 0x[0-9a-f]+ \(QMD at 0x[0-9a-f]+\)\n\s+\|   \| QMD V0\d_00: program 0x[0-9a-f]+, "
+          rf"grid \({grid[0]}, {grid[1]}, {grid[2]}\)")
+  assert re.search(want, text.getvalue()), text.getvalue()
   out = baregrad("replay", str(path), "--repeat", "2", env=env, timeout=600)
   assert "buffers match their captured final contents in every repetition" in out.stdout, out.stdout
   assert "MISMATCH" not in out.stdout
