@@ -217,17 +217,21 @@ class NVGpu:
     self.mem.map_array(va, np.frombuffer(buf, np.uint8), system=True)
 
   def fault(self, channel: "ChannelProcessor", message: str, xid: int):
-    channel.faulted = True
-    if channel.notifier:     # NvNotification: timeStamp, info32 (the error code), info16, status; written first
-      try: self.mem.write(channel.notifier, struct.pack("<QIHH", time.time_ns(), xid, 0, rm.NOTIFICATION_STATUS_ERROR))
-      except MemoryFault: pass
-    with self.lock: self.faults[channel] = message
+    with self.lock:       # (not after release: the notifier's memory may be unmapped once the channel is freed)
+      if channel.released: return
+      channel.faulted = True
+      if channel.notifier:     # NvNotification: timeStamp, info32 (the error code), info16, status; written first
+        try: self.mem.write(channel.notifier, struct.pack("<QIHH", time.time_ns(), xid, 0, rm.NOTIFICATION_STATUS_ERROR))
+        except MemoryFault: pass
+      self.faults[channel] = message
 
   def release(self, channel: "ChannelProcessor"):
-    """The channel was freed: stop its thread and forget its fault."""
+    """The channel was freed: stop its thread and forget its fault. A thread still inside a long kernel when the join
+    gives up writes no more notifier (its memory goes with the client)."""
     channel.stopped = True
     if channel is not threading.current_thread() and channel.is_alive(): channel.join(timeout=5)
     with self.lock:
+      channel.released = True
       self.faults.pop(channel, None)
       if channel in self.channels: self.channels.remove(channel)
 
@@ -238,6 +242,7 @@ REGISTER_FILE = qmd.REGISTER_FILE      # the SM's (its own copy: tests lift the 
 class ChannelProcessor(threading.Thread):
   writeback_gp_get = True     # False: never (a PBDMA busy past a lap with no timer write-back yet; tests)
   faulted = False             # set by NVGpu.fault: its channel group is in RM's recovery
+  released = False            # set by NVGpu.release: the channel was freed (its memory may be gone)
 
   def __init__(self, gpu: NVGpu, name: str, handle: int, ring: int, entries: int, userd: int, notifier: int | None,
                objects: dict, doorbell, cls: int = rm.HOPPER_CHANNEL_GPFIFO_A):
@@ -295,6 +300,7 @@ class ChannelProcessor(threading.Thread):
   def execute(self, words: np.ndarray, base: int):
     i, n = 0, len(words)
     while i < n:
+      if self.stopped: raise Stopped()     # freed while a long method ran: nothing more of its stream runs
       header = int(words[i])
       sec_op, subc, method, count = pb.decode_header(header)
       if header == 0: i += 1; continue      # a NOP word
