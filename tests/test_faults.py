@@ -178,3 +178,78 @@ def test_corrupted_command_stream_resets_the_queue(dev, monkeypatch, seed):
                 r"words|unknown pushbuffer opcode \d+ in header 0x[0-9a-f]+)"}
   _names(_was_reset(dev, lambda: dev.synchronize(timeout=10)), dev, want[dev.name])
   _computes(dev, monkeypatch)
+
+
+# ---- kernels written to fault: the report names the command, the kernel and the allocation ----
+
+def test_endless_kernel_is_a_runaway_named_with_its_command(dev, monkeypatch):
+  """A kernel that branches to itself: the emulated GPU stops it as a runaway (its instruction budget, lowered here so
+  the test takes a second) and the report names the kernel and the command the queue was in."""
+  from baregrad.drivers.emu import ptx as ptx_emu, rdna3
+  monkeypatch.setattr(rdna3, "MAX_STEPS", 20_000)
+  monkeypatch.setattr(ptx_emu, "MAX_STEPS", 20_000)
+  # AMD: s_branch -1 (SOPP 0x17F << 23 | op 0x20 << 16 | simm16 0xFFFF: to itself); NV: a PTX branch to itself
+  patch = (0xBFA0FFFF).to_bytes(4, "little") if dev.name == "AMD" else \
+    (lambda src: src.replace("  ret;", "$L_spin:\n  bra.uni $L_spin;\n  ret;"))
+  _launch(dev, _kernel(dev, patch), dev.driver.alloc(4 * 64).addr)
+  start = time.monotonic()
+  msg = _raises(lambda: dev.synchronize(timeout=10))
+  assert time.monotonic() - start < 10
+  _names(msg, dev, "E_64", r"budget|endless loop|runaway", r"first not done #\d+ \(kernel E_64")
+
+
+def test_store_past_the_end_names_the_allocation(dev, monkeypatch):
+  """The kernel's output argument points 64 bytes before the end of an allocation's mapping (NV maps video memory in
+  large pages: the end of the mapping, not of the bytes asked for), so its 256-byte store runs past it into unmapped
+  memory: the fault names the address, says it is in no allocation, and names the launch. (Past the bytes asked for
+  but inside the mapping nothing faults, on hardware either.)"""
+  kernel = _kernel(dev)
+  src = dev.driver.alloc(4 * 64)
+  out = dev.driver.alloc(4096)
+  end = out.addr + (out.mapped if dev.name == "NV" else out.size)
+  after = dev.driver.alloc(4096)          # (NV places video memory back to back: the next one is freed again)
+  if after.addr == end: dev.driver.free(after)
+  args = dev.kernargs.put([end - 64, src.addr])
+  dev.compute_queue().exec(kernel, args, kernel.meta["global_size"], kernel.meta["local_size"]) \
+    .signal(dev.timeline, dev.next_timeline()).submit(dev)
+  msg = _raises(lambda: dev.synchronize(timeout=10))
+  _names(msg, dev, "E_64", r"memory (page )?fault", r"write|store|st\.global", r"first not done #\d+ \(kernel E_64")
+  address = int(re.search(r"fault at (?:address )?(0x[0-9a-f]+)|at (0x[0-9a-f]+) is outside every mapping", msg).group(
+    1 if dev.name == "AMD" else 2), 16)
+  assert end - 64 <= address < end + 256, (hex(address), hex(end), msg)
+  assert re.search(r"in no allocation|freed [\d.]+ s ago: a use after free", msg), msg
+
+
+def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():
+  """A CPU kernel that spins until the host releases it: the wait times out within its timeout and names the command
+  processor's position, the kernel running there and the last command done; the queues' dump shows it; once
+  released, the device computes again."""
+  from baregrad.drivers.cpu.driver import CPUDriver
+  import numpy as np
+  dev = Device("CPU", CPUDriver())
+  try:
+    flag = dev.driver.alloc(8)
+    (item,) = (Tensor(np.arange(64, dtype=np.float32), device="CPU") + 1).schedule()
+    prog = item.program
+    spin = f"  while (!*(volatile unsigned long long *){flag.addr:#x}ULL) {{}}\n"
+    source = prog.source.replace("long long core) {\n", "long long core) {\n" + spin, 1)
+    assert source != prog.source
+    spinning = dataclasses.replace(prog, binary=dev.driver.compile(source), source=source, handle=None).load(dev)
+    out, inp = dev.driver.alloc(256), dev.driver.alloc(256)
+    dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout=10)
+    args = dev.kernargs.put([out.addr, inp.addr])
+    dev.compute_queue().exec(spinning, args).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as e: dev.synchronize(timeout=0.5)
+    assert time.monotonic() - start < 2
+    msg = str(e.value)
+    assert msg.startswith("CPU: waited 0.5 s") and re.search(r"first not done #\d+ \(kernel E_64\)", msg), msg
+    assert re.search(r"last command done #\d+ \(signal \[0x[0-9a-f]+\] = 1\)", msg), msg
+    assert re.search(r"EXEC fn=0x[0-9a-f]+ args=", e.value.queues), e.value.queues
+    dev.driver.view(flag.addr, 8)[:] = (1).to_bytes(8, "little")
+    dev.synchronize(timeout=10)
+    assert "every command done" in dev.driver.progress_report()
+  finally:
+    dev.driver.view(flag.addr, 8)[:] = (1).to_bytes(8, "little")
+    dev.driver.close()

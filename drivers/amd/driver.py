@@ -28,6 +28,7 @@ import numpy as np
 from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, lo32, hi32
 from ..hostcopy import StagedCopies
+from ..allochistory import AllocationHistory
 from ..decode import decode as decode_words
 from ..markers import Marker, TraceMarkers, describe
 from . import kfd, pm4, sdma
@@ -99,7 +100,6 @@ class LoadedProgram:
   wave32: bool
 
 
-ALLOC_HISTORY = 4096            # allocations and frees remembered, for naming fault addresses
 
 
 @dataclass(eq=False)
@@ -209,7 +209,7 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
     self.kfd_fd, self.drm_fd, self.version = self.process.kfd_fd, self.process.drm_fds[self.gpu_id], self.process.version
     self.memory: dict[int, Memory] = {}
     # what was allocated and freed, bounded, so a fault address can be named: live, freed (when), or never mapped
-    self.history: collections.deque = collections.deque(maxlen=ALLOC_HISTORY)
+    self.history = AllocationHistory()        # for naming fault addresses
     self.fault: str | None = None
     self.fault_fatal = False       # memory faults are; a queue error resets the queues instead
     self._stalled = False
@@ -290,7 +290,7 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
     self._ioctl("MAP_MEMORY_TO_GPU", handle=args.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
     mem = Memory(va, nbytes, size, args.handle, domain)
     self.memory[va] = mem
-    self.history.append((time.monotonic(), "alloc", va, size, domain))
+    self.history.alloc(va, size, domain)
     return mem
 
   def map_host(self, addr: int, nbytes: int) -> Memory:
@@ -323,7 +323,7 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
 
   def free(self, mem: Memory):
     if self.memory.pop(mem.addr, None) is None: return
-    self.history.append((time.monotonic(), "free", mem.addr, mem.size, mem.domain))
+    self.history.free(mem.addr, mem.size, mem.domain)
     ids = kfd_ffi.new("uint32_t[1]", [self.gpu_id])
     self._ioctl("UNMAP_MEMORY_FROM_GPU", handle=mem.handle, device_ids_array_ptr=int(kfd_ffi.cast("uintptr_t", ids)), n_devices=1)
     self._ioctl("FREE_MEMORY_OF_GPU", handle=mem.handle)
@@ -707,16 +707,7 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
   def describe_address(self, addr: int) -> str:
     """Which allocation `addr` falls in and at what offset; or the freed one it was in (how long ago); or that this
     driver never mapped it (as far as the bounded history reaches)."""
-    for m in self.memory.values():
-      if m.addr <= addr < m.addr + m.size:
-        past = " (past the bytes asked for)" if addr >= m.addr + m.nbytes else ""
-        return f"in a live {m.domain} allocation of {m.nbytes} bytes at {m.addr:#x}, offset {addr - m.addr:#x}{past}"
-    now = time.monotonic()
-    for t, what, base, size, domain in reversed(self.history):
-      if what == "free" and base <= addr < base + size:
-        return (f"in a {domain} allocation of {size} bytes at {base:#x} (offset {addr - base:#x}) freed "
-                f"{now - t:.3f} s ago: a use after free")
-    return f"in no allocation of this driver (never mapped, as far as the last {ALLOC_HISTORY} allocations and frees go)"
+    return self.history.describe(addr, ((m.addr, m.size, m.nbytes, m.domain) for m in list(self.memory.values())))
 
   def _packets_report(self) -> str:
     """The decoded packets around each busy queue's read pointer (the end of a fault or hang report)."""

@@ -2,7 +2,7 @@
 processor (a ring consumed by a worker thread) that both the compute and the copy queue feed."""
 from __future__ import annotations
 from dataclasses import dataclass
-import os, weakref
+import collections, os, weakref
 import cffi
 from . import cc, elf
 from .. import settings
@@ -10,6 +10,7 @@ import numpy as np
 from ..encoded import Encoded, stream
 from . import processor
 from .processor import CommandProcessor, Op, PACKETS, header, ProcessorFault, address_space
+from ..markers import MARKS_KEPT
 from ..hostcopy import HostMemoryCopies
 from ..decode import decode as decode_words
 
@@ -43,6 +44,13 @@ class Memory:
   mapped: int
 
 
+class ProcessorTimeout(TimeoutError):
+  """A wait on the CPU device timed out with packets still queued: names where the command processor is."""
+
+
+def np_frombuffer_u64(data: bytes): return np.frombuffer(data, np.uint64).tolist()
+
+
 class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
   word_log = None         # CAPTURE: a drivers/decode.py WordLog of what the ring gets
   name = "CPU"
@@ -57,6 +65,15 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
   def __init__(self):
     # packets touch only our allocations and loaded kernels; its thread compiles the worker while we go on
     self.processor = CommandProcessor(checked=True, helpers=_helpers())
+    self._init_progress()
+
+  def _init_progress(self):
+    # hang reports (settings.QUEUE_MARKERS): ring position of each recent packet -> what it runs; the worker's own
+    # progress words (rptr, the packet being executed, the INDIRECT buffer offset) say how far it got
+    self.markers = settings.QUEUE_MARKERS
+    self._packets: collections.OrderedDict[int, str] = collections.OrderedDict()
+    self._kernel_names: dict[int, str] = {}    # entry point -> kernel name
+    self._stalled = None
 
   def close(self):
     """Stop the command processor thread (its ring and control block go with it)."""
@@ -69,6 +86,9 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     processor.after_fork_in_child()
     self.processor.abandon()
     self.processor = CommandProcessor(checked=True, helpers=_helpers())
+    names = self._kernel_names
+    self._init_progress()
+    self._kernel_names = names
     address_space.publish()
     return True
 
@@ -111,6 +131,8 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     entry = image.symbol(name)
     address_space.add_entry(entry)
     weakref.finalize(image, address_space.remove_entry, entry)   # unloaded with its image
+    self._kernel_names[entry] = name
+    weakref.finalize(image, self._kernel_names.pop, entry, None)
     return entry, image
 
   def unload_program(self, handle):
@@ -139,7 +161,8 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
   def submit(self, kind: str, encoded: Encoded):
     if encoded.patches: raise ValueError(f"CPU {kind} queue: submit of commands with unresolved symbolic values")
     if self.word_log is not None: self.word_log.add(kind, "cpu", encoded.words, self._readable)
-    self.processor.write(encoded.words)
+    starts = self.processor.write(encoded.words)
+    if self.markers: self._note_packets(starts, encoded.words)
 
   # ---- bound queues (JIT replay): packets live in memory, the ring gets one INDIRECT packet ----
   def bind(self, kind: str, encoded: Encoded):
@@ -152,11 +175,51 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
   def submit_bound(self, kind: str, bound, patch: list[tuple[int, int]]):
     mem, view, nwords = bound
     for i, v in patch: view[i] = v
-    if self.word_log is not None: self.word_log.add(kind, "cpu", [header(Op.INDIRECT, 3), mem.addr, nwords], self._readable)
-    self.processor.write([header(Op.INDIRECT, 3), mem.addr, nwords])
+    words = [header(Op.INDIRECT, 3), mem.addr, nwords]
+    if self.word_log is not None: self.word_log.add(kind, "cpu", words, self._readable)
+    starts = self.processor.write(words)
+    if self.markers: self._note_packets(starts, words)
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
-    return self.processor.wait_value(addr, value, timeout)
+    if self.processor.wait_value(addr, value, timeout): return True
+    self._stalled = (addr, value, int.from_bytes(bytes(self.view(addr, 8)), "little"), timeout)
+    return False
+
+  # ---- progress: which command a stopped or hung processor is in ----
+  def _describe(self, words: list[int], at: int) -> str:
+    """The packet at words[at] in words (its kernel by name)."""
+    op, n = words[at] & 0xFFFF, words[at] >> 16
+    args = words[at + 1:at + n]
+    if op in (Op.EXEC, Op.EXEC_MT) and args: return f"kernel {self._kernel_names.get(args[0], hex(args[0]))}"
+    if op in (Op.SIGNAL, Op.WAIT) and len(args) == 2:
+      return f"{'signal' if op == Op.SIGNAL else 'wait for'} [{args[0]:#x}] {'=' if op == Op.SIGNAL else '>='} {args[1]}"
+    if op == Op.COPY and len(args) == 3: return f"copy of {args[2]} bytes"
+    if op == Op.INDIRECT and len(args) == 2: return f"a bound queue ({args[1]} words at {args[0]:#x})"
+    return Op(op).name.lower() if op in Op._value2member_map_ else f"opcode {op}"
+
+  def _note_packets(self, starts: list[int], words: list[int]):
+    at = 0
+    for start in starts:
+      self._packets[start] = self._describe(words, at)
+      at += words[at] >> 16
+    while len(self._packets) > MARKS_KEPT: self._packets.popitem(last=False)
+
+  def progress_report(self) -> str:
+    """'last command done ..., first not done ...' from the worker's progress words (empty without markers)."""
+    if not self.markers: return ""
+    rptr, _, ib = self.processor.progress()
+    wptr = self.processor.wptr
+    done = [p for p in self._packets if p < rptr]
+    last = f"#{done[-1]} ({self._packets[done[-1]]})" if done else "none remembered"
+    if rptr >= wptr: return f"; every command done (last {last})"
+    first = f"#{rptr} ({self._packets.get(rptr, 'a packet written before the last ' + str(MARKS_KEPT))})"
+    _, _, pending = self.processor.pending()
+    if ib and pending and pending[0] & 0xFFFF == Op.INDIRECT and len(pending) >= 3:
+      data = self._readable(pending[1], 8 * pending[2])
+      if data is not None and ib - 1 < pending[2]:
+        ibw = list(np_frombuffer_u64(data))
+        first += f", at word {ib - 1} of its indirect buffer: {self._describe(ibw, ib - 1)}"
+    return f"; ring position of the last command done {last}, first not done {first}"
 
   def _readable(self, addr: int, nbytes: int) -> bytes | None:
     """The bytes at an address inside memory the command processor may touch (for decoding), else None."""
@@ -173,4 +236,10 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
 
   def check_faults(self, device_name: str):
     fault = self.processor.fault
-    if fault is not None: raise ProcessorFault(f"{device_name}: {fault}")
+    if fault is not None: raise ProcessorFault(f"{device_name}: {fault}{self.progress_report()}")
+    if self._stalled:
+      (addr, value, seen, timeout), self._stalled = self._stalled, None
+      rptr, _, _ = self.processor.progress()
+      if rptr < self.processor.wptr:
+        raise ProcessorTimeout(f"{device_name}: waited {timeout:.3g} s for [{addr:#x}] >= {value}, it is {seen}; the "
+                               f"command processor is at ring position {rptr}{self.progress_report()}")

@@ -24,7 +24,7 @@ struct bg_ctl {
   uint32_t sleeping, stop;
   uint64_t fault, fault_info, last_header_rptr;
   uint32_t rptr_waiters, host_cpu;
-  uint64_t fault_ib_offset, fault_addr, checked, pad[6];
+  uint64_t fault_ib_offset, fault_addr, checked, ib_progress, pad[5];
 };
 struct bg_range { uint64_t start, end; };
 typedef void (*bg_host_mmu_set_t)(const struct bg_range *ranges, uint64_t nranges, const uint64_t *entries, uint64_t nentries);
@@ -284,6 +284,11 @@ class CommandProcessor:
   @property
   def stopped(self) -> bool: return not self._finalizer.alive
 
+  def progress(self) -> tuple[int, int, int]:
+    """(read pointer: packets done up to here, the ring position of the packet being executed, the word offset + 1 of
+    the packet being executed inside an INDIRECT buffer or 0): the worker's progress words."""
+    return self._ctl.rptr, self._ctl.last_header_rptr, self._ctl.ib_progress
+
   def pending(self) -> tuple[int, int, list[int]]:
     """(read pointer, write pointer, the ring words between them): what the worker has not finished yet (a packet
     may continue past the ring's end at its start)."""
@@ -312,9 +317,10 @@ class CommandProcessor:
     if self.stopped or self._ctl.stop: raise RuntimeError("the CPU command processor is stopped")
 
   # ---- submission ----
-  def write(self, words) -> None:
-    """Write whole packets (a list of uint64 words, one or more packets) and ring the doorbell.
-    A packet never straddles the end of the ring: a NOP pads to the end first. Blocks while the ring is full."""
+  def write(self, words) -> list[int]:
+    """Write whole packets (a list of uint64 words, one or more packets) and ring the doorbell; returns the ring
+    position (words since the start) of each packet. A packet never straddles the end of the ring: a NOP pads to the
+    end first. Blocks while the ring is full."""
     if not isinstance(words, list): words = list(words)
     total, ring_words, sizes, i = len(words), self.ring_words, [], 0
     while i < total:
@@ -332,22 +338,27 @@ class CommandProcessor:
       if at + total <= ring_words and wptr + total - ctl.rptr <= ring_words:
         words_struct(total).pack_into(self._memory, elf.PAGE + 8 * at, *words)  # common case: no wrap, room for all
         self._wptr = wptr + total
+        starts = [wptr]
+        for n in sizes[:-1]: starts.append(starts[-1] + n)
       else:
-        self._write_slow(words, sizes)
+        starts = self._write_slow(words, sizes)
       w = self._w
       w.host_doorbell(ctl, self._wptr, w.libc)
+    return starts
 
   def _write_slow(self, words: list, sizes: list[int]) -> None:
     """Packet by packet: NOP padding at the end of the ring, waits for room (publishing what is written first)."""
-    i = 0
+    i, starts = 0, []
     for n in sizes:
       room = self.ring_words - (self._wptr & (self.ring_words - 1))
       if room < n:
         self._reserve(room)
         self._put(nop(room))
       self._reserve(n)
+      starts.append(self._wptr)
       self._put(words[i:i + n])
       i += n
+    return starts
 
   def _reserve(self, nwords: int) -> None:
     """Wait until nwords more fit in the ring."""

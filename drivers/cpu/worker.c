@@ -50,7 +50,9 @@ struct bg_ctl {
   uint64_t fault_ib_offset;   /* 56 word offset + 1 of the faulting packet in an INDIRECT buffer; 0: in the ring */
   uint64_t fault_addr;        /* 64 BG_FAULT_ADDRESS: the address that is not mapped (or the unknown entry point) */
   uint64_t checked;           /* 72 1: packets may only touch registered memory and EXEC registered entries */
-  uint64_t pad[6];            /* 80 */
+  uint64_t ib_progress;       /* 80 word offset + 1 of the INDIRECT buffer packet being executed; 0: none (the
+                                    progress word a hang report reads, beside last_header_rptr) */
+  uint64_t pad[5];            /* 88 */
 };
 _Static_assert(sizeof(struct bg_ctl) == 128, "the control block is two 64-byte lines");
 
@@ -217,6 +219,7 @@ static uint64_t check_operands(struct bg_ctl *ctl, const uint64_t *words, uint64
 /* the packets of an INDIRECT buffer, one level deep */
 static uint64_t run_indirect(struct bg_ctl *ctl, const uint64_t *ib, uint64_t nwords, const struct bg_libc *libc) {
   for (uint64_t pos = 0; pos < nwords; pos += ib[pos] >> 16) {
+    __atomic_store_n(&ctl->ib_progress, pos + 1, __ATOMIC_RELAXED);
     uint64_t result = check_header(ib[pos], nwords - pos);
     if (result == BG_OK) result = run_packet(ctl, ib, ~(uint64_t)0, pos, 1, libc);
     if (result == BG_STOPPED) return result;
@@ -225,6 +228,7 @@ static uint64_t run_indirect(struct bg_ctl *ctl, const uint64_t *ib, uint64_t nw
       return result;
     }
   }
+  __atomic_store_n(&ctl->ib_progress, 0, __ATOMIC_RELAXED);
   return BG_OK;
 }
 

@@ -300,8 +300,11 @@ def load_program(code_object: bytes) -> Program:
   return prog
 
 
+MAX_STEPS = 10_000_000       # instruction steps per batch of waves before a kernel is called a runaway
+
+
 def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_size: int = 0, dispatch_ptr: int = 0,
-             queue_ptr: int = 0, code_address: int = 0, max_steps: int = 10_000_000, max_batch_waves: int = 8192,
+             queue_ptr: int = 0, code_address: int = 0, max_steps: int | None = None, max_batch_waves: int = 8192,
              counters: KernelCounters | None = None) -> int:
   """Run a kernel over grid = (gx, gy, gz) workgroups of block = (lx, ly, lz) threads.
 
@@ -309,7 +312,8 @@ def dispatch(code_object: bytes, grid, block, kernarg_addr: int, mem, *, lds_siz
   LDS bytes added to the descriptor's group_segment_fixed_size. max_steps bounds the number of
   instruction steps (one step runs one instruction for a group of waves) per batch; exceeding it
   raises InstructionBudgetExceeded. Returns the number of steps executed; what the kernel executed is added into
-  `counters` when one is given (drivers/emu/counters.py)."""
+  `counters` when one is given (drivers/emu/counters.py). max_steps None: MAX_STEPS."""
+  if max_steps is None: max_steps = MAX_STEPS
   prog = code_object if isinstance(code_object, Program) else load_program(bytes(code_object))
   if prog.unemulated_mode: raise EmulatorError(f"kernel {prog.name!r}: {prog.unemulated_mode}")
   kd = prog.kd

@@ -46,6 +46,7 @@ import numpy as np
 from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from ..hostcopy import StagedCopies
+from ..allochistory import AllocationHistory
 from ..decode import decode as decode_words
 from ..markers import Marker, TraceMarkers, describe
 from . import rm, qmd, osdesc, vidmem, pushbuf as pb
@@ -241,6 +242,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     self.timeout = timeout           # seconds a full GPFIFO may stay full
     self._stalled = None             # (address, value, seen, timeout) of the last wait that timed out
     self._live: dict[int, NVMemory] = {}   # mapped allocations, unmapped by close()
+    self.history = AllocationHistory()      # allocations and frees, for naming fault addresses
     self._live_addrs: list[int] = []       # their addresses, sorted (which allocation holds an address)
     self._stage = None                     # copyin/copyout: two pinned staging buffers and their signal, on first use
     self._guards: list[NVMemory] = []      # the first page of each video-memory VA region (see _alloc_video)
@@ -545,7 +547,12 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
   def _track(self, mem: NVMemory) -> NVMemory:
     self._live[mem.addr] = mem
     bisect.insort(self._live_addrs, mem.addr)
+    self.history.alloc(mem.addr, mem.mapped, _kind(mem))
     return mem
+
+  def describe_address(self, addr: int) -> str:
+    """Which allocation `addr` falls in and at what offset, or the freed one it was in (a use after free), or none."""
+    return self.history.describe(addr, ((m.addr, m.mapped, m.nbytes, _kind(m)) for m in list(self._live.values())))
 
   def _allocation(self, addr: int, nbytes: int) -> NVMemory | None:
     """This driver's allocation holding [addr, addr + nbytes), or None."""
@@ -599,6 +606,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       self.rm.free(self.device, mem.handle)
       return
     if self._live.pop(mem.addr, None) is not None: self._live_addrs.remove(mem.addr)
+    self.history.free(mem.addr, mem.mapped, _kind(mem))
     self._uvm(rm.UVM_FREE, base=mem.addr, length=mem.mapped)
     if mem.video:                     # the CPU's BAR1 mapping goes before the memory (RM would drop it with the object)
       self.k.munmap(mem.addr, mem.mapped)
@@ -934,8 +942,11 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     detail = self.k.fault()     # the emulated GPU's account (drivers/emu/README.md); None from the real kernel
     info32, info16, status = struct.unpack_from("<IHH", self.view(self.error_notifier.addr, 16), 8)
     if status or info32 or detail:
+      # the faulting address: the emulated GPU's account gives it (RM's error notifier does not)
+      where = re.search(r"at (0x[0-9a-f]+) is outside every mapping", detail or "")
+      where = f" (the address {where.group(1)} is {self.describe_address(int(where.group(1), 16))})" if where else ""
       message = (f"{device_name}: GPU channel error {info32} ({rm.RC_ERRORS.get(info32, 'unknown error')}; error notifier "
-                 f"info16={info16:#x} status={status:#x}){': ' + detail if detail else ''}"
+                 f"info16={info16:#x} status={status:#x}){': ' + detail if detail else ''}{where}"
                  + "".join(f"; {kind} channel:{self.marker_report(kind)[1:]}" for kind in self.channels if self.markers))
       if info32 == rm.ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT: raise NVError(message)
       self._reset_channels()
@@ -1050,6 +1061,10 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       return {"available": False, "reason": "no /dev/nvidiactl (the NVIDIA kernel driver is not loaded, or there is no "
                                             "NVIDIA GPU; set EMU=1 for the emulated GPU)"}
     return {"available": True, "emulated": kernel_mod.emulated()}
+
+
+def _kind(mem: NVMemory) -> str:
+  return "video memory" if mem.video else "host-mapped" if mem.host_mapped else "pinned host memory"
 
 
 @dataclass(eq=False)
