@@ -218,6 +218,12 @@ def test_store_past_the_end_names_the_allocation(dev, monkeypatch):
     1 if dev.name == "AMD" else 2), 16)
   assert end - 64 <= address < end + 256, (hex(address), hex(end), msg)
   assert re.search(r"in no allocation|freed [\d.]+ s ago: a use after free", msg), msg
+  # the wave (AMD) / warp (NV) at the fault: the code around the store, its lanes, the registers it names
+  state = {"AMD": [r"=> 0x[0-9a-f]+  global_store_b32 (v\d+), (v\d+), s\[\d+:\d+\]", r"EXEC 0x[0-9a-f]{16} \(\d+ lanes active\)",
+                   r"registers it names: v\d+ = lane 0: 0x[0-9a-f]+"],
+           "NV": [r"=> line \d+: st\.global\.f32 \[(%rd\d+)\], %f\d+", r"active mask 0x[0-9a-f]{8} \(\d+ threads ran it\)",
+                  r"registers it names: %rd\d+ = thread 0: 0x[0-9a-f]+"]}[dev.name]
+  for part in state: assert re.search(part, msg), (part, msg)
 
 
 def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():

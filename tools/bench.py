@@ -466,20 +466,22 @@ print(json.dumps({"eager": median(eager, 100, 10), "replay": median(replay, 40, 
 
 def bench_markers(results: dict):
   """What the queues' trace markers cost (QUEUE_MARKERS: each command writes its sequence number for hang and fault
-  reports): eager launch + synchronize of a tiny kernel and a JIT replay per kernel, on the emulated AMD and NV GPUs
-  with markers on and off (a fresh process each). The emulators run each marker packet in Python, so this is an upper
+  reports): eager launch + synchronize of a tiny kernel and a JIT replay per kernel, on the CPU and the emulated AMD
+  and NV GPUs with markers on and off (a fresh process each). The emulators run each marker packet in Python, so this is an upper
   bound of the host-side and queue-side cost; on the hardware a marker is one end-of-pipe memory write (AMD) or one
-  semaphore release after the WFI the command has anyway (NV)."""
-  for kind in ("AMD", "NV"):
+  semaphore release after the WFI the command has anyway (NV). On the CPU device a marker is the host's note of each
+  packet's ring position (the worker's own progress words are always written)."""
+  for kind in ("CPU", "AMD", "NV"):
     for flag, label in (("1", "on"), ("0", "off")):
-      env = dict(os.environ, EMU="1", DEV=kind, QUEUE_MARKERS=flag)
+      env = dict(os.environ, DEV=kind, QUEUE_MARKERS=flag, **({} if kind == "CPU" else {"EMU": "1"}))
       out = subprocess.run([sys.executable, "-c", MARKERS_CHILD], env=env, capture_output=True, text=True, timeout=900)
       if out.returncode != 0:
         print(f"markers child ({kind}, {label}) failed:\n{out.stderr[-2000:]}", file=sys.stderr)
         continue
       got = json.loads(out.stdout.strip().splitlines()[-1])
-      results[f"{kind.lower()}_emu.eager_tiny_kernel_markers_{label}.us"] = got["eager"] * 1e6
-      results[f"{kind.lower()}_emu.jit_replay_tiny_kernel_markers_{label}.us"] = got["replay"] * 1e6
+      prefix = "cpu" if kind == "CPU" else f"{kind.lower()}_emu"
+      results[f"{prefix}.eager_tiny_kernel_markers_{label}.us"] = got["eager"] * 1e6
+      results[f"{prefix}.jit_replay_tiny_kernel_markers_{label}.us"] = got["replay"] * 1e6
 
 
 GPU_MEMORY_CHILD = r"""

@@ -410,7 +410,8 @@ class ComputeQueue(EngineQueue):
       try:
         rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm, counters=run)
       except (MemoryFault, rdna3.EmulatorError, ValueError) as e:   # ValueError: a block or LDS no workgroup can have
-        notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))     # where in the kernel: pc and instruction
+        notes = "".join(f"\n{n}" if "\n" in n else f" ({n})"      # where in the kernel: pc and instruction; the wave
+                        for n in getattr(e, "__notes__", ()))
         code = kfd_abi.EC["EC_QUEUE_PACKET_DISPATCH_WORK_GROUP_SIZE_INVALID" if isinstance(e, ValueError) else
                           "EC_QUEUE_WAVE_ILLEGAL_INSTRUCTION"]
         raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of kernel {name!r} at {pgm:#x}: {e}{notes}",

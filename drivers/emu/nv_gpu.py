@@ -456,7 +456,7 @@ class ChannelProcessor(threading.Thread):
     try:
       run = launch(prog.module, prog.name, q["grid"], q["block"], params, self.gpu.mem)
     except MemoryFault as e:     # the note says where in the kernel: PTX line and instruction
-      notes = "".join(f" ({n})" for n in getattr(e, "__notes__", ()))
+      notes = "".join(f"\n{n}" if "\n" in n else f" ({n})" for n in getattr(e, "__notes__", ()))   # the warp: lines
       raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}{notes}", MMU_FAULT) from None
     except PtxTrap as e:         # its message names the kernel
       raise ChannelFault(f"QMD {qmd_addr:#x}: {e}", GR_EXCEPTION) from None

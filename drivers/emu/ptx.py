@@ -30,6 +30,7 @@ warps never straddle blocks, so a block whose size is not a multiple of 32 ends 
 instructions (mma.sync) read the registers of all 32 threads of each warp in the executing group at once.
 """
 from __future__ import annotations
+import re
 
 import time
 
@@ -253,6 +254,28 @@ def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: i
   return counters
 
 
+def _warp_state(ctx: _Batch, code, cur: int, sub, before: int = 3, after: int = 2) -> str:
+  """The first faulting warp at the fault (a fault report): the PTX around the instruction, the warp's threads that ran
+  it (its mask) and the values of the registers it names for the first of them."""
+  threads = np.arange(ctx.n) if sub is None else np.asarray(sub)
+  warp = int(threads[0]) // 32 if len(threads) else 0
+  mine = [int(t) for t in threads if int(t) // 32 == warp]
+  mask = sum(1 << (t % 32) for t in mine)
+  lines = [f"warp {warp} of its batch at the fault:"]
+  lines += [f"  {'=>' if k == cur else '  '} line {code[k].ins.line}: {code[k].ins.text}"
+            for k in range(max(0, cur - before), min(len(code), cur + after + 1))]
+  lines.append(f"  active mask {mask:#010x} ({len(mine)} threads ran it)")
+  shown = []
+  for name in dict.fromkeys(re.findall(r"%[A-Za-z_][A-Za-z_0-9]*", code[cur].ins.text)):
+    values = ctx.regs.get(name)
+    if values is None or not hasattr(values, "__getitem__"): continue
+    try: shown.append(f"{name} = " + ", ".join(f"thread {t}: {int(values[t]):#x}" for t in mine[:4])
+                      + (" ..." if len(mine) > 4 else ""))
+    except (TypeError, ValueError, IndexError): continue
+  if shown: lines.append("  registers it names: " + "; ".join(shown))
+  return "\n".join(lines)
+
+
 def _run(ctx: _Batch, code, join, budget, entry: Entry):
   """Execute one batch: the group of threads at the lowest PC steps until it branches, exits, reaches a barrier
   or a label where other threads may wait."""
@@ -309,6 +332,7 @@ def _run(ctx: _Batch, code, join, budget, entry: Entry):
                         f"{n} thread(s)") from None
         except MemoryFault as ex:
           ex.add_note(f"line {ins.ins.line}: {ins.ins.text}")
+          ex.add_note(_warp_state(ctx, code, cur, sub))
           raise
         except (PtxError, PtxUnsupported, PtxWarpError): raise
         except Exception as ex:

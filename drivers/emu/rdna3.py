@@ -30,7 +30,7 @@ instruction, their live lanes for a scalar one.
 """
 from __future__ import annotations
 
-import hashlib
+import hashlib, re
 from dataclasses import dataclass
 
 import numpy as np
@@ -393,6 +393,40 @@ def _setup(prog, g0, g1, grid, block, wpg, lds_bytes, kernarg_addr, dispatch_ptr
   return w
 
 
+_REGS = re.compile(r"\b([sv])(\d+)\b|\b([sv])\[(\d+):(\d+)\]")
+
+
+def wave_state(prog: Program, w: Waves, sel, pc: int, before: int = 3, after: int = 2) -> str:
+  """The state of the first wave at `pc` (a fault report): the instructions around it disassembled, its EXEC mask and
+  the values of the registers the instruction names (vector registers: their first active lanes)."""
+  from baregrad.drivers.amd.disasm import decode as disasm_decode
+  waves = np.nonzero(~w.done & (w.pc == pc))[0] if sel is ALL else np.asarray(sel)
+  wave = int(waves[0]) if len(waves) else 0
+  listing, at = [], prog.entry
+  while at < len(prog.code) and len(listing) < 100000:
+    try: text, size = disasm_decode(prog.code, at)
+    except Exception: break
+    listing.append((at, text))
+    if at > pc and sum(1 for a, _ in listing if a > pc) >= after: break
+    at += size
+  k = next((i for i, (a, _) in enumerate(listing) if a == pc), len(listing) - 1)
+  lines = [f"wave {wave} of its batch (workgroup {int(w.group[wave])}) at the fault:"]
+  lines += [f"  {'=>' if a == pc else '  '} {a:#06x}  {t}" for a, t in listing[max(0, k - before):k + after + 1]]
+  execm = int(w.S[EXEC][wave]) | int(w.S[EXEC + 1][wave]) << 32
+  lanes = [i for i in range(32) if execm >> i & 1]
+  lines.append(f"  EXEC {execm:#018x} ({len(lanes)} lanes active)")
+  regs = []
+  for m in _REGS.finditer(prog.text(pc)):
+    kind, lo, hi = (m.group(1), int(m.group(2)), int(m.group(2))) if m.group(1) else (m.group(3), int(m.group(4)), int(m.group(5)))
+    for r in range(lo, hi + 1):
+      if kind == "s" and r < w.S.shape[0]: regs.append(f"s{r} = {int(w.S[r][wave]):#x}")
+      elif kind == "v" and r < w.V.shape[0]:
+        shown = ", ".join(f"lane {i}: {int(w.V[r][wave][i]):#x}" for i in lanes[:4])
+        regs.append(f"v{r} = {shown or 'no active lane'}{' ...' if len(lanes) > 4 else ''}")
+  if regs: lines.append("  registers it names: " + "; ".join(dict.fromkeys(regs)))
+  return "\n".join(lines)
+
+
 def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -> int:
   """Run the waves of one batch; add thread-instructions per class into `counts` and bytes into `traffic`."""
   steps = 0
@@ -430,6 +464,7 @@ def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -
     except (MemoryFault, EmulatorError) as e:
       if f"kernel {prog.name!r} at pc {pc:#x}" not in str(e):      # LDSRace names them already
         e.add_note(f"in kernel {prog.name!r} at pc {pc:#x}: {prog.text(pc)}")
+      e.add_note(wave_state(prog, w, sel, pc))
       raise
     except Exception as e:
       raise EmulatorError(f"kernel {prog.name!r} at pc {pc:#x} ({prog.text(pc)}): {type(e).__name__}: {e}") from e
