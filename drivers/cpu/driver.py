@@ -71,7 +71,7 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     # hang reports (settings.QUEUE_MARKERS): ring position of each recent packet -> what it runs; the worker's own
     # progress words (rptr, the packet being executed, the INDIRECT buffer offset) say how far it got
     self.markers = settings.QUEUE_MARKERS
-    self._packets: collections.OrderedDict[int, str] = collections.OrderedDict()
+    self._submits: collections.deque = collections.deque(maxlen=MARKS_KEPT)   # (packet starts, words), described lazily
     self._kernel_names: dict[int, str] = {}    # entry point -> kernel name
     self._stalled = None
 
@@ -198,21 +198,34 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     return Op(op).name.lower() if op in Op._value2member_map_ else f"opcode {op}"
 
   def _note_packets(self, starts: list[int], words: list[int]):
-    at = 0
-    for start in starts:
-      self._packets[start] = self._describe(words, at)
-      at += words[at] >> 16
-    while len(self._packets) > MARKS_KEPT: self._packets.popitem(last=False)
+    self._submits.append((starts, words))     # (kept as they are: a report describes them, a submit does not)
+
+  def _packet_at(self, position: int) -> str | None:
+    """What the packet written at ring `position` runs, if it is among the remembered submissions."""
+    for starts, words in reversed(self._submits):
+      if starts[0] <= position <= starts[-1] and position in starts:
+        at = 0
+        for start in starts:
+          if start == position: return self._describe(words, at)
+          at += words[at] >> 16
+    return None
+
+  def _last_before(self, position: int) -> int | None:
+    """The ring position of the last remembered packet that starts before `position`."""
+    for starts, _ in reversed(self._submits):
+      before = [s for s in starts if s < position]
+      if before: return before[-1]
+    return None
 
   def progress_report(self) -> str:
     """'last command done ..., first not done ...' from the worker's progress words (empty without markers)."""
     if not self.markers: return ""
     rptr, _, ib = self.processor.progress()
     wptr = self.processor.wptr
-    done = [p for p in self._packets if p < rptr]
-    last = f"#{done[-1]} ({self._packets[done[-1]]})" if done else "none remembered"
+    done = self._last_before(rptr)
+    last = f"#{done} ({self._packet_at(done)})" if done is not None else "none remembered"
     if rptr >= wptr: return f"; every command done (last {last})"
-    first = f"#{rptr} ({self._packets.get(rptr, 'a packet written before the last ' + str(MARKS_KEPT))})"
+    first = f"#{rptr} ({self._packet_at(rptr) or 'a packet of a submission before the last ' + str(MARKS_KEPT)})"
     _, _, pending = self.processor.pending()
     if ib and pending and pending[0] & 0xFFFF == Op.INDIRECT and len(pending) >= 3:
       data = self._readable(pending[1], 8 * pending[2])
