@@ -31,7 +31,7 @@ before Apple9 (M1, M2) each pipeline of the run is first dispatched once with no
 (`zero_size_dispatch`): without it those GPUs crash in the ICB.
 """
 from __future__ import annotations
-import bisect, collections, struct, threading, time, weakref
+import bisect, collections, re, struct, threading, time, weakref
 from dataclasses import dataclass, field
 import cffi
 from .. import settings
@@ -353,7 +353,10 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
                  + ("" if pending else ", nothing pending"))
       for end, words in pending:
         out.append(f"  a submission ending with command buffer {end}:")
-        out += decode_words("metal", words, None, None, "    ")
+        for line in decode_words("metal", words, None, None, "    "):     # a launch's pipeline by its kernel's name
+          m = re.search(r"exec pipeline=(0x[0-9a-f]+)", line)
+          program = self._programs.get(int(m.group(1), 16)) if m else None
+          out.append(line.replace(" pipeline=", f" kernel {program.name}, pipeline=", 1) if program else line)
     return "\n".join(out)
 
   # ---- the completion thread: hcq signal and timestamp memory from Metal's events and command buffer times ----
