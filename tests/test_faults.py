@@ -93,6 +93,9 @@ def test_illegal_instruction_resets_the_queue(dev, monkeypatch):
   msg = _was_reset(dev, lambda: dev.synchronize(timeout=10))
   want = {"AMD": r"illegal instruction at pc 0x0: dword 0xffffffff", "NV": r"illegal instruction `trap` \(line \d+\)"}
   _names(msg, dev, "E_64", want[dev.name])
+  # the wave / warp that ran it: the instruction marked in its code, its lanes
+  state = {"AMD": [r"=> 0x0000  ", r"EXEC 0x[0-9a-f]{16}"], "NV": [r"=> line \d+: trap", r"active mask 0x[0-9a-f]{8}"]}
+  for part in state[dev.name]: assert re.search(part, msg), (part, msg)
   _computes(dev, monkeypatch)
 
 

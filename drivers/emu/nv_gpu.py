@@ -458,8 +458,9 @@ class ChannelProcessor(threading.Thread):
     except MemoryFault as e:     # the note says where in the kernel: PTX line and instruction
       notes = "".join(f"\n{n}" if "\n" in n else f" ({n})" for n in getattr(e, "__notes__", ()))   # the warp: lines
       raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}{notes}", MMU_FAULT) from None
-    except PtxTrap as e:         # its message names the kernel
-      raise ChannelFault(f"QMD {qmd_addr:#x}: {e}", GR_EXCEPTION) from None
+    except PtxTrap as e:         # its message names the kernel; its note shows the warp
+      notes = "".join(f"\n{n}" for n in getattr(e, "__notes__", ()))
+      raise ChannelFault(f"QMD {qmd_addr:#x}: {e}{notes}", GR_EXCEPTION) from None
     except (PtxUnsupported, PtxError, RuntimeError) as e:     # an instruction it cannot run, a runaway: the SM stops it
       raise ChannelFault(f"kernel {prog.name} (QMD {qmd_addr:#x}): {e}", GR_EXCEPTION) from None
     self.gpu.counters.record(run)     # before the methods after the launch (a semaphore release) run

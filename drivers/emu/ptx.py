@@ -328,8 +328,10 @@ def _run(ctx: _Batch, code, join, budget, entry: Entry):
         try: ins.fn(ctx, sub)
         except PtxTrap:
           n = ctx.n if sub is None else len(sub)
-          raise PtxTrap(f"kernel {entry.name}: illegal instruction `{ins.ins.text}` (line {ins.ins.line}) executed by "
-                        f"{n} thread(s)") from None
+          trap = PtxTrap(f"kernel {entry.name}: illegal instruction `{ins.ins.text}` (line {ins.ins.line}) executed by "
+                         f"{n} thread(s)")
+          trap.add_note(_warp_state(ctx, code, cur, sub))
+          raise trap from None
         except MemoryFault as ex:
           ex.add_note(f"line {ins.ins.line}: {ins.ins.text}")
           ex.add_note(_warp_state(ctx, code, cur, sub))

@@ -412,6 +412,8 @@ def wave_state(prog: Program, w: Waves, sel, pc: int, before: int = 3, after: in
   k = next((i for i, (a, _) in enumerate(listing) if a == pc), len(listing) - 1)
   lines = [f"wave {wave} of its batch (workgroup {int(w.group[wave])}) at the fault:"]
   lines += [f"  {'=>' if a == pc else '  '} {a:#06x}  {t}" for a, t in listing[max(0, k - before):k + after + 1]]
+  if not any(a == pc for a, _ in listing):
+    lines.append(f"  => {pc:#06x}  (not an instruction: dword {int.from_bytes(prog.code[pc:pc + 4], 'little'):#010x})")
   execm = int(w.S[EXEC][wave]) | int(w.S[EXEC + 1][wave]) << 32
   lanes = [i for i in range(32) if execm >> i & 1]
   lines.append(f"  EXEC {execm:#018x} ({len(lanes)} lanes active)")
@@ -452,7 +454,10 @@ def _run(prog: Program, w: Waves, max_steps: int, counts: list, traffic: list) -
       raise InstructionBudgetExceeded(
         f"kernel {prog.name!r} exceeded the instruction budget of {max_steps} steps (at pc {pc:#x}: {prog.text(pc)}); "
         "a runaway loop? pass a larger max_steps to dispatch() for long kernels")
-    c = prog.at(pc)
+    try: c = prog.at(pc)
+    except EmulatorError as e:       # an instruction it cannot decode: the wave that reached it
+      e.add_note(wave_state(prog, w, sel, pc))
+      raise
     lanes = w.active_lanes(sel) if c.vector else w.live_lanes(sel)
     counts[c.cls] += lanes
     if c.traffic:
