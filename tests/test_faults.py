@@ -262,3 +262,45 @@ def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():
   finally:
     dev.driver.view(flag.addr, 8)[:] = (1).to_bytes(8, "little")
     dev.driver.close()
+
+
+CPU_FAULTS = {   # C inserted at the top of the kernel, the signal the report names, whether the address is reported
+  "unmapped store": ("  *(volatile float *)0xdead0000ULL = 1.0f;\n", r"SIGSEGV \(a memory access outside mapped memory\) "
+                     r"at address 0xdead0000 \(header 0x[0-9a-f]+\) at ring position \d+ \(ring word \d+\) \(in no memory of "
+                     r"this device\)"),
+  "illegal instruction": ("  __builtin_trap();\n", r"SIGILL \(an illegal instruction\)"),
+  "integer division by zero": ("  { volatile int seven = 7, zero = 0; volatile int x = seven / zero; (void)x; }\n",
+                               r"SIGFPE \(an arithmetic fault"),
+}
+
+
+@pytest.mark.parametrize("case", list(CPU_FAULTS))
+@pytest.mark.parametrize("threads", [1, 4])
+def test_cpu_kernel_fault_stops_the_kernel_not_the_process(case, threads):
+  """A CPU kernel that stores to an unmapped address, runs an illegal instruction or divides an integer by zero (in one
+  chunk of a multi-threaded kernel: on a helper thread or the worker): the command processor faults like a GPU's MMU
+  would, and the error names the signal, the address, the command and the kernel; the process goes on."""
+  from baregrad.drivers.cpu.driver import CPUDriver
+  from baregrad.drivers.cpu.processor import ProcessorFault
+  code, want = CPU_FAULTS[case]
+  dev = Device("CPU", CPUDriver())
+  try:
+    (item,) = (Tensor(np.arange(64, dtype=np.float32), device="CPU") + 1).schedule()
+    prog = item.program
+    body = code if threads == 1 else f"  if (core == {threads - 1}) {{\n{code}  }}\n"
+    source = prog.source.replace("long long core) {\n", "long long core) {\n" + body, 1)
+    assert source != prog.source
+    bad = dataclasses.replace(prog, binary=dev.driver.compile(source), source=source, handle=None,
+                              meta={**prog.meta, "threads": threads}).load(dev)
+    out, inp = dev.driver.alloc(256), dev.driver.alloc(256)
+    dev.compute_queue().exec(bad, dev.kernargs.put([out.addr, inp.addr])).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    start = time.monotonic()
+    with pytest.raises(ProcessorFault) as e: dev.synchronize(timeout=10)
+    assert time.monotonic() - start < 1
+    msg = str(e.value)
+    assert re.search(want, msg) and re.search(r"first not done #\d+ \(kernel E_64\)", msg), msg
+    assert f"{'EXEC_MT' if threads > 1 else 'EXEC'} packet" in msg, msg
+    with pytest.raises(ProcessorFault): dev.synchronize(timeout=10)      # it stays reported
+  finally:
+    dev.driver.close()
+  np.testing.assert_array_equal((Tensor([1.0, 2.0], device="CPU") * 2).numpy(), [2.0, 4.0])   # the process goes on

@@ -71,7 +71,8 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     # hang reports (settings.QUEUE_MARKERS): ring position of each recent packet -> what it runs; the worker's own
     # progress words (rptr, the packet being executed, the INDIRECT buffer offset) say how far it got
     self.markers = settings.QUEUE_MARKERS
-    self._submits: collections.deque = collections.deque(maxlen=MARKS_KEPT)   # (packet starts, words), described lazily
+    self._starts = np.full(MARKS_KEPT, -1, np.int64)   # ring positions of the last packets written (no Python objects:
+    self._nstarts = 0                                   # a report reads the packets themselves from the ring)
     self._kernel_names: dict[int, str] = {}    # entry point -> kernel name
     self._stalled = None
 
@@ -181,7 +182,10 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     if self.markers: self._note_packets(starts, words)
 
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
-    if self.processor.wait_value(addr, value, timeout): return True
+    try:
+      if self.processor.wait_value(addr, value, timeout): return True
+    except ProcessorFault:
+      return False      # check_faults reports it, with where the processor was
     self._stalled = (addr, value, int.from_bytes(bytes(self.view(addr, 8)), "little"), timeout)
     return False
 
@@ -198,24 +202,21 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     return Op(op).name.lower() if op in Op._value2member_map_ else f"opcode {op}"
 
   def _note_packets(self, starts: list[int], words: list[int]):
-    self._submits.append((starts, words))     # (kept as they are: a report describes them, a submit does not)
+    n = self._nstarts
+    for s in starts: self._starts[n % MARKS_KEPT] = s; n += 1
+    self._nstarts = n
 
   def _packet_at(self, position: int) -> str | None:
-    """What the packet written at ring `position` runs, if it is among the remembered submissions."""
-    for starts, words in reversed(self._submits):
-      if starts[0] <= position <= starts[-1] and position in starts:
-        at = 0
-        for start in starts:
-          if start == position: return self._describe(words, at)
-          at += words[at] >> 16
-    return None
+    """What the packet at ring `position` runs, read from the ring (None: it was overwritten since)."""
+    if position < self.processor.wptr - self.processor.ring_words: return None
+    words = self.processor.words_at(position, 1)
+    n = words[0] >> 16
+    return self._describe(self.processor.words_at(position, max(1, min(n, 8))), 0) if n else None
 
   def _last_before(self, position: int) -> int | None:
     """The ring position of the last remembered packet that starts before `position`."""
-    for starts, _ in reversed(self._submits):
-      before = [s for s in starts if s < position]
-      if before: return before[-1]
-    return None
+    before = self._starts[(self._starts >= 0) & (self._starts < position)]
+    return int(before.max()) if before.size else None
 
   def progress_report(self) -> str:
     """'last command done ..., first not done ...' from the worker's progress words (empty without markers)."""
@@ -249,7 +250,14 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
 
   def check_faults(self, device_name: str):
     fault = self.processor.fault
-    if fault is not None: raise ProcessorFault(f"{device_name}: {fault}{self.progress_report()}")
+    if fault is not None:
+      where = ""
+      if self.processor.fault_code == processor.FAULT_KERNEL:     # the faulting address, by this device's memory
+        addr = self.processor.fault_address
+        inside = [(a, end) for a, end in list(address_space.ranges.items()) if a <= addr < end]
+        where = (f" (in memory of this device at {inside[0][0]:#x}, offset {addr - inside[0][0]:#x})" if inside else
+                 " (in no memory of this device)")
+      raise ProcessorFault(f"{device_name}: {fault}{where}{self.progress_report()}")
     if self._stalled:
       (addr, value, seen, timeout), self._stalled = self._stalled, None
       rptr, _, _ = self.processor.progress()

@@ -24,7 +24,7 @@ struct bg_ctl {
   uint32_t sleeping, stop;
   uint64_t fault, fault_info, last_header_rptr;
   uint32_t rptr_waiters, host_cpu;
-  uint64_t fault_ib_offset, fault_addr, checked, ib_progress, pad[5];
+  uint64_t fault_ib_offset, fault_addr, checked, ib_progress, guard, fault_signal, pad[3];
 };
 struct bg_range { uint64_t start, end; };
 typedef void (*bg_host_mmu_set_t)(const struct bg_range *ranges, uint64_t nranges, const uint64_t *entries, uint64_t nentries);
@@ -34,6 +34,7 @@ typedef void (*bg_helpers_stop_t)(const struct bg_libc *libc);
 typedef void (*bg_worker_run_t)(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc);
 typedef void (*bg_host_doorbell_t)(struct bg_ctl *ctl, uint64_t wptr, const struct bg_libc *libc);
 typedef void (*bg_host_stop_t)(struct bg_ctl *ctl, const struct bg_libc *libc);
+typedef void (*bg_host_install_fault_handler_t)(const struct bg_libc *libc);
 typedef int (*bg_host_wait_value_t)(uint64_t addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns,
                                     uint64_t fault_addr, const struct bg_libc *libc);
 typedef int (*bg_host_wait_rptr_t)(struct bg_ctl *ctl, uint64_t target, int64_t timeout_ns, int64_t spin_ns,
@@ -62,8 +63,11 @@ PACKETS = {
   Op.EXEC_MT: ("fn", "args", "nchunks"),
 }
 FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer", 4: "unmapped address",
-          5: "not a loaded kernel entry point"}
+          5: "not a loaded kernel entry point", 6: "a fault signal inside a kernel"}
+SIGNALS = {4: "SIGILL (an illegal instruction)", 7: "SIGBUS (a bus error)", 8: "SIGFPE (an arithmetic fault, e.g. an "
+           "integer division by zero)", 11: "SIGSEGV (a memory access outside mapped memory)"}   # Linux signal numbers
 WAIT_DONE, WAIT_TIMEOUT, WAIT_ABORTED = 0, 1, 2
+FAULT_KERNEL = 6        # a fault signal inside a kernel (worker.c BG_FAULT_KERNEL)
 HOST_SPIN_NS = 200_000  # host waits spin this long before sleeping in futex: a host that sleeps is woken by
 # the worker onto the worker's CPU (the kernel places a woken thread beside its waker), and the two then share
 # one CPU (worker.c, leave_cpu); a short kernel is done well within it
@@ -105,8 +109,11 @@ class _Worker:
     for name in ("syscall", "clock_gettime", "memcpy"):
       setattr(self.libc, name, ffi.cast("void *", elf.resolve_libc(name)))
     for name in ("bg_helper_run", "bg_helpers_stop", "bg_worker_run", "bg_host_doorbell", "bg_host_stop", "bg_host_wait_value", "bg_host_wait_rptr",
-                 "bg_host_futex_wait", "bg_host_futex_wake", "bg_host_mmu_set"):
+                 "bg_host_futex_wait", "bg_host_futex_wake", "bg_host_mmu_set", "bg_host_install_fault_handler"):
       setattr(self, name.removeprefix("bg_"), ffi.cast(name + "_t", self.image.symbol(name)))
+    # a fault signal inside a kernel stops the kernel, not the process (worker.c); other faults go to the handler
+    # that was there before (Python's faulthandler, or the default)
+    self.host_install_fault_handler(self.libc)
 
   def start_helpers(self, n: int):
     """Helper threads that share the chunks of multi-threaded kernels (once per process; from any thread)."""
@@ -284,6 +291,10 @@ class CommandProcessor:
   @property
   def stopped(self) -> bool: return not self._finalizer.alive
 
+  def words_at(self, position: int, n: int) -> list[int]:
+    """The `n` ring words from ring position `position` (words since the start; what is there now)."""
+    return [int(self._ring[p & (self.ring_words - 1)]) for p in range(position, position + n)]
+
   def progress(self) -> tuple[int, int, int]:
     """(read pointer: packets done up to here, the ring position of the packet being executed, the word offset + 1 of
     the packet being executed inside an INDIRECT buffer or 0): the worker's progress words."""
@@ -294,6 +305,12 @@ class CommandProcessor:
     may continue past the ring's end at its start)."""
     rptr, wptr = self.rptr, self.wptr
     return rptr, wptr, [int(self._ring[p & (self.ring_words - 1)]) for p in range(rptr, max(rptr, wptr))]
+
+  @property
+  def fault_code(self) -> int: return self._ctl.fault
+
+  @property
+  def fault_address(self) -> int: return self._ctl.fault_addr
 
   @property
   def fault(self) -> str | None:
@@ -307,6 +324,10 @@ class CommandProcessor:
     if code == 1: what = f"unknown opcode {opcode}"
     elif code == 4: what = f"{name} packet operand 0x{self._ctl.fault_addr:x} is not mapped device memory"
     elif code == 5: what = f"{name} packet function 0x{self._ctl.fault_addr:x} is not a loaded kernel entry point"
+    elif code == 6:
+      sig = self._ctl.fault_signal
+      what = (f"the kernel of the {name} packet was stopped by {SIGNALS.get(sig, f'signal {sig}')} at address "
+              f"0x{self._ctl.fault_addr:x}")
     elif code == 2: what = f"bad packet size: {name} (opcode {opcode}) packet with nwords={nwords}"
     where = f"ring position {pos} (ring word {pos & (self.ring_words - 1)})"
     if ib: where = f"word {ib - 1} of the INDIRECT buffer called at {where}"

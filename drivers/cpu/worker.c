@@ -15,6 +15,8 @@
  *   6 BARRIER()                full memory fence
  *   7 INDIRECT(addr, nwords)   run the packets of a linear buffer (no INDIRECT inside it)
  *   8 EXEC_MT(fn, args, n)     fn(args, i) for i in [0, n): chunks shared with the helper threads
+ * A fault signal inside a kernel (a wild store: SIGSEGV; an integer division by zero: SIGFPE) stops the kernel and
+ * faults the queue like a bad packet (BG_FAULT_KERNEL, the signal and address in the control block).
  * A bad packet sets `fault` and the worker returns; the host reports it. With `checked` set (the CPU
  * device), operands are checked like a GPU's MMU would: addresses must lie in memory the driver
  * registered (bg_host_mmu_set), EXEC/EXEC_MT functions must be registered kernel entry points.
@@ -52,12 +54,15 @@ struct bg_ctl {
   uint64_t checked;           /* 72 1: packets may only touch registered memory and EXEC registered entries */
   uint64_t ib_progress;       /* 80 word offset + 1 of the INDIRECT buffer packet being executed; 0: none (the
                                     progress word a hang report reads, beside last_header_rptr) */
-  uint64_t pad[5];            /* 88 */
+  uint64_t guard;             /* 88 the worker thread's fault guard (struct bg_guard *), set when it starts */
+  uint64_t fault_signal;      /* 96 BG_FAULT_KERNEL: the signal that stopped the kernel (fault_addr: its address) */
+  uint64_t pad[3];            /* 104 */
 };
 _Static_assert(sizeof(struct bg_ctl) == 128, "the control block is two 64-byte lines");
 
 enum { BG_NOP, BG_EXEC, BG_COPY, BG_SIGNAL, BG_WAIT, BG_TIMESTAMP, BG_BARRIER, BG_INDIRECT, BG_EXEC_MT, BG_NUM_OPCODES };
-enum { BG_OK, BG_FAULT_OPCODE, BG_FAULT_SIZE, BG_FAULT_NESTED_INDIRECT, BG_FAULT_ADDRESS, BG_FAULT_ENTRY, BG_STOPPED = 0xff };
+enum { BG_OK, BG_FAULT_OPCODE, BG_FAULT_SIZE, BG_FAULT_NESTED_INDIRECT, BG_FAULT_ADDRESS, BG_FAULT_ENTRY, BG_FAULT_KERNEL,
+       BG_STOPPED = 0xff };
 enum { BG_WAIT_DONE, BG_WAIT_TIMEOUT, BG_WAIT_ABORTED };
 
 /* smallest packet of each opcode, header included */
@@ -81,6 +86,23 @@ static const uint8_t min_words[BG_NUM_OPCODES] = {1, 3, 4, 3, 3, 2, 1, 3, 4};
 #else
 #error "the CPU command processor supports x86-64 and aarch64"
 #endif
+/* signals (<asm/signal.h>: the same numbers on x86-64 and arm64) and rt_sigaction (<asm/unistd*.h>, the kernel's
+ * struct sigaction: handler, flags, restorer, mask) for kernel faults */
+#if defined(__x86_64__)
+#define SYS_RT_SIGACTION 13
+#define SYS_GETTID 186
+#define BG_SA_RESTORER 0x04000000   /* x86-64 needs a restorer that calls rt_sigreturn (15) */
+__asm__(".text\n.local bg_restore_rt\n.type bg_restore_rt,@function\nbg_restore_rt:\n  mov $15, %eax\n  syscall\n");
+void bg_restore_rt(void);
+#define BG_RESTORER ((void *)bg_restore_rt)
+#else
+#define SYS_RT_SIGACTION 134
+#define SYS_GETTID 178
+#define BG_SA_RESTORER 0            /* arm64: the kernel returns through the vDSO's sigreturn */
+#define BG_RESTORER ((void *)0)
+#endif
+#define BG_SA_SIGINFO 4
+#define BG_SA_NODEFER 0x40000000      /* the signal stays unblocked: we leave the handler by a long jump */
 #define FUTEX_WAIT_PRIVATE (0 | 128)
 #define FUTEX_WAKE_PRIVATE (1 | 128)
 #define CLOCK_MONOTONIC 1
@@ -144,6 +166,67 @@ static int wait_ge(const uint64_t *addr, uint64_t value, int64_t timeout_ns, int
     }
     futex_wait(addr, (uint32_t)seen, slice, libc);
   }
+}
+
+/* ---- kernel faults: a fault signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL) raised inside a kernel stops that kernel and
+ * faults the queue, as a GPU's MMU fault does, instead of ending the process. Each thread that runs kernels owns a
+ * guard slot (claimed by thread id); a kernel call arms it, the handler finds the faulting thread's armed guard and
+ * jumps back to the call. A signal outside a kernel goes to the handler that was installed before ours. */
+#define MAX_GUARDS 256
+struct bg_guard { uint64_t tid; void *jmp[5]; uint32_t armed, sig; uint64_t addr; };
+struct bg_kaction { void *handler; unsigned long flags; void *restorer; uint64_t mask; };
+static struct bg_guard guards[MAX_GUARDS];
+static struct bg_kaction old_actions[32];
+static long (*fault_syscall)(long number, ...);
+static const int FAULT_SIGNALS[4] = {4, 7, 8, 11};   /* SIGILL, SIGBUS, SIGFPE, SIGSEGV */
+
+static struct bg_guard *claim_guard(const struct bg_libc *libc) {
+  uint64_t tid = (uint64_t)libc->syscall(SYS_GETTID);
+  for (int i = 0; i < MAX_GUARDS; i++) {
+    uint64_t free_slot = 0;
+    if (__atomic_compare_exchange_n(&guards[i].tid, &free_slot, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return &guards[i];
+  }
+  return (struct bg_guard *)0;      /* none left: this thread's kernels run unguarded */
+}
+
+static void release_guard(struct bg_guard *g) { if (g) STORE(&g->tid, 0); }
+
+static void on_fault_signal(int sig, void *info, void *uctx) {
+  (void)uctx;
+  uint64_t tid = (uint64_t)fault_syscall(SYS_GETTID);
+  for (int i = 0; i < MAX_GUARDS; i++) {
+    struct bg_guard *g = &guards[i];
+    if (LOAD(&g->tid) == tid && LOAD(&g->armed)) {
+      g->armed = 0;
+      g->sig = (uint32_t)sig;
+      g->addr = *(const uint64_t *)((const char *)info + 16);    /* siginfo_t si_addr (64-bit Linux) */
+      __builtin_longjmp(g->jmp, 1);
+    }
+  }
+  /* not a kernel's: put the previous handler back; the instruction faults again under it */
+  fault_syscall(SYS_RT_SIGACTION, (long)sig, (long)&old_actions[sig], 0L, 8L);
+}
+
+/* fn(args, chunk) under the thread's guard: 0, or the signal that stopped it (g->addr: the faulting address) */
+__attribute__((noinline)) static int guarded_call(struct bg_guard *g, uint64_t fn, uint64_t args, int64_t chunk) {
+  typedef void (*kernel_t)(const uint64_t *, int64_t);
+  if (!g) { ((kernel_t)fn)((const uint64_t *)args, chunk); return 0; }
+  if (__builtin_setjmp(g->jmp)) return (int)g->sig;
+  __atomic_store_n(&g->armed, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ((kernel_t)fn)((const uint64_t *)args, chunk);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  __atomic_store_n(&g->armed, 0, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* Install the fault handler (once per loaded worker image; the host calls it when it loads the image). */
+void bg_host_install_fault_handler(const struct bg_libc *libc) {
+  fault_syscall = libc->syscall;
+  struct bg_kaction act = {(void *)on_fault_signal, BG_SA_SIGINFO | BG_SA_NODEFER | BG_SA_RESTORER, BG_RESTORER, 0};
+  for (int k = 0; k < 4; k++)
+    libc->syscall(SYS_RT_SIGACTION, (long)FAULT_SIGNALS[k], (long)&act, (long)&old_actions[FAULT_SIGNALS[k]], 8L);
 }
 
 static void set_fault(struct bg_ctl *ctl, uint64_t code, uint64_t header, uint64_t ib_offset, const struct bg_libc *libc) {
@@ -248,9 +331,11 @@ static struct {
   uint64_t ticket;                 /* generation << 32 | next chunk to claim */
   uint32_t done, nchunks, helpers, owner;
   uint64_t fn, args;
+  uint32_t fault_sig;              /* the first signal that stopped a chunk of the current job (0: none) */
+  uint64_t fault_addr;
 } team;
 
-static void run_chunks(const struct bg_libc *libc) {
+static void run_chunks(struct bg_guard *g, const struct bg_libc *libc) {
   uint64_t t = __atomic_load_n(&team.ticket, __ATOMIC_ACQUIRE);
   uint64_t gen = t >> 32;
   /* the job as published under `gen`; if it has been replaced since, every claim below fails */
@@ -262,21 +347,32 @@ static void run_chunks(const struct bg_libc *libc) {
     if ((t >> 32) != gen || (uint32_t)t >= n) return;
     /* acq_rel: the job reads above cannot move past a successful claim */
     if (!__atomic_compare_exchange_n(&team.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
-    fn(args, (int64_t)(uint32_t)t);
+    int sig = guarded_call(g, (uint64_t)fn, (uint64_t)args, (int64_t)(uint32_t)t);
+    if (sig) {
+      uint32_t none = 0;
+      if (__atomic_compare_exchange_n(&team.fault_sig, &none, (uint32_t)sig, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&team.fault_addr, g->addr, __ATOMIC_RELEASE);
+    }
     if (__atomic_add_fetch(&team.done, 1, __ATOMIC_ACQ_REL) == n) futex_wake(&team.done, 0x7fffffff, libc);
   }
 }
 
-static void exec_serial(uint64_t fn, uint64_t args, uint64_t nchunks) {
-  for (uint64_t c = 0; c < nchunks; c++) ((bg_kernel_t)fn)((const uint64_t *)args, (int64_t)c);
+/* the chunks one after the other: 0, or the signal that stopped one (*addr: where) */
+static int exec_serial(uint64_t fn, uint64_t args, uint64_t nchunks, struct bg_guard *g, uint64_t *addr) {
+  for (uint64_t c = 0; c < nchunks; c++) {
+    int sig = guarded_call(g, fn, args, (int64_t)c);
+    if (sig) { *addr = g->addr; return sig; }
+  }
+  return 0;
 }
 
-static void exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, const struct bg_libc *libc) {
+static int exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, struct bg_guard *g, uint64_t *addr,
+                   const struct bg_libc *libc) {
   if (nchunks <= 1 || nchunks > 0xffffffffu || !LOAD(&team.helpers) ||
       __atomic_exchange_n(&team.owner, 1, __ATOMIC_ACQUIRE)) {
-    exec_serial(fn, args, nchunks);
-    return;
+    return exec_serial(fn, args, nchunks, g, addr);
   }
+  __atomic_store_n(&team.fault_sig, 0, __ATOMIC_RELAXED);
   uint32_t gen = __atomic_load_n(&team.generation, __ATOMIC_RELAXED) + 1;
   __atomic_store_n(&team.fn, fn, __ATOMIC_RELAXED);
   __atomic_store_n(&team.args, args, __ATOMIC_RELAXED);
@@ -285,16 +381,20 @@ static void exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, const struct b
   __atomic_store_n(&team.ticket, (uint64_t)gen << 32, __ATOMIC_SEQ_CST);   /* releases the job fields */
   __atomic_store_n(&team.generation, gen, __ATOMIC_SEQ_CST);
   futex_wake(&team.generation, 0x7fffffff, libc);
-  run_chunks(libc);
+  run_chunks(g, libc);
   uint32_t d;
   for (uint32_t i = 1; (d = LOAD(&team.done)) < nchunks; i++) {
     if (i < 4096) CPU_RELAX(); else futex_wait(&team.done, d, FUTEX_SLICE_NS, libc);
   }
+  int sig = (int)LOAD(&team.fault_sig);
+  if (sig) *addr = LOAD(&team.fault_addr);
   __atomic_store_n(&team.owner, 0, __ATOMIC_RELEASE);
+  return sig;
 }
 
 /* A helper thread (started from Python; cffi releases the GIL): run chunks of each new job until stopped. */
 void bg_helper_run(const struct bg_libc *libc) {
+  struct bg_guard *guard = claim_guard(libc);
   __atomic_add_fetch(&team.helpers, 1, __ATOMIC_SEQ_CST);
   uint32_t seen = LOAD(&team.generation);
   int ran = 0;   /* a job ran since the last sleep */
@@ -314,10 +414,11 @@ void bg_helper_run(const struct bg_libc *libc) {
       if (g == seen) { futex_wait(&team.generation, seen, IDLE_SLEEP_NS, libc); continue; }
     }
     seen = g;
-    run_chunks(libc);
+    run_chunks(guard, libc);
     ran = 1;
   }
   __atomic_sub_fetch(&team.helpers, 1, __ATOMIC_SEQ_CST);
+  release_guard(guard);
 }
 
 void bg_helpers_stop(const struct bg_libc *libc) {
@@ -332,8 +433,16 @@ static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t m
   if (LOAD(&ctl->checked)) { uint64_t bad = check_operands(ctl, words, mask, pos); if (bad != BG_OK) return bad; }
   switch (ARG(0) & 0xffff) {
   case BG_NOP: return BG_OK;
-  case BG_EXEC: ((bg_kernel_t)ARG(1))((const uint64_t *)ARG(2), 0); return BG_OK;
-  case BG_EXEC_MT: exec_mt(ARG(1), ARG(2), ARG(3), libc); return BG_OK;
+  case BG_EXEC: case BG_EXEC_MT: {
+    struct bg_guard *g = (struct bg_guard *)LOAD(&ctl->guard);
+    uint64_t addr = 0;
+    int sig = (ARG(0) & 0xffff) == BG_EXEC ? guarded_call(g, ARG(1), ARG(2), 0) : exec_mt(ARG(1), ARG(2), ARG(3), g, &addr, libc);
+    if (!sig) return BG_OK;
+    if ((ARG(0) & 0xffff) == BG_EXEC) addr = g->addr;
+    ctl->fault_signal = (uint64_t)sig;
+    ctl->fault_addr = addr;
+    return BG_FAULT_KERNEL;
+  }
   case BG_COPY: libc->memcpy((void *)ARG(1), (const void *)ARG(2), (size_t)ARG(3)); return BG_OK;
   case BG_SIGNAL:
     STORE((uint64_t *)ARG(1), ARG(2));
@@ -419,7 +528,17 @@ static void idle(struct bg_ctl *ctl, uint64_t rptr, struct idle_state *st, const
   st->last_gap = gap <= IDLE_SPIN_MAX_NS / 2 ? gap : 0;   /* long: the host paused, the next spin is the shortest */
 }
 
+static void worker_loop(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc);
+
 void bg_worker_run(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc) {
+  struct bg_guard *g = claim_guard(libc);        /* this thread's kernels stop at a fault, not the process */
+  STORE(&ctl->guard, (uint64_t)g);
+  worker_loop(ctl, ring, ring_words, libc);
+  STORE(&ctl->guard, 0);
+  release_guard(g);
+}
+
+static void worker_loop(struct bg_ctl *ctl, uint64_t *ring, uint64_t ring_words, const struct bg_libc *libc) {
   const uint64_t mask = ring_words - 1;
   unsigned quarter_shift = 0;  /* wake rptr waiters whenever another quarter of the ring is free */
   while ((4ull << quarter_shift) < ring_words) quarter_shift++;
