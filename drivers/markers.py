@@ -10,8 +10,15 @@ MARKS_KEPT = 4096               # commands of eager submissions remembered per q
 
 class Marker(Fixup):
   """A trace marker's value: the queue's sequence number of the command before it, given when the commands are
-  placed in the ring or a bound queue (submit/bind); `what` says what the command does, for reports."""
-  def __init__(self, what: str): self.what = what
+  placed in the ring or a bound queue (submit/bind); `what` says what the command does, for reports; `args` (a
+  launch's kernel-argument address and buffer count) lets a report name the buffers of a launch that did not finish."""
+  def __init__(self, what: str, args: tuple | None = None): self.what, self.args = what, args
+
+
+def launch_args(cmd: tuple) -> tuple | None:
+  """(kernel-argument address, buffers) of an exec command with a concrete argument address, else None."""
+  if cmd[0] != "exec" or not isinstance(cmd[2], int): return None
+  return cmd[2], cmd[1].n_params
 
 
 def describe(cmd: tuple) -> str:
@@ -46,7 +53,7 @@ class TraceMarkers:
       if not isinstance(fix, Marker): continue
       self._seq[kind] += 1
       words[at] = self._seq[kind] & 0xFFFFFFFF
-      marks[self._seq[kind] & 0xFFFFFFFF] = fix.what
+      marks[self._seq[kind] & 0xFFFFFFFF] = fix.what if fix.args is None else (fix.what, fix.args)
     while keep and len(marks) > MARKS_KEPT: del marks[next(iter(marks))]
     return words
 
@@ -55,6 +62,19 @@ class TraceMarkers:
     if not self.markers: return ""
     done = int.from_bytes(bytes(self.view(self._marker_slot[kind], 4)), "little")
     marks = self._marks[kind]
-    name = lambda n: f"#{n} ({marks[n]})" if n in marks else f"#{n}"      # noqa: E731
+    def name(n: int, buffers: bool = False) -> str:
+      if n not in marks: return f"#{n}"
+      mark = marks[n]
+      if isinstance(mark, str): return f"#{n} ({mark})"
+      what, (args, count) = mark
+      return f"#{n} ({what}{'; ' + self._launch_buffers(args, count) if buffers else ''})"
     if done == self._seq[kind] & 0xFFFFFFFF: return f"; every command done (last {name(done)})"
-    return f"; last command done {name(done) if done else 'none'}, first not done {name((done + 1) & 0xFFFFFFFF)}"
+    return (f"; last command done {name(done) if done else 'none'}, first not done "
+            f"{name((done + 1) & 0xFFFFFFFF, buffers=True)}")
+
+  def _launch_buffers(self, args: int, count: int) -> str:
+    """The buffers a launch was given, each by the allocation it lies in (its kernel arguments read now)."""
+    data = self._readable(args, 8 * count) if count else None
+    if data is None: return f"{count} buffers (their addresses not readable here)" if count else "no buffers"
+    addrs = [int.from_bytes(data[8 * i:8 * i + 8], "little") for i in range(count)]
+    return "buffers " + ", ".join(f"{i}: {a:#x} {self.describe_address(a)}" for i, a in enumerate(addrs))

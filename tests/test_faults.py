@@ -221,6 +221,9 @@ def test_store_past_the_end_names_the_allocation(dev, monkeypatch):
     1 if dev.name == "AMD" else 2), 16)
   assert end - 64 <= address < end + 256, (hex(address), hex(end), msg)
   assert re.search(r"in no allocation|freed [\d.]+ s ago: a use after free", msg), msg
+  # the launch that did not finish, with its buffers by allocation
+  assert re.search(r"first not done #\d+ \(kernel E_64 [^;]*; buffers 0: 0x[0-9a-f]+ in a live [\w ]+ allocation of 4096 "
+                   r"bytes at 0x[0-9a-f]+, offset 0x[0-9a-f]+", msg), msg
   # the wave (AMD) / warp (NV) at the fault: the code around the store, its lanes, the registers it names
   state = {"AMD": [r"=> 0x[0-9a-f]+  global_store_b32 (v\d+), (v\d+), s\[\d+:\d+\]", r"EXEC 0x[0-9a-f]{16} \(\d+ lanes active\)",
                    r"registers it names: v\d+ = lane 0: 0x[0-9a-f]+"],

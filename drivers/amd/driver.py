@@ -30,7 +30,7 @@ from ..encoded import Encoded, Encoder, lo32, hi32
 from ..hostcopy import StagedCopies
 from ..allochistory import AllocationHistory
 from ..decode import decode as decode_words
-from ..markers import Marker, TraceMarkers, describe
+from ..markers import Marker, TraceMarkers, describe, launch_args
 from . import kfd, pm4, sdma
 from .codeobj import RSRC1_PRIV
 from .kfd import ffi as kfd_ffi
@@ -482,19 +482,19 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
         if not sdma_queue:
           for p in self._pm4_barrier(): out.packet(p)
       else: raise ValueError(f"AMD queue: unknown command {op!r}")
-      if self.markers: self._marker(out, kind, describe(cmd))
+      if self.markers: self._marker(out, kind, describe(cmd), launch_args(cmd))
     return out.encoded
 
-  def _marker(self, out: Encoder, kind: str, what: str):
+  def _marker(self, out: Encoder, kind: str, what: str, args: tuple | None = None):
     """The command's trace marker: its sequence number (a Marker fixup) written when the command is done. PM4:
     RELEASE_MEM at bottom of pipe, 32-bit data, no cache action or interrupt (the dispatch's own barrier came before);
     SDMA: an uncached FENCE."""
     addr = self._marker_slot[kind]
     if kind == "copy":
-      out.packet(sdma.packet("FENCE", mtype=SDMA_MTYPE_UC, addr_lo=lo32(addr), addr_hi=hi32(addr), data=Marker(what)))
+      out.packet(sdma.packet("FENCE", mtype=SDMA_MTYPE_UC, addr_lo=lo32(addr), addr_hi=hi32(addr), data=Marker(what, args)))
     else:
       out.packet(pm4.packet("RELEASE_MEM", event_type=pm4.BOTTOM_OF_PIPE_TS, event_index=5, data_sel=pm4.DATA_SEL_32,
-                            addr_lo=lo32(addr), addr_hi=hi32(addr), data_lo=Marker(what)))
+                            addr_lo=lo32(addr), addr_hi=hi32(addr), data_lo=Marker(what, args)))
 
   def _dispatch(self, out: Encoder, program, args_addr, global_size, local_size):
     """SET_SH_REG the program, its resources, the kernarg pointer (user SGPRs 0-1) and the block size, then

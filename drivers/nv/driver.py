@@ -48,7 +48,7 @@ from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from ..hostcopy import StagedCopies
 from ..allochistory import AllocationHistory
 from ..decode import decode as decode_words
-from ..markers import Marker, TraceMarkers, describe
+from ..markers import Marker, TraceMarkers, describe, launch_args
 from . import rm, qmd, osdesc, vidmem, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
@@ -768,7 +768,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       else: raise ValueError(f"NV queue: unknown command {op!r}")
       if self.markers:       # the command's sequence number (a Marker fixup), released once it is done
         slot = self._marker_slot[kind]
-        p.method(0, pb.SEM_ADDR_LO, lo32(slot), hi32(slot), Marker(describe(cmd)), 0,
+        p.method(0, pb.SEM_ADDR_LO, lo32(slot), hi32(slot), Marker(describe(cmd), launch_args(cmd)), 0,
                  pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_SIZE_64BIT)
     return Encoder().packet(p.words).encoded      # one pushbuffer segment (one GPFIFO entry)
 
