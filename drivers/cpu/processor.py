@@ -35,6 +35,7 @@ typedef void (*bg_worker_run_t)(struct bg_ctl *ctl, uint64_t *ring, uint64_t rin
 typedef void (*bg_host_doorbell_t)(struct bg_ctl *ctl, uint64_t wptr, const struct bg_libc *libc);
 typedef void (*bg_host_stop_t)(struct bg_ctl *ctl, const struct bg_libc *libc);
 typedef void (*bg_host_install_fault_handler_t)(const struct bg_libc *libc);
+typedef int (*bg_host_guarded_launch_t)(uint64_t fn, uint64_t a, uint64_t b, uint64_t *addr, const struct bg_libc *libc);
 typedef int (*bg_host_wait_value_t)(uint64_t addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns,
                                     uint64_t fault_addr, const struct bg_libc *libc);
 typedef int (*bg_host_wait_rptr_t)(struct bg_ctl *ctl, uint64_t target, int64_t timeout_ns, int64_t spin_ns,
@@ -109,7 +110,8 @@ class _Worker:
     for name in ("syscall", "clock_gettime", "memcpy"):
       setattr(self.libc, name, ffi.cast("void *", elf.resolve_libc(name)))
     for name in ("bg_helper_run", "bg_helpers_stop", "bg_worker_run", "bg_host_doorbell", "bg_host_stop", "bg_host_wait_value", "bg_host_wait_rptr",
-                 "bg_host_futex_wait", "bg_host_futex_wake", "bg_host_mmu_set", "bg_host_install_fault_handler"):
+                 "bg_host_futex_wait", "bg_host_futex_wake", "bg_host_mmu_set", "bg_host_install_fault_handler",
+                 "bg_host_guarded_launch"):
       setattr(self, name.removeprefix("bg_"), ffi.cast(name + "_t", self.image.symbol(name)))
     # a fault signal inside a kernel stops the kernel, not the process (worker.c); other faults go to the handler
     # that was there before (Python's faulthandler, or the default)
@@ -142,6 +144,15 @@ class _Worker:
 
 
 def _u64p(addr: int): return ffi.cast("uint64_t *", addr)
+
+
+def guarded_launch(fn: int, a: int, b: int) -> tuple[int, int, int]:
+  """fn(a, b) -> int, a C function of another library (the emulated Metal GPU's kernel launcher), with a fault signal
+  inside it stopping it rather than the process (worker.c): (its result, the signal or 0, the faulting address)."""
+  w = _Worker.get()
+  addr = ffi.new("uint64_t *")
+  rc = w.host_guarded_launch(fn, a, b, addr, w.libc)
+  return (rc, 0, 0) if rc >= 0 else (0, -rc, int(addr[0]))
 
 
 class AddressSpace:

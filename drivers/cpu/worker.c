@@ -221,6 +221,25 @@ __attribute__((noinline)) static int guarded_call(struct bg_guard *g, uint64_t f
   return 0;
 }
 
+/* fn(a, b) -> int (another library's kernel launcher: the emulated Metal GPU's) under a guard of the calling thread:
+ * its result, or minus the fault signal that stopped it (*addr: the faulting address). */
+int bg_host_guarded_launch(uint64_t fn, uint64_t a, uint64_t b, uint64_t *addr, const struct bg_libc *libc) {
+  typedef int (*launch_t)(void *, void *);
+  struct bg_guard *g = claim_guard(libc);
+  if (!g) return ((launch_t)fn)((void *)a, (void *)b);
+  volatile int rc = 0;
+  if (__builtin_setjmp(g->jmp)) { *addr = g->addr; rc = -(int)g->sig; }
+  else {
+    __atomic_store_n(&g->armed, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    rc = ((launch_t)fn)((void *)a, (void *)b);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&g->armed, 0, __ATOMIC_RELAXED);
+  }
+  release_guard(g);
+  return rc;
+}
+
 /* Install the fault handler (once per loaded worker image; the host calls it when it loads the image). */
 void bg_host_install_fault_handler(const struct bg_libc *libc) {
   fault_syscall = libc->syscall;

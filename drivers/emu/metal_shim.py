@@ -283,7 +283,15 @@ class Library:
   def run(self, name: str, pointers: list[int], grid: tuple, block: tuple) -> None:
     """Run kernel `name` over `grid` threadgroups of `block` threads; pointers[i] is buffer index i's address."""
     args = _ffi.new("void *[]", [_ffi.cast("void *", p) for p in pointers] or [_ffi.NULL])
-    rc = self.launch[name](args, _ffi.new("unsigned[6]", [*grid, *block]))
+    dims = _ffi.new("unsigned[6]", [*grid, *block])
+    # a kernel that faults (a store outside its buffers, ...) stops as a GPU page fault, not the process: the launch
+    # runs under the CPU command processor's fault guard (drivers/cpu/worker.c); a faulted launch on fibers leaves its
+    # fiber stacks mapped (bounded by the faults)
+    from baregrad.drivers.cpu.processor import guarded_launch, SIGNALS
+    rc, sig, addr = guarded_launch(int(_ffi.cast("uintptr_t", self.launch[name])), int(_ffi.cast("uintptr_t", args)),
+                                   int(_ffi.cast("uintptr_t", dims)))
+    if sig: raise KernelFault(f"kernel {name}: GPU fault: stopped by {SIGNALS.get(sig, f'signal {sig}')} at address "
+                              f"{addr:#x}")
     if rc != 0: raise KernelFault(f"kernel {name}: {_ffi.string(self._error()).decode(errors='replace')}")
 
   def close(self) -> None:

@@ -184,6 +184,34 @@ def test_compile_error_names_the_kernel_and_the_compiler_output(driver):
                         "broken")
 
 
+WILD = """#include <metal_stdlib>
+using namespace metal;
+kernel void wild(device float* out [[buffer(0)]], uint3 gid [[thread_position_in_grid]]) {
+  device float *p = (device float *)0xdead0000;
+  p[gid.x] = out[gid.x];
+}
+"""
+
+
+def test_kernel_storing_outside_its_buffers_fails_its_command_buffer(driver):
+  """A kernel that stores to an address no buffer holds: its command buffer ends in error naming the kernel, the
+  fault and the address (a GPU page fault, not the end of the process), and the queue goes on."""
+  entry, program = driver.load_program(WILD.encode(), "wild")
+  mem, sig = driver.alloc(4096), driver.alloc(64)
+  struct.pack_into("<Q", driver.view(mem.addr, 8), 0, mem.addr + 1024)
+  done = _Signal(sig.addr)
+  driver.submit("compute", driver.encode("compute", [("exec", _Program(entry, 1, (), (32, 1, 1)), mem.addr, (2, 1, 1),
+                                                      (1, 1, 1)), ("signal", done, 1)]))
+  assert driver.wait_value(done.addr, 1, 10) is False
+  with pytest.raises(CommandBufferError, match=r"kernel wild: GPU fault: stopped by SIGSEGV \(a memory access outside "
+                                               r"mapped memory\) at address 0xdead0000"):
+    driver.check_faults("METAL")
+  driver.submit("compute", driver.encode("compute", [("signal", done, 2)]))     # the queue goes on
+  _wait(driver, done.addr, 2)
+  for m in (mem, sig): driver.free(m)
+  driver.unload_program(program)
+
+
 def test_failed_command_buffer_is_reported_once(driver, monkeypatch):
   entry, program = driver.load_program(ADD.encode(), "add")
   mem, sig = driver.alloc(4096), driver.alloc(64)
