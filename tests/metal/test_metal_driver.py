@@ -2,7 +2,7 @@
 copies, signals and waits through shared events, timestamps from command buffer times), JIT replay through an
 indirect command buffer, faults, what Metal's validation rejects, and no object leaked or over-released.
 The whole op suite on it: `EMU=1 DEV=METAL python -m pytest tests/test_ops.py` (drivers/metal/README.md)."""
-import struct, time
+import re, struct, time
 import numpy as np
 import pytest
 from baregrad.drivers import settings
@@ -210,6 +210,41 @@ def test_kernel_storing_outside_its_buffers_fails_its_command_buffer(driver):
   _wait(driver, done.addr, 2)
   for m in (mem, sig): driver.free(m)
   driver.unload_program(program)
+
+
+SPIN = """#include <metal_stdlib>
+using namespace metal;
+kernel void spin(device float* out [[buffer(0)]], device const uint* flag [[buffer(1)]]) {
+  while (*(volatile device const uint *)flag == 0) {}
+  out[0] = 1.0f;
+}
+"""
+
+
+def test_kernel_that_does_not_finish_is_named_by_the_timeout():
+  """A kernel that spins until the host releases it: a wait on the device times out within its timeout, and the
+  report's queue dump names the submission and its kernel; released, everything completes."""
+  from baregrad.hcq.device import Device
+  dev = Device("METAL", MetalDriver(mf.EmulatedMetal()))
+  d = dev.driver
+  try:
+    entry, program = d.load_program(SPIN.encode(), "spin")
+    mem = d.alloc(4096)
+    struct.pack_into("<2Q", d.view(mem.addr, 16), 0, mem.addr + 1024, mem.addr + 2048)
+    dev.compute_queue().exec(_Program(entry, 2), mem.addr, (1, 1, 1), (1, 1, 1)) \
+      .signal(dev.timeline, dev.next_timeline()).submit(dev)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as e: dev.synchronize(timeout=0.5)
+    assert time.monotonic() - start < 2
+    assert re.search(r"compute queue: \d+ of \d+ command buffers completed\n  a submission ending with command buffer "
+                     r"\d+:\n    #0 exec kernel spin, pipeline=0x[0-9a-f]+", e.value.queues), e.value.queues
+    struct.pack_into("<I", d.view(mem.addr + 2048, 4), 0, 1)
+    dev.synchronize(timeout=10)
+    assert struct.unpack_from("<f", d.view(mem.addr + 1024, 4))[0] == 1.0
+    d.free(mem)
+    d.unload_program(program)
+  finally:
+    d.close()
 
 
 def test_failed_command_buffer_is_reported_once(driver, monkeypatch):
