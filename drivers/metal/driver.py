@@ -414,7 +414,15 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
   def _failed(self, kind: str, cb):
     """A command buffer ended in error: remember why, drop its records (its signals never come), release it."""
     error = self.rt.send(cb, "error")
-    self._fault = f"{kind} queue: a command buffer ended with status {STATUS[STATUS_ERROR]}: {self.rt.error_text(error)}"
+    text = self.rt.error_text(error)
+    # a fault address in the error (the emulated GPU's account gives one; Metal's own errors do not): which buffer
+    where = re.search(r"at address (0x[0-9a-f]+)", text)
+    if where:
+      try:
+        mem, offset = self._lookup(int(where.group(1), 16))
+        text += f" (in a buffer of {mem.nbytes} bytes at {mem.addr:#x}, offset {offset:#x})"
+      except MetalError: text += " (in no buffer of this device)"
+    self._fault = f"{kind} queue: a command buffer ended with status {STATUS[STATUS_ERROR]}: {text}"
     records = self._records[kind]
     while records and records[0][1] is cb: records.popleft()
     self.rt.release(cb)
