@@ -307,3 +307,30 @@ def test_cpu_kernel_fault_stops_the_kernel_not_the_process(case, threads):
   finally:
     dev.driver.close()
   np.testing.assert_array_equal((Tensor([1.0, 2.0], device="CPU") * 2).numpy(), [2.0, 4.0])   # the process goes on
+
+
+def test_cpu_kernel_storing_past_its_buffer_end():
+  """The kernel's output points 64 bytes before the end of its buffer's mapping, and the pages after it are not
+  mapped (the next allocation was freed): its 256-byte store faults there, named as in no memory of this device,
+  with the command and the kernel."""
+  from baregrad.drivers.cpu.driver import CPUDriver
+  from baregrad.drivers.cpu.processor import ProcessorFault, address_space
+  dev = Device("CPU", CPUDriver())
+  try:
+    (item,) = (Tensor(np.arange(64, dtype=np.float32), device="CPU") + 1).schedule()
+    kernel = item.program.load(dev)
+    src = dev.driver.alloc(256)
+    out = dev.driver.alloc(4096)
+    end = out.addr + out.mapped
+    after = dev.driver.alloc(4096)
+    if after.addr == end: dev.driver.free(after)
+    elif any(a <= end < e for a, e in address_space.ranges.items()):
+      pytest.skip("the page after the buffer is another allocation's here")
+    dev.compute_queue().exec(kernel, dev.kernargs.put([end - 64, src.addr])).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    with pytest.raises(ProcessorFault) as e: dev.synchronize(timeout=10)
+    msg = str(e.value)
+    address = int(re.search(r"SIGSEGV \(a memory access outside mapped memory\) at address (0x[0-9a-f]+)", msg).group(1), 16)
+    assert end <= address < end + 256, (hex(address), hex(end), msg)
+    assert "(in no memory of this device)" in msg and re.search(r"first not done #\d+ \(kernel E_64\)", msg), msg
+  finally:
+    dev.driver.close()
