@@ -35,6 +35,13 @@ def test_pm4_packets():
   assert re.search(r"0x007f00001040  INDIRECT_BUFFER ib_base_lo=0x2000 ib_base_hi=0x7f ib_size=0x8 valid=0x1", text), text
   assert reads == [(0x7F00002000, 32)]
   assert re.search(r"  \| 0x007f00002000  NOP \(8 dwords\)", text), text
+  # RELEASE_MEM (IT 0x49, 7 body dwords on gfx11: Linux gfx_v11_0_ring_emit_fence) of a bottom-of-pipe event (0x28,
+  # index 5), DATA_SEL 29:31 = 1 (32 bits), INT_SEL 24:26 = 2; EVENT_WRITE (IT 0x46) of a CS partial flush (7, index 4)
+  words = [pm4_header(0x49, 6), 0x28 | 5 << 8, 1 << 29 | 2 << 24, 0x4000, 0x7F, 7, 0, 3,
+           pm4_header(0x46, 0), 7 | 4 << 8]
+  text = "\n".join(decode("pm4", words))
+  assert re.search(r"\+0x00000  RELEASE_MEM event_type=0x28 event_index=0x5 int_sel=0x2 data_sel=0x1 addr_lo=0x4000 "
+                   r"addr_hi=0x7f data_lo=0x7 int_ctxid=0x3\n\+0x00020  EVENT_WRITE event_type=0x7 event_index=0x4$", text), text
   # a header that is not type 3 stops the decode with the reason
   assert "not a PM4 type-3 header" in decode("pm4", [0x12345678])[0]
 
@@ -55,6 +62,9 @@ def test_sdma_packets():
   assert re.search(r"\+0x0001c  FENCE addr_lo=0x5000 addr_hi=0x7f data=0x9", text), text
   assert re.search(r"\+0x0002c  POLL_REGMEM \[0x7f00006000\] & 0xffffffff == 0x7", text), text
   assert re.search(r"\+0x00044  TRAP int_context=0x1", text), text
+  # TIMESTAMP (SDMA_OP_TIMESTAMP 13, SUBOP GET_GLOBAL 2) and a 3-dword NOP (COUNT 29:16 = 2)
+  text = "\n".join(decode("sdma", [sdma_header(13, 2), 0x8000, 0x7F, sdma_header(0, 0, 2 << 16), 0, 0]))
+  assert text == "+0x00000  TIMESTAMP addr_lo=0x8000 addr_hi=0x7f\n+0x0000c  NOP (3 dwords)", text
   assert "unknown SDMA packet" in decode("sdma", [sdma_header(0x77)])[0]
 
 
