@@ -268,7 +268,7 @@ def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():
 
 
 CPU_FAULTS = {   # C inserted at the top of the kernel, the signal the report names, whether the address is reported
-  "unmapped store": ("  *(volatile float *)0xdead0000ULL = 1.0f;\n", r"SIGSEGV \(a memory access outside mapped memory\) "
+  "unmapped store": ("  *(volatile float *)0xdead0000ULL = 1.0f;\n", r"SIGSEGV \(a memory access where nothing is mapped for it\) "
                      r"at address 0xdead0000 \(header 0x[0-9a-f]+\) at ring position \d+ \(ring word \d+\) \(in no memory of "
                      r"this device\)"),
   "illegal instruction": ("  __builtin_trap();\n", r"SIGILL \(an illegal instruction\)"),
@@ -310,27 +310,40 @@ def test_cpu_kernel_fault_stops_the_kernel_not_the_process(case, threads):
 
 
 def test_cpu_kernel_storing_past_its_buffer_end():
-  """The kernel's output points 64 bytes before the end of its buffer's mapping, and the pages after it are not
-  mapped (the next allocation was freed): its 256-byte store faults there, named as in no memory of this device,
-  with the command and the kernel."""
+  """The kernel's output points 64 bytes before the end of the first page of a two-page buffer whose second page the
+  test made inaccessible (mprotect PROT_NONE, as a GPU's unmapped page): its 256-byte store faults there, and the
+  report names the address inside this device's memory at its offset, the command and the kernel."""
+  import ctypes
   from baregrad.drivers.cpu.driver import CPUDriver
-  from baregrad.drivers.cpu.processor import ProcessorFault, address_space
+  from baregrad.drivers.cpu.processor import ProcessorFault
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
   dev = Device("CPU", CPUDriver())
+  out = None
   try:
     (item,) = (Tensor(np.arange(64, dtype=np.float32), device="CPU") + 1).schedule()
     kernel = item.program.load(dev)
-    src = dev.driver.alloc(256)
-    out = dev.driver.alloc(4096)
-    end = out.addr + out.mapped
-    after = dev.driver.alloc(4096)
-    if after.addr == end: dev.driver.free(after)
-    elif any(a <= end < e for a, e in address_space.ranges.items()):
-      pytest.skip("the page after the buffer is another allocation's here")
+    src, out = dev.driver.alloc(256), dev.driver.alloc(8192)
+    end = out.addr + 4096
+    assert libc.mprotect(end, 4096, 0) == 0, ctypes.get_errno()          # PROT_NONE
     dev.compute_queue().exec(kernel, dev.kernargs.put([end - 64, src.addr])).signal(dev.timeline, dev.next_timeline()).submit(dev)
     with pytest.raises(ProcessorFault) as e: dev.synchronize(timeout=10)
     msg = str(e.value)
-    address = int(re.search(r"SIGSEGV \(a memory access outside mapped memory\) at address (0x[0-9a-f]+)", msg).group(1), 16)
+    address = int(re.search(r"SIGSEGV \(a memory access where nothing is mapped for it\) at address (0x[0-9a-f]+)", msg).group(1), 16)
     assert end <= address < end + 256, (hex(address), hex(end), msg)
-    assert "(in no memory of this device)" in msg and re.search(r"first not done #\d+ \(kernel E_64\)", msg), msg
+    assert f"(in memory of this device at {out.addr:#x}, offset {address - out.addr:#x})" in msg, msg
+    assert re.search(r"first not done #\d+ \(kernel E_64\)", msg), msg
   finally:
+    if out is not None: libc.mprotect(out.addr + 4096, 4096, 3)        # PROT_READ | PROT_WRITE again
     dev.driver.close()
+
+
+def test_a_fault_outside_kernels_still_ends_the_process():
+  """The CPU device's fault handler takes only faults inside kernels: any other goes to the handler installed before
+  it (here Python's faulthandler, which prints the traceback) and ends the process with SIGSEGV, as without it."""
+  import subprocess, sys
+  code = ("import ctypes\nfrom baregrad.tensor import Tensor\nprint((Tensor([1.0]) + 1).numpy(), flush=True)\n"
+          "ctypes.string_at(0)\nprint('not reached')\n")
+  p = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True, timeout=120)
+  assert p.returncode == -11 and p.stdout.strip() == "[2.]", (p.returncode, p.stdout, p.stderr[-2000:])
+  assert "Fatal Python error: Segmentation fault" in p.stderr and "string_at" in p.stderr, p.stderr[-2000:]

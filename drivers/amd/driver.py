@@ -20,7 +20,7 @@ packets, with the dwords that hold symbolic values located by the packet tables 
 INDIRECT_BUFFER / SDMA INDIRECT packet.
 """
 from __future__ import annotations
-import collections, os, time, weakref
+import os, time, weakref
 from dataclasses import dataclass
 import cffi
 import numpy as np

@@ -2,7 +2,7 @@
 processor (a ring consumed by a worker thread) that both the compute and the copy queue feed."""
 from __future__ import annotations
 from dataclasses import dataclass
-import collections, os, weakref
+import os, weakref
 import cffi
 from . import cc, elf
 from .. import settings

@@ -66,7 +66,7 @@ PACKETS = {
 FAULTS = {1: "unknown opcode", 2: "bad packet size", 3: "INDIRECT inside an INDIRECT buffer", 4: "unmapped address",
           5: "not a loaded kernel entry point", 6: "a fault signal inside a kernel"}
 SIGNALS = {4: "SIGILL (an illegal instruction)", 7: "SIGBUS (a bus error)", 8: "SIGFPE (an arithmetic fault, e.g. an "
-           "integer division by zero)", 11: "SIGSEGV (a memory access outside mapped memory)"}   # Linux signal numbers
+           "integer division by zero)", 11: "SIGSEGV (a memory access where nothing is mapped for it)"}   # Linux signal numbers
 WAIT_DONE, WAIT_TIMEOUT, WAIT_ABORTED = 0, 1, 2
 FAULT_KERNEL = 6        # a fault signal inside a kernel (worker.c BG_FAULT_KERNEL)
 HOST_SPIN_NS = 200_000  # host waits spin this long before sleeping in futex: a host that sleeps is woken by

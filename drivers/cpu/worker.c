@@ -204,8 +204,15 @@ static void on_fault_signal(int sig, void *info, void *uctx) {
       __builtin_longjmp(g->jmp, 1);
     }
   }
-  /* not a kernel's: put the previous handler back; the instruction faults again under it */
-  fault_syscall(SYS_RT_SIGACTION, (long)sig, (long)&old_actions[sig], 0L, 8L);
+  /* not a kernel's: the handler that was there before ours (Python's faulthandler, a runtime's own) runs it; with none
+   * (the default action), put the default back: the instruction faults again and the process ends as without us */
+  struct bg_kaction *old = &old_actions[sig];
+  if (old->handler == (void *)0 || old->handler == (void *)1) {          /* SIG_DFL, SIG_IGN */
+    fault_syscall(SYS_RT_SIGACTION, (long)sig, (long)old, 0L, 8L);
+    return;
+  }
+  if (old->flags & BG_SA_SIGINFO) ((void (*)(int, void *, void *))old->handler)(sig, info, uctx);
+  else ((void (*)(int))old->handler)(sig);
 }
 
 /* fn(args, chunk) under the thread's guard: 0, or the signal that stopped it (g->addr: the faulting address) */

@@ -1018,7 +1018,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
                  f"{', nothing pending' if not pending else f', {len(pending)} entries pending'}{self.marker_report(ch.name)}")
       for i in pending:
         words = np.frombuffer(self.view(ch.ring.addr + 8 * i, 8), np.uint32)
-        out += [line.replace(f"GP entry 0:", f"GP entry {i}:", 1)
+        out += [line.replace("GP entry 0:", f"GP entry {i}:", 1)
                 for line in decode_words("gpfifo", words, ch.ring.addr + 8 * i, self._readable, "  ")]
     return "\n".join(out)
 
