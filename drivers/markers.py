@@ -67,14 +67,14 @@ class TraceMarkers:
       mark = marks[n]
       if isinstance(mark, str): return f"#{n} ({mark})"
       what, (args, count) = mark
-      return f"#{n} ({what}{'; ' + self._launch_buffers(args, count) if buffers else ''})"
+      return f"#{n} ({what}{'; ' + self._launch_buffers(args, count) if buffers and count else ''})"
     if done == self._seq[kind] & 0xFFFFFFFF: return f"; every command done (last {name(done)})"
     return (f"; last command done {name(done) if done else 'none'}, first not done "
             f"{name((done + 1) & 0xFFFFFFFF, buffers=True)}")
 
   def _launch_buffers(self, args: int, count: int) -> str:
     """The buffers a launch was given, each by the allocation it lies in (its kernel arguments read now)."""
-    data = self._readable(args, 8 * count) if count else None
-    if data is None: return f"{count} buffers (their addresses not readable here)" if count else "no buffers"
+    data = self._readable(args, 8 * count)
+    if data is None: return f"{count} buffers (their addresses not readable here)"
     addrs = [int.from_bytes(data[8 * i:8 * i + 8], "little") for i in range(count)]
     return "buffers " + ", ".join(f"{i}: {a:#x} {self.describe_address(a)}" for i, a in enumerate(addrs))

@@ -102,7 +102,7 @@ def _hand_program(drv, **kd_fields):
   kd = KernelDescriptor.for_kernel(8, kernarg_size=8, workgroup_ids=1, workitem_dims=1, **kd_fields)
   co = write_code_object("hand", assemble(HAND_KERNEL), kd, 8)
   _, prog = drv.load_program(co, "hand")
-  return types.SimpleNamespace(handle=prog, meta={}, name="hand")
+  return types.SimpleNamespace(handle=prog, meta={}, name="hand", n_params=0)    # (as hcq.program.Program)
 
 
 def _run_hand_kernel(drv):

@@ -307,7 +307,7 @@ def test_the_command_processor_refuses_the_dispatch(drv):
   from baregrad.drivers.amd.driver import GPUFault
   kd = KernelDescriptor.for_kernel(200, kernarg_size=8, workgroup_ids=1, workitem_dims=1)
   _, handle = drv.load_program(write_code_object("wide", assemble(wide_kernel(199)), kd, 8), "wide")
-  prog = types.SimpleNamespace(handle=handle, meta={}, name="wide")
+  prog = types.SimpleNamespace(handle=handle, meta={}, name="wide", n_params=0)    # (as hcq.program.Program)
   out, args, sig = drv.alloc(4 * 1024), drv.alloc(64), drv.alloc(4096)
   np.frombuffer(drv.view(args.addr, 8), np.uint64)[0] = out.addr
   signal = types.SimpleNamespace(addr=sig.addr, timestamp_addr=sig.addr + 8, name="s")
