@@ -157,30 +157,55 @@ def guarded_launch(fn: int, a: int, b: int) -> tuple[int, int, int]:
 
 class AddressSpace:
   """What packets of a checked processor may touch: registered memory ranges and kernel entry points. One table
-  per process (the worker's); the host publishes a new sorted copy on every change."""
+  per process (the worker's); the host publishes a new sorted copy on every change. The sorted tables are kept as
+  numpy arrays and changed in place of being rebuilt (a change costs microseconds, not a walk over every range: a
+  cache flushing thousands of programs or buffers stays linear)."""
 
   def __init__(self):
     self.ranges: dict[int, int] = {}     # start -> end
     self.entries: dict[int, int] = {}    # entry point -> how many loaded programs have it
     self._lock = threading.Lock()
     self._tables = None
+    self._range_table = np.zeros((0, 2), np.uint64)      # (start, end) rows sorted by start
+    self._entry_table = np.zeros(0, np.uint64)           # sorted entry points
 
   def map(self, addr: int, nbytes: int):
-    with self._lock: self.ranges[addr] = addr + nbytes; self._publish()
+    with self._lock:
+      if addr in self.ranges: self._range_table = self._drop(self._range_table, addr)
+      self.ranges[addr] = addr + nbytes
+      at = int(np.searchsorted(self._range_table[:, 0], np.uint64(addr)))
+      self._range_table = np.insert(self._range_table, at, np.array([addr, addr + nbytes], np.uint64), axis=0)
+      self._publish()
 
   def unmap(self, addr: int):
     with self._lock:
-      if self.ranges.pop(addr, None) is not None: self._publish()
+      if self.ranges.pop(addr, None) is not None:
+        self._range_table = self._drop(self._range_table, addr)
+        self._publish()
 
   def add_entry(self, fn: int):
-    with self._lock: self.entries[fn] = self.entries.get(fn, 0) + 1; self._publish()
+    with self._lock:
+      self.entries[fn] = self.entries.get(fn, 0) + 1
+      if self.entries[fn] == 1:
+        self._entry_table = np.insert(self._entry_table, int(np.searchsorted(self._entry_table, np.uint64(fn))),
+                                      np.uint64(fn))
+      self._publish()
 
   def remove_entry(self, fn: int):
     with self._lock:
       if fn in self.entries:
         self.entries[fn] -= 1
-        if not self.entries[fn]: del self.entries[fn]
+        if not self.entries[fn]:
+          del self.entries[fn]
+          self._entry_table = self._drop(self._entry_table, fn)
         self._publish()
+
+  @staticmethod
+  def _drop(table: np.ndarray, key: int) -> np.ndarray:
+    """`table` without the row (or value) whose first column is `key` (a new array: the worker may read the old)."""
+    keys = table[:, 0] if table.ndim == 2 else table
+    at = int(np.searchsorted(keys, np.uint64(key)))
+    return np.delete(table, at, axis=0) if at < len(keys) and int(keys[at]) == key else table
 
   def publish(self):
     """Hand the current tables to the worker (again: a forked child's new worker starts with none)."""
@@ -189,11 +214,11 @@ class AddressSpace:
   def _publish(self):
     # never waits for the worker (its loader publishes under this lock): one not loaded yet gets the tables then
     if (w := _Worker._instance) is None: return
-    starts = sorted(self.ranges)
-    ranges = np.array([(a, self.ranges[a]) for a in starts] or [(0, 0)], dtype=np.uint64)
-    entries = np.array(sorted(self.entries) or [0], dtype=np.uint64)
-    w.host_mmu_set(ffi.cast("struct bg_range *", ranges.ctypes.data), len(starts),
-                   _u64p(entries.ctypes.data), len(self.entries))
+    ranges = self._range_table if len(self._range_table) else np.zeros((1, 2), np.uint64)
+    entries = self._entry_table if len(self._entry_table) else np.zeros(1, np.uint64)
+    ranges, entries = np.ascontiguousarray(ranges), np.ascontiguousarray(entries)
+    w.host_mmu_set(ffi.cast("struct bg_range *", ranges.ctypes.data), len(self._range_table),
+                   _u64p(entries.ctypes.data), len(self._entry_table))
     self._tables = (ranges, entries)     # the previous tables are no longer read once mmu_set returned
 
 
