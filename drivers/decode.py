@@ -39,6 +39,11 @@ def words_of(fmt: str, data: bytes) -> list[int]:
   return list(struct.unpack_from(f"<{n}{'I' if size == 4 else 'Q'}", data))
 
 
+def pack_words(fmt: str, words: list[int]) -> bytes:
+  """`words` of format `fmt` as little-endian bytes (what `words_of` reads back)."""
+  return struct.pack(f"<{len(words)}{'I' if WORD_BYTES[fmt] == 4 else 'Q'}", *words)
+
+
 def _at(address: int | None, pos: int, size: int) -> str:
   return f"{address + pos * size:#014x}" if address is not None else f"+{pos * size:#07x}"
 

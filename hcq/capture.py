@@ -19,7 +19,7 @@ size and decompression before replay touches anything; CaptureError names the fi
 from __future__ import annotations
 import atexit, hashlib, json, os, platform, re, struct, sys, time, zlib
 from dataclasses import dataclass
-from baregrad.drivers.decode import FORMATS as WORD_FORMATS, WORD_BYTES, WordLog
+from baregrad.drivers.decode import FORMATS as WORD_FORMATS, WORD_BYTES, WordLog, pack_words
 
 MAGIC = b"BGQCAPT\x00"
 END_MAGIC = b"BGQEND\x00\x00"
@@ -40,11 +40,6 @@ MAX_THREADS = 4096                    # meta.threads: CPU cores a kernel is spli
 MAX_GRID = (1 << 31) - 1              # one dimension of a launch's global size (blocks)
 MAX_BLOCK = 1024                      # threads in one block (local size), NV and AMD
 INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def pack_words(fmt: str, words: list[int]) -> bytes:
-  """Words of a queue format as little-endian bytes (4 or 8 each, drivers/decode.py WORD_BYTES)."""
-  return struct.pack(f"<{len(words)}{'I' if WORD_BYTES[fmt] == 4 else 'Q'}", *words)
 
 
 class CaptureError(ValueError):

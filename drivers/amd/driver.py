@@ -29,7 +29,6 @@ from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, lo32, hi32
 from ..hostcopy import StagedCopies
 from ..allochistory import AllocationHistory
-from ..decode import decode as decode_words
 from ..markers import Marker, TraceMarkers, describe, launch_args
 from . import kfd, pm4, sdma
 from .codeobj import RSRC1_PRIV
@@ -739,6 +738,7 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
 
   def dump_queues(self) -> str:
     """Each queue's ring decoded from the engine's read pointer to the write pointer, following indirect buffers."""
+    from ..decode import decode as decode_words    # (only here: the decoder's tables stay out of import time)
     out = []
     for ring in (self.compute, self.copy):
       fmt = "sdma" if ring.kind == "copy" else "pm4"

@@ -12,7 +12,6 @@ from . import processor
 from .processor import CommandProcessor, Op, PACKETS, header, ProcessorFault, address_space
 from ..markers import MARKS_KEPT
 from ..hostcopy import HostMemoryCopies
-from ..decode import decode as decode_words
 
 _ffi = cffi.FFI()
 # -fwrapv: integer overflow wraps, as on every GPU and in numpy. -ffp-contract=off: a*b+c is two roundings, as numpy
@@ -46,9 +45,6 @@ class Memory:
 
 class ProcessorTimeout(TimeoutError):
   """A wait on the CPU device timed out with packets still queued: names where the command processor is."""
-
-
-def np_frombuffer_u64(data: bytes): return np.frombuffer(data, np.uint64).tolist()
 
 
 class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
@@ -231,7 +227,7 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
     if ib and pending and pending[0] & 0xFFFF == Op.INDIRECT and len(pending) >= 3:
       data = self._readable(pending[1], 8 * pending[2])
       if data is not None and ib - 1 < pending[2]:
-        ibw = list(np_frombuffer_u64(data))
+        ibw = np.frombuffer(data, np.uint64).tolist()
         first += f", at word {ib - 1} of its indirect buffer: {self._describe(ibw, ib - 1)}"
     return f"; ring position of the last command done {last}, first not done {first}"
 
@@ -243,6 +239,7 @@ class CPUDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/h
 
   def dump_queues(self) -> str:
     """The command processor's ring from its read pointer to its write pointer, decoded (following INDIRECTs)."""
+    from ..decode import decode as decode_words    # (only here: the decoder's tables stay out of import time)
     rptr, wptr, words = self.processor.pending()
     head = (f"command processor ring ({self.processor.ring_words} words): read pointer {rptr}, write pointer {wptr} "
             f"(words since it started){': empty' if not words else ''}")

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import cffi
 from .. import settings
 from ..encoded import Encoded
-from ..decode import decode as decode_words
 from . import commands, framework
 from .objc import ObjC, NULL, addr as objc_addr, ffi as objc_ffi
 from .selectors import (STATUS, STATUS_COMPLETED, STATUS_ERROR, INDIRECT_COMMAND_CONCURRENT_DISPATCH, MAX_BUFFER_BINDINGS,
@@ -343,6 +342,7 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
   def dump_queues(self) -> str:
     """Each queue's submissions whose command buffers have not all completed, their commands decoded (Metal has no
     ring the driver writes: a submission's words are turned into command buffers when it is submitted)."""
+    from ..decode import decode as decode_words    # (only here: the decoder's tables stay out of import time)
     out = []
     with self._lock:
       state = {k: (self._committed[k], self._completed[k], list(self._inflight[k]), list(self._gates[k])) for k in KINDS}

@@ -47,7 +47,6 @@ from .. import kernel as kernel_mod, settings
 from ..encoded import Encoded, Encoder, Fixup, lo32, hi32
 from ..hostcopy import StagedCopies
 from ..allochistory import AllocationHistory
-from ..decode import decode as decode_words
 from ..markers import Marker, TraceMarkers, describe, launch_args
 from . import rm, qmd, osdesc, vidmem, pushbuf as pb
 from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
@@ -986,9 +985,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     for ch in self.channels.values():
       done = self._u64(ch.fence.addr)       # (not USERD GP_GET: stale while the channel is busy)
       if done >= ch.fence_value: continue
-      # the first incomplete submission: its entries, in ring order ending before GPPut
-      mine = [(ch.put - k) % GPFIFO_ENTRIES for k in range(GPFIFO_ENTRIES, 0, -1)]
-      mine = [i for i in mine if ch.slots[i] == done + 1]
+      mine = [i for i in self._pending_entries(ch, done) if ch.slots[i] == done + 1]   # the first incomplete submission
       if not mine: continue
       segs = []
       for i in mine:
@@ -1006,13 +1003,19 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     """The bytes at a GPU address inside one live allocation (for decoding), else None."""
     return bytes(self.view(addr, nbytes)) if self._allocation(addr, nbytes) is not None else None
 
+  @staticmethod
+  def _pending_entries(ch: Channel, done: int) -> list[int]:
+    """The GPFIFO entries of submissions after fence value `done`, in ring order ending before GPPut."""
+    return [i for i in ((ch.put - k) % GPFIFO_ENTRIES for k in range(GPFIFO_ENTRIES, 0, -1)) if ch.slots[i] > done]
+
   def dump_queues(self) -> str:
     """Each channel's GPFIFO entries that are not done (its fence) up to GPPut, with the pushbuffer segments they
     point at and the QMDs their launches name, decoded."""
+    from ..decode import decode as decode_words    # (only here: the decoder's tables stay out of import time)
     out = []
     for ch in self.channels.values():
       done = self._u64(ch.fence.addr)       # (not USERD GP_GET: stale while the channel is busy)
-      pending = [i for i in ((ch.put - k) % GPFIFO_ENTRIES for k in range(GPFIFO_ENTRIES, 0, -1)) if ch.slots[i] > done]
+      pending = self._pending_entries(ch, done)
       out.append(f"{ch.name} channel (GPFIFO of {GPFIFO_ENTRIES} entries at {ch.ring.addr:#x}): GPPut {ch.put}, "
                  f"{done} of {ch.fence_value} submissions done"
                  f"{', nothing pending' if not pending else f', {len(pending)} entries pending'}{self.marker_report(ch.name)}")

@@ -139,3 +139,20 @@ def test_dump_queues_shows_the_waiting_command_and_the_hang_report_carries_it(na
   while re.search(want, dev.dump_queues()) and time.monotonic() < deadline: time.sleep(0.01)
   assert not re.search(want, dev.dump_queues()), dev.dump_queues()
   np.testing.assert_array_equal((Tensor([1.0, 2.0], device=name) + 1).numpy(), [2.0, 3.0])
+
+
+def test_hang_report_that_cannot_be_written_keeps_the_error(tmp_path):
+  """HANG_REPORT naming a directory (or any path that cannot be opened for appending): the timeout is still raised with
+  its queue dump, and a note says the report was not written and why."""
+  dev = Device.get("CPU")
+  dev.synchronize()
+  gate = Signal(dev, "gate")
+  dev.compute_queue().wait(gate, 1).signal(dev.timeline, dev.next_timeline()).submit(dev)
+  try:
+    with settings.override(HANG_REPORT=str(tmp_path)):
+      with pytest.raises(TimeoutError) as e: dev.synchronize(timeout=0.2)
+    assert re.search(r"WAIT addr=0x[0-9a-f]+ value=0x1", e.value.queues), e.value.queues
+    assert any(n.startswith(f"(HANG_REPORT: cannot write {tmp_path}: ") for n in e.value.__notes__), e.value.__notes__
+  finally:
+    gate.value = 1
+    dev.synchronize(timeout=10)
