@@ -81,6 +81,13 @@ def find_materialized(sink: UOp) -> list[UOp]:
     if n.op is Ops.COPY: mat.add(n.src[0])
     # a reduction read twice, or through two views (one kernel would compute it once per view): stored once
     if n.op is Ops.REDUCE_AXIS and (users.get(n, 0) > 1 or len(views.get(n, ())) > 1): mat.add(n)
+    # a long reduction read through a padding (the gradient of a slice: cat(dq, dk, dv)) would run its loop for
+    # every output element, the padded ones included, its loads masked: stored on its own, its kernel is a plain
+    # reduction (a matmul the opts recognize) and the pad a copy
+    if n.op is Ops.PAD and any(b or a for b, a in n.arg[0]):
+      s = n.src[0]
+      while s.op in MOVEMENT and s not in mat: s = s.src[0]
+      if s.op is Ops.REDUCE_AXIS and _reduced_size(s) >= SIBLING_MIN: mat.add(s)
   costly = _costly(order, mat)
   for _ in range(32):
     _materialize_broadcast_reads(mat, costly)

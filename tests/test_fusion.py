@@ -64,6 +64,16 @@ def test_cat_is_one_kernel():
   check(a.cat(b, dim=0) + 1, np.concatenate([a.numpy(), b.numpy()]) + 1, 1)
 
 
+def test_cat_of_long_reductions_stores_them():
+  # the gradient of q, k, v = qkv.chunk(3): cat(dq, dk, dv). Fused, each product's loop would run for every
+  # element of the cat, its loads masked off in the other two thirds: each gets a kernel, the cat is a copy
+  x, a, b = T(6, 64), T(64, 5), T(64, 7)
+  check((x @ a).cat(x @ b, dim=1), np.concatenate([x.numpy() @ a.numpy(), x.numpy() @ b.numpy()], 1), 3)
+  # short reductions (a few terms per element) stay fused
+  y, c, d = T(6, 8), T(8, 5), T(8, 7)
+  check((y @ c).cat(y @ d, dim=1), np.concatenate([y.numpy() @ c.numpy(), y.numpy() @ d.numpy()], 1), 1)
+
+
 def test_mean_one_kernel():
   a = T(10, 3)
   check(a.mean(), a.numpy().mean(), 1)
