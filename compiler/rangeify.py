@@ -84,7 +84,7 @@ def find_materialized(sink: UOp) -> list[UOp]:
     # a long reduction read through a padding (the gradient of a slice: cat(dq, dk, dv)) would run its loop for
     # every output element, the padded ones included, its loads masked: stored on its own, its kernel is a plain
     # reduction (a matmul the opts recognize) and the pad a copy
-    if n.op is Ops.PAD and any(b or a for b, a in n.arg[0]):
+    if n.op is Ops.PAD and any(_nonzero(b) or _nonzero(a) for b, a in n.arg[0]):
       s = n.src[0]
       while s.op in MOVEMENT and s not in mat: s = s.src[0]
       if s.op is Ops.REDUCE_AXIS and _reduced_size(s) >= SIBLING_MIN: mat.add(s)

@@ -137,6 +137,78 @@ def fold_range(u: UOp) -> UOp | None:
   return None
 
 
+def cmp_blocks(x: UOp, c: int, upper: bool) -> UOp | None:
+  """x < c (upper) or c < x for an index x = g*hi + lo with 0 <= lo < g, when the bound falls on a multiple of g:
+  the comparison is one of hi alone (8 lanes inside a loop over 8-wide blocks: 8*i + lane < 64 <=> i < 8), so a
+  gate on a cat's piece is the same for every lane of a vector."""
+  terms, m = linear(x)
+  if len(terms) < 2 or isinstance(m, float): return None
+  bound = c - m if upper else c - m + 1          # upper: g*hi + lo < bound;  else: g*hi + lo >= bound
+  for g in sorted({abs(v) for v in terms.values()}, reverse=True):
+    if g < 2 or bound % g: continue
+    hi = {t: v // g for t, v in terms.items() if v % g == 0}
+    lo = {t: v for t, v in terms.items() if v % g}
+    if not hi or not lo: continue
+    low = from_linear(lo, 0, x.dtype)
+    if low.vmin < 0 or low.vmax >= g: continue
+    high = from_linear(hi, 0, x.dtype)
+    if upper: return UOp(Ops.CMPLT, dtypes.bool, (high, high.const_like(bound // g)))
+    return UOp(Ops.CMPLT, dtypes.bool, (high.const_like(bound // g - 1), high))
+  return None
+
+
+def _clauses(valid: UOp):
+  """The conjuncts of a gate (an AND tree of bools)."""
+  stack, out = [valid], []
+  while stack:
+    u = stack.pop()
+    if u.op is Ops.AND and u.dtype is not None and u.dtype.is_bool: stack += u.src
+    else: out.append(u)
+  return out
+
+
+def _range_bounds(valid: UOp) -> dict[UOp, tuple[int, int]]:
+  """Bounds on loop ranges that a gate implies: each conjunct k*r + m < c or c < k*r + m (k > 0) narrows r."""
+  bounds: dict[UOp, tuple[int, int]] = {}
+  for c in _clauses(valid):
+    if c.op is not Ops.CMPLT: continue
+    a, b = c.src
+    upper = b.op is Ops.CONST and a.dtype is dtypes.index
+    if not upper and not (a.op is Ops.CONST and b.dtype is dtypes.index): continue
+    terms, m = linear(a if upper else b)
+    if len(terms) != 1: continue
+    (r, k), = terms.items()
+    if r.op is not Ops.RANGE or k <= 0 or isinstance(m, float): continue
+    lo, hi = bounds.get(r, (r.vmin, r.vmax))
+    if upper: hi = min(hi, (b.arg - m - 1) // k)           # k*r + m < c  <=>  r <= (c - m - 1) // k
+    else: lo = max(lo, -(-(a.arg - m + 1) // k))           # c < k*r + m  <=>  r >= ceil((c - m + 1) / k)
+    bounds[r] = (lo, hi)
+  return bounds
+
+
+def narrow_index(b: UOp, i: UOp, v: UOp) -> UOp | None:
+  """An index read only where its gate holds, simplified for the loop values the gate lets through (the pieces of a
+  cat: under r < 64 a piece's (r1*64 + r) // 4096 is 0 and its div/mod chains fold away; under 63 < r, r - 64 is
+  non-negative and divides). Each narrowed range stands in as a Variable with the narrower bounds while the index
+  is simplified, then goes back: equal wherever the gate is true, which is everywhere the load happens.""" 
+  node = UOp(Ops.INDEX, None, (b, i, v))
+  hit = node.__dict__.get("_narrowed", False)
+  if hit is not False: return hit
+  out = None
+  bounds = {r: lh for r, lh in _range_bounds(v).items() if lh != r.vrange and lh[0] <= lh[1] and r in i.toposort()}
+  if bounds:
+    from .pattern import graph_rewrite, substitute
+    # r = lo + u with u in [0, hi - lo]: the offset joins the index's constant (r - 64 of a cat's second piece)
+    var = {r: UOp(Ops.DEFINE_VAR, dtypes.index, (), (f"_gated_range{r.arg[0]}", 0, hi - lo)) for r, (lo, hi) in bounds.items()}
+    j = graph_rewrite(substitute(i, {r: u + bounds[r][0] for r, u in var.items()}), symbolic)
+    # (simplified again after: the form the rewrite keeps, so that this is its fixed point)
+    j = graph_rewrite(substitute(j, {u: r + (-bounds[r][0]) for r, u in var.items()}), symbolic)
+    if j is not i: out = UOp(Ops.INDEX, None, (b, j, v))
+  node.__dict__["_narrowed"] = out
+  if out is not None: out.__dict__["_narrowed"] = None
+  return out
+
+
 def _is(v): return lambda u: u.op is Ops.CONST and u.arg == v
 def _int(u): return u.dtype is not None and (u.dtype.is_int or u.dtype.is_bool)
 
@@ -165,4 +237,8 @@ symbolic = PatternMatcher([
   # an index whose validity is always true needs no gate
   (UPat(Ops.INDEX, src=(UPat.var("b"), UPat.var("i"), UPat(Ops.CONST, name="v"))),
    lambda b, i, v: UOp(Ops.INDEX, None, (b, i)) if v.arg else None),
+  (UPat(Ops.CMPLT, src=(UPat.var("x", dtype=dtypes.index), UPat.cvar("c"))), lambda x, c: cmp_blocks(x, c.arg, True)),
+  (UPat(Ops.CMPLT, src=(UPat.cvar("c"), UPat.var("x", dtype=dtypes.index))), lambda x, c: cmp_blocks(x, c.arg, False)),
+  # an index under a gate: simplified for the loop values that reach it
+  (UPat(Ops.INDEX, src=(UPat.var("b"), UPat.var("i"), UPat((Ops.CMPLT, Ops.AND), name="v"))), narrow_index),
 ])

@@ -242,3 +242,72 @@ def test_div_mod_of_lanes_inside_blocks():
       return vals[u]
     for iv in range(40):
       for lv in range(8): assert ev(s, iv, lv) == ev(e, iv, lv), (op, iv, lv)
+
+
+def _evaluate(u, env: dict):
+  """u's value with the ranges (and Variables) in `env` set, by the same ALU semantics the kernels use."""
+  from baregrad.compiler.uop import Ops
+  from baregrad.compiler.symbolic import exec_alu
+  vals = {}
+  for n in u.toposort():
+    vals[n] = env[n] if n in env else n.arg if n.op is Ops.CONST else exec_alu(n.op, n.dtype, tuple(vals[q] for q in n.src))
+  return vals[u]
+
+
+def test_comparisons_of_lanes_inside_blocks():
+  """8*i + lane + k < c and c < 8*i + lane + k, 0 <= lane < 8: where the bound falls on a block edge the comparison is
+  one of i alone (a gate the same for every lane of a vector); everywhere it equals the original."""
+  from baregrad.compiler.uop import UOp, Ops
+  from baregrad.compiler.pattern import graph_rewrite
+  from baregrad.compiler.symbolic import symbolic
+  from baregrad.compiler.dtype import dtypes
+  idx = dtypes.index
+  i = UOp(Ops.RANGE, idx, (UOp.const(idx, 24),), (0, "global"))
+  lane = UOp(Ops.RANGE, idx, (UOp.const(idx, 8),), (1, "upcast"))
+  for k in (0, 3, -64):
+    x = i * 8 + lane + k
+    for c in range(-70, 200, 7):
+      for e in (UOp(Ops.CMPLT, dtypes.bool, (x, UOp.const(idx, c))), UOp(Ops.CMPLT, dtypes.bool, (UOp.const(idx, c), x))):
+        s = graph_rewrite(e, symbolic)
+        upper = e.src[0] is x
+        if ((c - k) if upper else (c - k + 1)) % 8 == 0: assert lane not in s.toposort(), (k, c, s)
+        for iv in range(24):
+          for lv in range(8): assert _evaluate(s, {i: iv, lane: lv}) == _evaluate(e, {i: iv, lane: lv}), (k, c, iv, lv)
+
+
+def test_gated_index_simplified_for_the_values_it_is_read_at():
+  """The index of a cat's middle piece, read under 64 <= r < 128, of a source permuted (16, 4, 64, 16) -> (16, 64, 64):
+  simplified for those r its division by 4096 and the modulos by 4 and 64 go; it equals the original wherever the gate
+  holds (elsewhere the load does not happen)."""
+  from baregrad.compiler.uop import UOp, Ops
+  from baregrad.compiler.pattern import graph_rewrite
+  from baregrad.compiler.symbolic import symbolic
+  from baregrad.compiler.dtype import dtypes
+  idx = dtypes.index
+  r1 = UOp(Ops.RANGE, idx, (UOp.const(idx, 64),), (1, "global"))
+  r = UOp(Ops.RANGE, idx, (UOp.const(idx, 192),), (2, "global"))
+  flat = r1 * 64 + r + (-64)                     # (t, h*16 + d) of one batch row, flattened
+  c = lambda v: UOp.const(idx, v)
+  index = (flat // c(16) % c(4)) * c(1024) + (flat // c(64) % c(64)) * c(16) + flat % c(16) + (flat // c(4096)) * c(4096)
+  valid = UOp(Ops.CMPLT, dtypes.bool, (c(63), r)) & UOp(Ops.CMPLT, dtypes.bool, (r, c(128)))
+  buf = UOp(Ops.PARAM, dtypes.float32, (), 0)
+  e = UOp(Ops.INDEX, None, (buf, index, valid))
+  s = graph_rewrite(e, symbolic)
+  divs = lambda u: sum(1 for n in u.toposort() if n.op in (Ops.IDIV, Ops.MOD))
+  assert s.src[2] is valid and divs(s.src[1]) <= 2 < divs(index), s.src[1]
+  for rv in range(64, 128):
+    for tv in (0, 1, 17, 63):
+      assert _evaluate(s.src[1], {r: rv, r1: tv}) == _evaluate(index, {r: rv, r1: tv}), (rv, tv)
+  # a gate that narrows nothing leaves the index as it was
+  wide = UOp(Ops.CMPLT, dtypes.bool, (r, c(500)))
+  assert graph_rewrite(UOp(Ops.INDEX, None, (buf, index, wide)), symbolic).src[1] is graph_rewrite(index, symbolic)
+
+
+def test_cat_of_permuted_pieces_like_numpy():
+  """cat(dq, dk, dv) of head-permuted pieces (the backward of qkv.chunk(3) in attention), each piece read through its
+  gate with the simplified index, and vector lanes across the pieces."""
+  from baregrad.tensor import Tensor
+  rng = np.random.default_rng(0)
+  ps = [rng.standard_normal((3, 4, 8, 16), dtype=np.float32) for _ in range(3)]
+  out = Tensor.cat(*[Tensor(p).permute(0, 2, 1, 3).reshape(3, 8, 64) for p in ps], dim=2).numpy()
+  np.testing.assert_array_equal(out, np.concatenate([p.transpose(0, 2, 1, 3).reshape(3, 8, 64) for p in ps], 2))
