@@ -4,14 +4,14 @@ from baregrad.tensor import Tensor
 from baregrad.tensor.jit import jit
 
 rng = np.random.default_rng(0)
-w1, b1 = Tensor(rng.standard_normal((64, 32)).astype(np.float32) * 0.1), Tensor(np.zeros(32, np.float32))
-w2, b2 = Tensor(rng.standard_normal((32, 10)).astype(np.float32) * 0.1), Tensor(np.zeros(10, np.float32))
+w1, b1 = Tensor(rng.standard_normal((32, 16)).astype(np.float32) * 0.1), Tensor(np.zeros(16, np.float32))
+w2, b2 = Tensor(rng.standard_normal((16, 10)).astype(np.float32) * 0.1), Tensor(np.zeros(10, np.float32))
 
 
 def mlp(x): return ((x @ w1 + b1).relu() @ w2 + b2).softmax()
 
 
-x = rng.standard_normal((16, 64)).astype(np.float32)
+x = rng.standard_normal((8, 32)).astype(np.float32)   # small: the emulated GPUs run it too
 out = mlp(Tensor(x)).numpy()
 step = jit(mlp)
 for i in range(4): out_jit = step(Tensor(x * (i + 1))).numpy()
