@@ -106,6 +106,20 @@ def test_matmul_shapes_match_numpy(shape, dtype):
   np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("n,k,m", [(96, 48, 80), (36, 20, 48), (64, 33, 16), (128, 64, 256), (20, 12, 36)])
+def test_linear_layer_matmul_forms_match_numpy(n, k, m):
+  """The three products of a linear layer's step, x @ W, dy @ W^T and x^T @ dy (AVX2: 4-row x 2-vector register tiles
+  where the sizes divide, the 8 x 8 or scalar tiles elsewhere), and a batched x @ W."""
+  r = rng(5)
+  x, w, dy = (r.standard_normal(s).astype(np.float32) for s in ((n, k), (k, m), (n, m)))
+  X, W, DY = Tensor(x), Tensor(w), Tensor(dy)
+  f64 = lambda a: a.astype(np.float64)
+  for got, want in (((X @ W).numpy(), f64(x) @ f64(w)), ((DY @ W.T).numpy(), f64(dy) @ f64(w).T),
+                    ((X.T @ DY).numpy(), f64(x).T @ f64(dy)),
+                    ((X.reshape(2, n // 2, k) @ W).numpy(), (f64(x) @ f64(w)).reshape(2, n // 2, m))):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_large_matmul_is_packed_and_vectorized():
   """The 1024 matmul packs its right operand into (m/w, k, w) strips and runs on vector types."""
   w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
