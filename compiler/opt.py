@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from baregrad.drivers import settings
-from .uop import UOp, Ops
+from .uop import UOp, Ops, TRANSCENDENTAL
 from .dtype import dtypes
 from .pattern import substitute
 
@@ -318,9 +318,6 @@ def racc_size(reduces: list[UOp]) -> int:
   return reduces[0].dtype.itemsize if reduces and reduces[0].dtype is not None else 4
 
 
-_COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV})
-
-
 def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   threads = cpu_threads() if threads is None else threads
   nodes = ast.toposort()
@@ -331,7 +328,7 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   work = math.prod(_size(r) for r in gl) * math.prod(_size(r) for r in _ranges(ast) if r.arg[1] == "reduce")
   # a body with transcendental ops (exp, log, a division: ~40 vector ops each once decomposed) is worth threading at
   # fewer elements: a cross-entropy over 1024 rows of 68 classes ran 0.9 ms on one core
-  if any(u.op in _COSTLY_OPS for u in nodes): work *= 16
+  if any(u.op in TRANSCENDENTAL for u in nodes): work *= 16
   opts: list[Opt] = []
   sizes = [_size(r) for r in gl]
   prefer = list(range(len(sizes)))          # elementwise: outer axes first (each core streams its own part)

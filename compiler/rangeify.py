@@ -7,7 +7,7 @@ Each kernel is an AST `SINK(STORE(INDEX(PARAM 0, idx), value))` over PARAMs, RAN
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
-from .uop import UOp, Ops, MOVEMENT, ELEMENTWISE, identity_for
+from .uop import UOp, Ops, MOVEMENT, ELEMENTWISE, TRANSCENDENTAL, identity_for
 from .dtype import dtypes
 from .shape import smul, render
 from .gather import fold_gathers
@@ -209,7 +209,6 @@ def _nonzero(x) -> bool: return isinstance(x, UOp) or x != 0
 
 
 _EXPANDED, _REDUCING = 1, 2
-_TRANSCENDENTAL = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV}
 
 
 MANY_READS = 3      # float reads that make an elementwise value worth storing once (RoPE: x, its pair, cos, sin)
@@ -231,7 +230,7 @@ def _costly(order: list[UOp], mat: set) -> dict[UOp, bool]:
       # (at most MANY_READS kept: whether there are that many is all that is asked, and chains stay linear)
       reads[n] = None if any(r is None for r in rs) else frozenset(itertools.islice(frozenset().union(*rs), MANY_READS))
     many = n.op in ELEMENTWISE and reads[n] is not None and len(reads[n]) >= MANY_READS
-    out[n] = many or n.op in _TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
+    out[n] = many or n.op in TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
   return out
 
 

@@ -59,6 +59,7 @@ from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
 from .lower import Native
 from .decomp import bits16
+from .symbolic import conjuncts
 from .amd.inst import Inst, Reg, Sub, Imm, Neg, Abs, Label, OFF, VCC_LO, EXEC_LO, waitcnt, listing, base_reg
 from .amd.regalloc import legalize, allocate, insert_waits, live_intervals, RegisterPressureError, MAX_SGPRS, _phys
 from .amd.plan import plan, split, hoist_staging_loads
@@ -382,12 +383,8 @@ class _Renderer:
     for u in self.program:
       if u.op is not Ops.STORE: continue
       idx = u.src[0]
-      terms, stack = set(), [idx.src[2]] if len(idx.src) == 3 else []
-      while stack:
-        t = stack.pop()
-        if t.op is Ops.AND and t.dtype.is_bool: stack.extend(t.src)
-        elif t.op is Ops.CMPLT and t.src[0].op is Ops.SPECIAL and t.src[0].arg[0] == "gidx" and t.src[1].op is Ops.CONST \
-            and is_narrow(t.src[0]): terms.add(t)
+      terms = {t for t in (conjuncts(idx.src[2]) if len(idx.src) == 3 else ()) if t.op is Ops.CMPLT and
+               t.src[0].op is Ops.SPECIAL and t.src[0].arg[0] == "gidx" and t.src[1].op is Ops.CONST and is_narrow(t.src[0])}
       common = terms if common is None else common & terms
     return next(iter(common)) if common else None
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from .uop import UOp, Ops, exec_alu, ALU
 from .dtype import dtypes
-from .pattern import UPat, PatternMatcher
+from .pattern import UPat, PatternMatcher, graph_rewrite, substitute
 
 
 def sort_key(u: UOp) -> tuple:
@@ -157,7 +157,7 @@ def cmp_blocks(x: UOp, c: int, upper: bool) -> UOp | None:
   return None
 
 
-def _clauses(valid: UOp):
+def conjuncts(valid: UOp) -> list[UOp]:
   """The conjuncts of a gate (an AND tree of bools)."""
   stack, out = [valid], []
   while stack:
@@ -170,7 +170,7 @@ def _clauses(valid: UOp):
 def _range_bounds(valid: UOp) -> dict[UOp, tuple[int, int]]:
   """Bounds on loop ranges that a gate implies: each conjunct k*r + m < c or c < k*r + m (k > 0) narrows r."""
   bounds: dict[UOp, tuple[int, int]] = {}
-  for c in _clauses(valid):
+  for c in conjuncts(valid):
     if c.op is not Ops.CMPLT: continue
     a, b = c.src
     upper = b.op is Ops.CONST and a.dtype is dtypes.index
@@ -190,14 +190,13 @@ def narrow_index(b: UOp, i: UOp, v: UOp) -> UOp | None:
   """An index read only where its gate holds, simplified for the loop values the gate lets through (the pieces of a
   cat: under r < 64 a piece's (r1*64 + r) // 4096 is 0 and its div/mod chains fold away; under 63 < r, r - 64 is
   non-negative and divides). Each narrowed range stands in as a Variable with the narrower bounds while the index
-  is simplified, then goes back: equal wherever the gate is true, which is everywhere the load happens.""" 
+  is simplified, then goes back: equal wherever the gate is true, which is everywhere the load happens."""
   node = UOp(Ops.INDEX, None, (b, i, v))
   hit = node.__dict__.get("_narrowed", False)
   if hit is not False: return hit
   out = None
   bounds = {r: lh for r, lh in _range_bounds(v).items() if lh != r.vrange and lh[0] <= lh[1] and r in i.toposort()}
   if bounds:
-    from .pattern import graph_rewrite, substitute
     # r = lo + u with u in [0, hi - lo]: the offset joins the index's constant (r - 64 of a cat's second piece)
     var = {r: UOp(Ops.DEFINE_VAR, dtypes.index, (), (f"_gated_range{r.arg[0]}", 0, hi - lo)) for r, (lo, hi) in bounds.items()}
     j = graph_rewrite(substitute(i, {r: u + bounds[r][0] for r, u in var.items()}), symbolic)

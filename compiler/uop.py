@@ -63,6 +63,8 @@ BINARY = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Op
 ALU = UNARY | BINARY | {Ops.WHERE, Ops.FDIV}
 ELEMENTWISE = ALU | {Ops.CAST, Ops.BITCAST}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+# ops that cost tens of instructions once decomposed (exp2/log2/sin polynomials, a division or square root)
+TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV})
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: -math.inf}
 
