@@ -95,7 +95,13 @@ def _reduce_lanes(ast: UOp, opt: Opt) -> UOp:
       done[n] = UOp(Ops.REDUCE, n.dtype, (part, lane), n.arg)
       continue
     done[n] = n if all(a is b for a, b in zip(src, n.src)) else n.replace(src=src)
-  return done[ast]
+  # a second split of a reduction already in lanes (REDUCE_LANES(a, 8), then REDUCE_LANES(a, 4) of its loop): the new
+  # lanes are independent accumulators of the first's vectors (4 multiply-add chains, a 64-byte step through each
+  # operand), so the first's lanes stay the innermost loop, the vector one
+  first = next((n.src[1] for n in ast.toposort() if n.op is Ops.REDUCE and len(n.src) == 2 and n.src[1].arg[1] == "upcast"
+                and n.src[0].op is Ops.REDUCE and r in n.src[0].src[1:]), None)
+  if first is None: return done[ast]
+  return substitute(done[ast], {first: UOp(Ops.RANGE, dtypes.index, first.src, (next_id + 1, "upcast"))})
 
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
@@ -313,6 +319,29 @@ def _elementwise_opts(ast: UOp, gl: list[UOp], sizes: list[int]) -> list[Opt]:
   return opts
 
 
+def _symbolic_opts(ast: UOp, gl: list[UOp]) -> list[Opt]:
+  """Opts for a kernel with loops over a symbolic size (a decode step's attention over positions 0..pos): those
+  loops stay whole (their bound is read at run time); the constant ones get vector lanes: the reduced axis when it
+  is constant and contiguous (the scores q . k over a head's dims), else a contiguous output axis (the probabilities
+  times V: a head's dims as lanes, the positions summed into vectors). Such kernels are small (one token's
+  attention), so they run on one core."""
+  reduces = [u for u in ast.toposort() if u.op is Ops.REDUCE]
+  if any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u): return []
+  lanes = (64 if has_avx512() else 32) // 4
+  rl = reduce_ranges(ast)
+  if reduces and rl and rl[-1].src[0].op is Ops.CONST and _size(rl[-1]) % lanes == 0 and \
+     reduces[0].dtype == dtypes.float32 and reduce_lanes_ok(ast, len(rl) - 1, lanes):
+    return [Opt("REDUCE_LANES", len(rl) - 1, lanes)]
+  strides = dict(_index_strides(ast))
+  store = next((u for u in ast.toposort() if u.op is Ops.STORE), None)
+  for axis in reversed(range(len(gl))):
+    r = gl[axis]
+    if r.src[0].op is Ops.CONST and _size(r) % lanes == 0 and store is not None and \
+       strides[store.src[0]].get(r) == 1 and vector_lanes_ok(ast, axis, lanes):
+      return [Opt("UPCAST", axis, lanes)]
+  return []
+
+
 def racc_size(reduces: list[UOp]) -> int:
   """Bytes of the (first) reduction's accumulator element."""
   return reduces[0].dtype.itemsize if reduces and reduces[0].dtype is not None else 4
@@ -322,7 +351,8 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   threads = cpu_threads() if threads is None else threads
   nodes = ast.toposort()
   gl = global_ranges(ast)
-  if not gl or any(r.src[0].op is not Ops.CONST for r in _ranges(ast)): return []
+  if not gl: return []
+  if any(r.src[0].op is not Ops.CONST for r in _ranges(ast)): return _symbolic_opts(ast, gl)
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)
   work = math.prod(_size(r) for r in gl) * math.prod(_size(r) for r in _ranges(ast) if r.arg[1] == "reduce")
@@ -355,11 +385,18 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
       # the reduced axis is the contiguous one (a matrix-vector product x @ W.T reads W's rows in order): vector
       # lanes along it, a few outputs per step sharing the other operand's loads (x); the weight streams once
       opts.append(Opt("REDUCE_LANES", len(rl) - 1, rlanes))
-      # quantized blocks (byte loads): 4 steps of lanes unrolled, so a block's scale is loaded and converted once
-      # for its 32 elements rather than once per vector (the compiler merges the unrolled copies' scale loads)
-      if any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in nodes) and _size(rl[-1]) % (4 * rlanes) == 0:
-        opts.append(Opt("UNROLL", len(rl) - 1, 4))
       k = next((k for k in reversed(range(len(gl))) if sizes[k] % 4 == 0), None)
+      if math.prod(sizes) == max(sizes) and _size(rl[-1]) % (4 * rlanes) == 0:
+        # one input row (a decode step's matrix-vector products): each output is one row of the matrix streamed
+        # start to end, 4 vectors (64 bytes of f16) a step, 4 accumulators; the renderer prefetches the row ahead
+        # (render_c.PREFETCH_BYTES). 4 rows a step read 4 streams 2 KB apart: f16 8192 x 4096 on 2 cores,
+        # 16.7 GB/s as 4 rows, 17.7 as one, 22 with the prefetch
+        opts.append(Opt("REDUCE_LANES", len(rl) - 1, 4))
+        k = None
+      elif any(u.op is Ops.LOAD and u.dtype.itemsize == 1 for u in nodes) and _size(rl[-1]) % (4 * rlanes) == 0:
+        # quantized blocks (byte loads): 4 steps of lanes unrolled, so a block's scale is loaded and converted once
+        # for its 32 elements rather than once per vector (the compiler merges the unrolled copies' scale loads)
+        opts.append(Opt("UNROLL", len(rl) - 1, 4))
       if k is not None: picks[k] = 4
     elif not vector:
       # lanes the C compiler must vectorize from scalar copies of the body (a strided operand, exp/log, integers):

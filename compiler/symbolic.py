@@ -75,8 +75,8 @@ def canonical_linear(x: UOp) -> UOp | None:
 
 def div_mod_const(x: UOp, c: UOp, op: Ops) -> UOp | None:
   d = c.arg
-  if d <= 0 or x.vmin < 0: return None
   if d == 1: return x if op is Ops.IDIV else x.const_like(0)
+  if d <= 0 or x.vmin < 0: return None
   if x.vmax < d: return x.const_like(0) if op is Ops.IDIV else x
   # nested: (y // a) // d -> y // (a*d);  (y % (k*d)) // d -> (y // d) % k;  (y % (k*d)) % d -> y % d
   if x.op is Ops.IDIV and op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
@@ -219,6 +219,9 @@ symbolic = PatternMatcher([
   (UPat((Ops.ADD, Ops.MUL, Ops.NEG), dtype=dtypes.index, name="x"), canonical_linear),
   (UPat((Ops.IDIV, Ops.MOD), src=(UPat.var("x"), UPat.cvar("c")), name="u"),
    lambda u, x, c: div_mod_const(x, c, u.op) if _int(x) else None),
+  # a loop index over a symbolic bound n is in [0, n): r % n is r, r // n is 0 (a KV cache read over 0..pos)
+  (UPat((Ops.IDIV, Ops.MOD), src=(UPat(Ops.RANGE, name="r"), UPat.var("n")), name="u"),
+   lambda u, r, n: (r if u.op is Ops.MOD else r.const_like(0)) if r.src[0] is n else None),
   # identities
   (UPat(Ops.ADD, src=(UPat.var("x"), UPat(predicate=_is(0))), commutative=True), lambda x: x if _int(x) else None),
   (UPat(Ops.MUL, src=(UPat.var("x"), UPat(predicate=_is(1))), commutative=True), lambda x: x),

@@ -275,6 +275,28 @@ def test_comparisons_of_lanes_inside_blocks():
           for lv in range(8): assert _evaluate(s, {i: iv, lane: lv}) == _evaluate(e, {i: iv, lane: lv}), (k, c, iv, lv)
 
 
+def test_loop_index_over_a_symbolic_bound():
+  """r % n and r // n for a loop r over a symbolic bound n (a KV cache read over positions 0..pos) are r and 0, and
+  x // 1, x % 1 are x and 0 whatever the sign of x: no division is left; each equals the original for every value of
+  the Variable and the loop (and for negative x)."""
+  from baregrad.compiler.uop import UOp, Ops
+  from baregrad.compiler.pattern import graph_rewrite
+  from baregrad.compiler.symbolic import symbolic
+  from baregrad.compiler.dtype import dtypes
+  idx = dtypes.index
+  pos = UOp(Ops.DEFINE_VAR, idx, (), ("pos", 0, 20))
+  n = pos + UOp.const(idx, 1)
+  r = UOp(Ops.RANGE, idx, (n,), (0, "reduce"))
+  one = UOp.const(idx, 1)
+  x = r * 256 + UOp.const(idx, -300)
+  for e in (UOp(Ops.MOD, idx, (r, n)) * 256 + 7, UOp(Ops.IDIV, idx, (r, n)) + r, UOp(Ops.IDIV, idx, (x, one)),
+            UOp(Ops.MOD, idx, (x, one)) + r):
+    s = graph_rewrite(e, symbolic)
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in s.toposort()), s
+    for pv in (0, 3, 20):
+      for rv in range(pv + 1): assert _evaluate(s, {pos: pv, r: rv}) == _evaluate(e, {pos: pv, r: rv}), (e, pv, rv)
+
+
 def test_gated_index_simplified_for_the_values_it_is_read_at():
   """The index of a cat's middle piece, read under 64 <= r < 128, of a source permuted (16, 4, 64, 16) -> (16, 64, 64):
   simplified for those r its division by 4096 and the modulos by 4 and 64 go; it equals the original wherever the gate

@@ -438,15 +438,18 @@ def test_packing_copy_reads_its_source_in_order():
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "Q8_0"])
-def test_matvec_streams_its_weight_in_vector_lanes(dtype):
+@pytest.mark.parametrize("dtype,k", [("float32", 256), ("float16", 256), ("bfloat16", 256), ("Q8_0", 256),
+                                     ("float16", 1024), ("Q8_0", 1024), ("float32", 200)])
+def test_matvec_streams_its_weight_in_vector_lanes(dtype, k):
   """x @ W.T with one row of x: the reduced axis is W's contiguous one, so the heuristic puts the vector lanes there
   (REDUCE_LANES: a partial sum per lane, the lanes summed at the end) and the weight's narrow elements (float16,
-  bfloat16, quantized bytes) are converted in those lanes; nothing packs or copies W. Against numpy."""
+  bfloat16, quantized bytes) are converted in those lanes; nothing packs or copies W. Rows of a multiple of 32 are
+  read 4 vectors a step into 4 accumulators, rows of >= 512 bytes with a software prefetch ahead of the loads; 200
+  (25 vectors) one vector a step. Against numpy."""
   import gguf
   from baregrad.tensor.ggml_quants import dequantize
   r = rng(17)
-  wn = (r.random((96, 256), dtype=np.float32) - 0.5)
+  wn = (r.random((96, k), dtype=np.float32) - 0.5)
   if dtype == "Q8_0":
     raw = gguf.quants.quantize(wn, gguf.GGMLQuantizationType.Q8_0)
     w = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8), "Q8_0", wn.shape)
@@ -454,11 +457,14 @@ def test_matvec_streams_its_weight_in_vector_lanes(dtype):
   else:
     w = Tensor(wn).cast(dtype).realize()
     wn = w.cast("float32").numpy()
-  xn = r.random((1, 256), dtype=np.float32)
+  xn = r.random((1, k), dtype=np.float32)
   items = (Tensor(xn) @ w.T).schedule()
   assert len(items) == 1, [i.name for i in items]
   prog = items[0].program
-  assert any(o.op == "REDUCE_LANES" for o in prog.meta["opts"]), prog.meta["opts"]
+  lanes = [o for o in prog.meta["opts"] if o.op == "REDUCE_LANES"]
+  assert len(lanes) == (2 if k % 32 == 0 else 1), prog.meta["opts"]
   assert "bg_f32x" in prog.source, prog.source
+  row_bytes = k // 32 * 34 if dtype == "Q8_0" else k * np.dtype(dtype if dtype != "bfloat16" else "float16").itemsize
+  assert ("__builtin_prefetch" in prog.source) == (row_bytes >= 512), prog.source
   run_schedule(items, sync=True)
   np.testing.assert_allclose(read(items[0].bufs[0]).reshape(1, 96), xn.astype(np.float64) @ wn.T, rtol=1e-5, atol=1e-5)

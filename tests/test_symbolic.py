@@ -45,6 +45,25 @@ def test_bound_variable_sizes_and_offsets():
   assert codegen.stats["kernels_compiled"] == compiled, "other values compiled new kernels"
 
 
+@pytest.mark.skipif(Tensor(1.0).device != "CPU", reason="CPU kernel opts")
+def test_attention_over_symbolic_positions_in_vector_lanes():
+  """One token's attention over positions 0..p of a cache, p a bound Variable: the scores q . k sum a head's 64 dims in
+  vector lanes, the probabilities times V keep a head's dims as lanes and sum over the positions (the loops over p
+  stay whole). Against numpy for several p."""
+  v = Variable("p", 0, 15)
+  qn, kn, vn = rand(4, 64), rand(16, 64, seed=1), rand(16, 64, seed=2)
+  q, kc, vc = (Tensor(a).realize() for a in (qn, kn, vn))
+  for k in (0, 6, 15):
+    p = v.bind(k)
+    scores = (q @ kc[:p + 1].T) * 0.125
+    out = scores.softmax(-1) @ vc[:p + 1]
+    opts = [o.op for it in out.schedule() if it.program is not None for o in it.program.meta.get("opts", ())]
+    assert "REDUCE_LANES" in opts and "UPCAST" in opts, opts
+    s = qn.astype(np.float64) @ kn[:k + 1].T * 0.125
+    w = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), (w / w.sum(-1, keepdims=True)) @ vn[:k + 1], rtol=1e-5, atol=1e-5)
+
+
 def test_symbolic_errors():
   v = Variable("q", 0, 10)
   x = Tensor(rand(4, 3)).realize()
