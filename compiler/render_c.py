@@ -489,6 +489,16 @@ class CRenderer:
         return f"__builtin_convertvector({x}, {vtype(u.dtype, lanes())})"
       if op is Ops.BITCAST: return f"(({vtype(u.dtype, lanes())}){as_lanes(src[0])})"
       if op in (Ops.TRUNC, Ops.FLOOR): return trunc_floor(op, as_vector(src[0]), u.dtype)
+      if op in (Ops.SHL, Ops.SHR) and u.dtype.itemsize == 1 and src[1].op is Ops.CONST and 0 <= src[1].arg < 8 and \
+         (op is Ops.SHL or u.dtype.is_unsigned):
+        # byte lanes shifted by a constant (a quantized block's high nibbles): x86 has no byte shift and gcc shifts
+        # each byte as a scalar (Q4_K 8192 x 4096: 1.3 GB/s); shifted as 16-bit lanes, the bits that crossed from the
+        # neighbouring byte masked off
+        k, n = src[1].arg, lanes()
+        wide, keep = vtype(dtypes.uint16, n // 2), (0xFF >> k) if op is Ops.SHR else (0xFF << k) & 0xFF
+        vt = vtype(u.dtype, n)
+        if n % 2 == 0:
+          return f"(({vt})(({wide}){as_lanes(src[0])} {'>>' if op is Ops.SHR else '<<'} {k}) & ({vt}){{}} + ({ctype(u.dtype)}){keep}u)"
       if op in INT_VEC_OPS and u.dtype in _INT_LANES: return alu(op, u.dtype, *[as_lanes(s) for s in src])
       if op is Ops.CAST: return select(as_mask(src[0]), as_vector(UOp.const(u.dtype, 1)), as_vector(UOp.const(u.dtype, 0)))
       if op is Ops.MAX:

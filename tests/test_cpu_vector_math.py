@@ -63,3 +63,19 @@ def test_decompositions_are_vector_renderable(name):
     bad = {(u.op, u.dtype) for u in out.toposort()
            if u.op is not Ops.CONST and not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src])}
     assert not bad, bad
+
+
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_byte_lane_shifts(k):
+  """uint8 lanes shifted by a constant inside a vectorized reduction (a quantized block's nibbles): x86 has no byte
+  shift, so the renderer shifts 16-bit lanes and masks off what crossed from the neighbouring byte. Every byte value,
+  both directions, against numpy."""
+  rng = np.random.default_rng(3)
+  wn = np.concatenate([np.arange(256, dtype=np.uint8), rng.integers(0, 256, 768, dtype=np.uint8)]).reshape(4, 256)
+  xn = rng.standard_normal((1, 256)).astype(np.float32)
+  w, x = Tensor(wn).realize(), Tensor(xn).realize()
+  for t, want in (((x * (w >> k).cast(dtypes.float32)).sum(-1), wn >> k),
+                  ((x * (w << k).cast(dtypes.float32)).sum(-1), (wn << k).astype(np.uint8))):
+    (item,) = t.schedule()
+    assert "bg_u16x" in item.program.source, item.program.source
+    np.testing.assert_allclose(t.numpy(), (xn.astype(np.float64) * want).sum(-1), rtol=1e-5)
