@@ -42,6 +42,14 @@ def test_softmax_at_most_3():
   check(x.softmax(-1), e / e.sum(-1, keepdims=True), 3, exact=False)
 
 
+def test_large_softmax_stores_its_exponentials_once():
+  """From SOFTMAX_STORE_EXP elements a softmax stores exp(x - max) (one kernel) for its sum and its division, so exp
+  runs once per element rather than in both: max, exp, sum, division."""
+  x = T(8, 4, 32, 64)
+  e = np.exp(x.numpy() - x.numpy().max(-1, keepdims=True))
+  check(x.softmax(-1), e / e.sum(-1, keepdims=True), 4)
+
+
 def test_broadcast_add():
   a, b = T(3, 4), T(4)
   check(a + b.reshape(1, 4), a.numpy() + b.numpy(), 1)
