@@ -455,16 +455,26 @@ class CRenderer:
                                                                                     else "0x8000000000000000LL")
       xv = f"t{counter[0]}"; counter[0] += 1
       lines.append("  " * indent + f"const {vt} {xv} = {x};")
+      out = f"t{counter[0]}"; counter[0] += 1
+      # x86 with AVX: one VROUNDPS/VROUNDPD (imm8 bits 1:0 the rounding: 01 down, 11 toward zero; bit 3 suppresses
+      # the precision exception; Intel SDM vol. 2B "ROUNDPS"): IEEE floor/trunc, -0.0, infinities and NaN included
+      rnd = {(4, 32): "__builtin_ia32_roundps256", (8, 32): "__builtin_ia32_roundpd256"}.get((dt.itemsize, n * dt.itemsize))
+      if rnd:
+        lines.extend([f"#if defined(__x86_64__) && defined(__AVX__)", "  " * indent +
+                      f"const {vt} {out} = ({vt}){rnd}({xv}, {9 if op is Ops.FLOOR else 11});", "#else"])
       small = f"m{counter[0]}"; counter[0] += 1
       lines.append("  " * indent + f"const {mt} {small} = ({xv} < {literal(big, dt)}) & ({xv} > {literal(-big, dt)});")
       t = f"t{counter[0]}"; counter[0] += 1
       conv = f"__builtin_convertvector(__builtin_convertvector({xv}, {it}), {vt})"
       lines.append("  " * indent + f"const {vt} {t} = (({vt})(((({mt}){conv} & {small}) | (({mt}){xv} & ~{small})) | "
                                    f"(({mt}){xv} & ({mt}){{}} + {sign})));")
-      if op is Ops.TRUNC: return t
-      up = f"m{counter[0]}"; counter[0] += 1
-      lines.append("  " * indent + f"const {mt} {up} = ({t} > {xv});")
-      return f"({t} - {select(up, as_vector(UOp.const(dt, 1)), as_vector(UOp.const(dt, 0)))})"
+      if op is Ops.TRUNC: lines.append("  " * indent + f"const {vt} {out} = {t};")
+      else:
+        up = f"m{counter[0]}"; counter[0] += 1
+        lines.append("  " * indent + f"const {mt} {up} = ({t} > {xv});")
+        lines.append("  " * indent + f"const {vt} {out} = ({t} - {select(up, as_vector(UOp.const(dt, 1)), as_vector(UOp.const(dt, 0)))});")
+      if rnd: lines.append("#endif")
+      return out
 
     def select(mask: str, a: str, b: str) -> str:
       vt, mt = vtype(vdt[0], lanes()), mtype(lanes())
