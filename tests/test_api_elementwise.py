@@ -622,7 +622,10 @@ GRAD_UNARY = [
 @pytest.mark.needs_float64
 @pytest.mark.parametrize("name, fn, x", GRAD_UNARY, ids=[g[0] for g in GRAD_UNARY])
 def test_grad_unary(name, fn, x):
-  gradcheck(fn, x)
+  # GELU's erf is an approximation (|error| < 1.5e-7) differentiated exactly (erf' = 2/sqrt(pi) exp(-x^2), as torch):
+  # central differences of the approximation differ from that by up to the approximation's slope error
+  # (test_api_autograd checks the gradient against the closed form)
+  gradcheck(fn, x, atol=5e-7 if name == "gelu" else 1e-9)
 
 
 @pytest.mark.parametrize("name, fn, a, b", [
