@@ -120,6 +120,28 @@ def test_linear_layer_matmul_forms_match_numpy(n, k, m):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_gradient_forms_pack_both_operands(dtype):
+  """A weight gradient x^T @ dy reduces over the rows of both: written x.T @ dy (a transposed left operand) and as
+  autograd builds it (a sum over the first axis of x[:, :, None] * dy[:, None, :]), a large one copies x into row
+  panels and dy into column strips (two copy kernels, then the product); x computed from a reduction (a matmul's
+  output) is not copied into panels (the copy would compute it). Against numpy."""
+  r = rng(21)
+  n, k, m = 264, 256, 256
+  x, dy = r.standard_normal((n, k)).astype(dtype), r.standard_normal((n, m)).astype(dtype)
+  X, DY = Tensor(x), Tensor(dy)
+  want = x.astype(np.float64).T @ dy.astype(np.float64)
+  tol = 1e-4 if dtype == np.float32 else 1e-10
+  for t in (X.T @ DY, (X.reshape(n, k, 1) * DY.reshape(n, 1, m)).sum(0)):
+    names = [i.program.name for i in t.schedule()]
+    assert [nm[0] for nm in names] == ["E", "E", "r"], names
+    np.testing.assert_allclose(t.numpy(), want, rtol=tol, atol=tol)
+  computed = (Tensor(x[:, :128]) @ Tensor(np.eye(128, k, dtype=dtype))).T @ DY
+  names = [i.program.name for i in computed.schedule()]
+  assert [nm[0] for nm in names] == ["E", "r", "E", "r"], names     # each product's strips, no panels
+  np.testing.assert_allclose(computed.numpy(), np.eye(128, k).T @ x[:, :128].T.astype(np.float64) @ dy, rtol=tol, atol=tol)
+
+
 def test_large_matmul_is_packed_and_vectorized():
   """The 1024 matmul packs its right operand into (m/w, k, w) strips and runs on vector types."""
   w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
