@@ -142,6 +142,29 @@ def test_weight_gradient_forms_pack_both_operands(dtype):
   np.testing.assert_allclose(computed.numpy(), np.eye(128, k).T @ x[:, :128].T.astype(np.float64) @ dy, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "Q8_0"])
+def test_few_rows_times_a_narrow_weight_share_each_converted_vector(dtype):
+  """A few input rows (a prompt's tokens) @ W.T with W float16 or quantized: the step's outputs are 4 rows of the
+  input (UPCAST of the input's row axis), so each converted weight vector serves 4 of them. Against numpy."""
+  import gguf
+  from baregrad.tensor.ggml_quants import dequantize
+  r = rng(19)
+  wn = r.random((96, 256), dtype=np.float32) - 0.5
+  if dtype == "Q8_0":
+    raw = gguf.quants.quantize(wn, gguf.GGMLQuantizationType.Q8_0)
+    w = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8), "Q8_0", wn.shape)
+    wn = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(wn.shape)
+  else:
+    w = Tensor(wn).cast(dtype).realize()
+    wn = w.cast("float32").numpy()
+  xn = r.random((12, 256), dtype=np.float32)
+  items = (Tensor(xn) @ w.T).schedule()
+  prog = items[-1].program
+  assert Opt("UPCAST", 0, 4) in prog.meta["opts"], prog.meta["opts"]
+  run_schedule(items, sync=True)
+  np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(12, 96), xn.astype(np.float64) @ wn.T, rtol=1e-5, atol=1e-5)
+
+
 def test_large_matmul_is_packed_and_vectorized():
   """The 1024 matmul packs its right operand into (m/w, k, w) strips and runs on vector types."""
   w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
