@@ -146,17 +146,9 @@ def test_weight_gradient_forms_pack_both_operands(dtype):
 def test_few_rows_times_a_narrow_weight_share_each_converted_vector(dtype):
   """A few input rows (a prompt's tokens) @ W.T with W float16 or quantized: the step's outputs are 4 rows of the
   input (UPCAST of the input's row axis), so each converted weight vector serves 4 of them. Against numpy."""
-  import gguf
-  from baregrad.tensor.ggml_quants import dequantize
   r = rng(19)
   wn = r.random((96, 256), dtype=np.float32) - 0.5
-  if dtype == "Q8_0":
-    raw = gguf.quants.quantize(wn, gguf.GGMLQuantizationType.Q8_0)
-    w = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8), "Q8_0", wn.shape)
-    wn = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(wn.shape)
-  else:
-    w = Tensor(wn).cast(dtype).realize()
-    wn = w.cast("float32").numpy()
+  w, wn = narrow_weight(wn, dtype)
   xn = r.random((12, 256), dtype=np.float32)
   items = (Tensor(xn) @ w.T).schedule()
   prog = items[-1].program
@@ -483,6 +475,19 @@ def test_packing_copy_reads_its_source_in_order():
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)
 
 
+def narrow_weight(wn: np.ndarray, dtype: str) -> tuple[Tensor, np.ndarray]:
+  """wn as a weight Tensor of `dtype` (float16, bfloat16, or Q8_0 blocks written by the gguf package) and the
+  float values it holds (gguf's own dequantization)."""
+  if dtype != "Q8_0":
+    w = Tensor(wn).cast(dtype).realize()
+    return w, w.cast("float32").numpy()
+  import gguf
+  from baregrad.tensor.ggml_quants import dequantize
+  raw = gguf.quants.quantize(wn, gguf.GGMLQuantizationType.Q8_0)
+  w = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8), "Q8_0", wn.shape)
+  return w, gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(wn.shape)
+
+
 @pytest.mark.parametrize("dtype,k", [("float32", 256), ("float16", 256), ("bfloat16", 256), ("Q8_0", 256),
                                      ("float16", 1024), ("Q8_0", 1024), ("float32", 200)])
 def test_matvec_streams_its_weight_in_vector_lanes(dtype, k):
@@ -491,17 +496,9 @@ def test_matvec_streams_its_weight_in_vector_lanes(dtype, k):
   bfloat16, quantized bytes) are converted in those lanes; nothing packs or copies W. Rows of a multiple of 32 are
   read 4 vectors a step into 4 accumulators, rows of >= 512 bytes with a software prefetch ahead of the loads; 200
   (25 vectors) one vector a step. Against numpy."""
-  import gguf
-  from baregrad.tensor.ggml_quants import dequantize
   r = rng(17)
   wn = (r.random((96, k), dtype=np.float32) - 0.5)
-  if dtype == "Q8_0":
-    raw = gguf.quants.quantize(wn, gguf.GGMLQuantizationType.Q8_0)
-    w = dequantize(Tensor(raw.reshape(-1).view(np.uint8), dtype=dtypes.uint8), "Q8_0", wn.shape)
-    wn = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q8_0).reshape(wn.shape)
-  else:
-    w = Tensor(wn).cast(dtype).realize()
-    wn = w.cast("float32").numpy()
+  w, wn = narrow_weight(wn, dtype)
   xn = r.random((1, k), dtype=np.float32)
   items = (Tensor(xn) @ w.T).schedule()
   assert len(items) == 1, [i.name for i in items]
