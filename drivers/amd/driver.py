@@ -277,10 +277,12 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
       k.munmap(va, size)
       if e.errno == 12: raise MemoryError(f"AMD: out of {domain.upper()} allocating {size} bytes") from None
       if e.errno == 22 and domain == "vram":
-        raise AMDError(f"AMD: the kernel refused host-visible VRAM ({size} bytes, KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC): "
-                       f"amdkfd allows it only when the whole VRAM is CPU-visible (kfd_ioctl_alloc_memory_of_gpu: \"Alloc "
-                       f"host visible vram on small bar is not allowed\"). Enable Resizable BAR (\"Re-Size BAR "
-                       f"Support\" and \"Above 4G Decoding\" in the firmware setup)") from None
+        raise AMDError(f"AMD: the kernel refused host-visible VRAM ({size} bytes at {va:#x}, KFD_IOC_ALLOC_MEM_FLAGS_"
+                       f"PUBLIC, EINVAL): amdkfd allows it only when the whole VRAM is CPU-visible (kfd_ioctl_alloc_"
+                       f"memory_of_gpu: \"Alloc host visible vram on small bar is not allowed\"). Enable Resizable BAR "
+                       f"(\"Re-Size BAR Support\" and \"Above 4G Decoding\" in the firmware setup). Where it is on, "
+                       f"EINVAL means that GPU address range is taken (a buffer of this process still mapped there): "
+                       f"the kernel log names the reason") from None
       raise
     if domain != "device":       # device-only VRAM keeps its PROT_NONE reservation: the host never maps it
       off = args.mmap_offset

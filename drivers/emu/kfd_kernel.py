@@ -296,7 +296,9 @@ class EmulatedKFD:
     if a.va_addr % PAGE: return errno.EINVAL
     with self.lock:
       for bo in self.bos.values():
-        if bo.va < a.va_addr + size and a.va_addr < bo.va + bo.size: return errno.EINVAL     # VA already used
+        if bo.va < a.va_addr + size and a.va_addr < bo.va + bo.size:     # VA already used (amdgpu_vm_bo_map's dev_err)
+          self.log(f"va {a.va_addr:#012x}-{a.va_addr + size:#012x} conflict with {bo.va:#012x}-{bo.va + bo.size:#012x}")
+          return errno.EINVAL
       if kinds == kfd.ALLOC_USERPTR:
         if a.mmap_offset % PAGE or a.mmap_offset != a.va_addr: return errno.EINVAL
         bo = BO(self.next_handle, a.va_addr, size, a.flags, host=a.mmap_offset)
