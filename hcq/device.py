@@ -246,7 +246,10 @@ class Device:
     handle, _ = self.peer_maps.pop((owner.name, addr), (None, 0))
     lst = owner.exported.get(addr)
     if lst is not None and self in lst: lst.remove(self)
-    if handle is None or Device._open.get(self.name) is not self: return    # CPU: nothing to free; closed: gone
+    # (CPU: nothing to free; closed or left behind by a fork: gone with the driver. A device that is open but not the
+    # one registered under its name, a private or replaced one, frees its mapping too: a userptr BO left at an address
+    # the host frees and hands out again makes the GPU refuse the next allocation there, EINVAL)
+    if handle is None or self.closed or self.forked_from is not None: return
     try: self.synchronize()
     except Exception: pass
     self.driver.free(handle)

@@ -670,3 +670,24 @@ def test_memory_fault_report_names_the_freed_allocation(drv):
   with pytest.raises(GPUFault) as e: drv.check_faults("AMD")
   assert re.search(r"a use after free.*\n  compute queue \d+, packets around its read pointer:.*\n    => 0x[0-9a-f]+ "
                    r"DISPATCH_DIRECT", str(e.value), re.S), str(e.value)
+
+
+def test_a_peer_mapping_goes_with_the_host_memory_it_maps(monkeypatch):
+  """A device that maps another's allocation (map_peer: a KFD userptr BO at the allocation's address) drops the
+  mapping when the owner frees it, also when it is not the device registered under its name (a private one): a BO
+  left there would make the GPU refuse the next allocation the host places at that address (EINVAL, VA taken)."""
+  monkeypatch.setattr(settings, "EMU", True)
+  from baregrad.drivers.amd.driver import AMDDriver
+  from baregrad.drivers.emu.kfd_kernel import EmulatedKFD
+  from baregrad.hcq.device import Device
+  cpu = Device.get("CPU")
+  amd = Device("AMD", AMDDriver(kernel=EmulatedKFD(), timeout=10))      # not in Device._open
+  try:
+    mem = cpu.driver.alloc(1 << 16)
+    amd.map_peer(cpu, mem, 1 << 16)
+    bos = lambda: [bo for bo in amd.driver.kernel.bos.values() if bo.va == mem.addr]
+    assert len(bos()) == 1
+    cpu.free_memory(mem)
+    assert not bos() and mem.addr not in amd.driver.memory
+  finally:
+    amd.close()
