@@ -147,15 +147,15 @@ def _streaming_bytes(program: list[UOp]) -> int:
 PREFETCH_BYTES = 1024
 
 
-def _prefetch_loads(program: list[UOp], vloops: dict[int, UOp]) -> dict[UOp, tuple[UOp, list[UOp]]]:
+def _prefetch_loads(program: list[UOp], vloops: dict[int, UOp]) -> dict[UOp, list[UOp]]:
   """Vector loads to prefetch: in a vector block whose lanes are summed (no store is indexed by them), the innermost
   loop around the block that is not a lane loop is a reduce loop the load walks by >= 32 bytes a step, and the load's
   index also depends on some other range or the core (a row of a matrix, not the vector shared by the rows).
-  Returns {load: (its reduce loop, the unrolled lane loops between the two: the prefetch runs where they are 0)}."""
+  Returns {load: the unrolled lane loops between its reduce loop and it where the prefetch runs only at 0}."""
   stored = {r for u in program if u.op is Ops.STORE for r in u.src[0].toposort() if r.op is Ops.RANGE}
-  out: dict[UOp, tuple[UOp, list[UOp]]] = {}
+  out: dict[UOp, list[UOp]] = {}
   stack: list[UOp] = []
-  for pos, u in enumerate(program):
+  for u in program:
     if u.op is Ops.RANGE: stack.append(u)
     elif u.op is Ops.ENDRANGE and stack and stack[-1] is u.src[0]: stack.pop()
     elif u.op is Ops.LOAD and stack and stack[-1] in vloops.values() and stack[-1] not in stored:
@@ -171,7 +171,7 @@ def _prefetch_loads(program: list[UOp], vloops: dict[int, UOp]) -> dict[UOp, tup
       if any(x.op is Ops.SPECIAL or (x.op is Ops.RANGE and x not in lanes and x is not red) for x in others):
         # lanes that step within the reduce loop's stretch (an unrolled split of the same axis) share one prefetch;
         # others (several rows of the matrix) each prefetch their own
-        out[u] = (red, [r for r in lanes if abs(terms.get(r, 0)) * r.src[0].arg <= abs(terms[red])])
+        out[u] = [r for r in lanes if abs(terms.get(r, 0)) * r.src[0].arg <= abs(terms[red])]
   return out
 
 
@@ -500,15 +500,14 @@ class CRenderer:
       if op is Ops.BITCAST: return f"(({vtype(u.dtype, lanes())}){as_lanes(src[0])})"
       if op in (Ops.TRUNC, Ops.FLOOR): return trunc_floor(op, as_vector(src[0]), u.dtype)
       if op in (Ops.SHL, Ops.SHR) and u.dtype.itemsize == 1 and src[1].op is Ops.CONST and 0 <= src[1].arg < 8 and \
-         (op is Ops.SHL or u.dtype.is_unsigned):
+         (op is Ops.SHL or u.dtype.is_unsigned) and lanes() % 2 == 0:
         # byte lanes shifted by a constant (a quantized block's high nibbles): x86 has no byte shift and gcc shifts
         # each byte as a scalar (Q4_K 8192 x 4096: 1.3 GB/s); shifted as 16-bit lanes, the bits that crossed from the
         # neighbouring byte masked off
         k, n = src[1].arg, lanes()
         wide, keep = vtype(dtypes.uint16, n // 2), (0xFF >> k) if op is Ops.SHR else (0xFF << k) & 0xFF
         vt = vtype(u.dtype, n)
-        if n % 2 == 0:
-          return f"(({vt})(({wide}){as_lanes(src[0])} {'>>' if op is Ops.SHR else '<<'} {k}) & ({vt}){{}} + ({ctype(u.dtype)}){keep}u)"
+        return f"(({vt})(({wide}){as_lanes(src[0])} {'>>' if op is Ops.SHR else '<<'} {k}) & ({vt}){{}} + ({ctype(u.dtype)}){keep}u)"
       if op in INT_VEC_OPS and u.dtype in _INT_LANES: return alu(op, u.dtype, *[as_lanes(s) for s in src])
       if op is Ops.CAST: return select(as_mask(src[0]), as_vector(UOp.const(u.dtype, 1)), as_vector(UOp.const(u.dtype, 0)))
       if op is Ops.MAX:
@@ -604,7 +603,7 @@ class CRenderer:
         vvals.add(u); nm = f"v{counter[0]}"; counter[0] += 1; names[u] = nm
         if u in prefetch:
           ahead = f"__builtin_prefetch(&{name_of(u.src[0].src[0])}[{name_of(u.src[0].src[1])} + {PREFETCH_BYTES // u.dtype.itemsize}], 0, 0);"
-          first = " && ".join(f"{names[r]} == 0" for r in prefetch[u][1])
+          first = " && ".join(f"{names[r]} == 0" for r in prefetch[u])
           lines.append("  " * indent + (f"if ({first}) {ahead}" if first else ahead))
         load = vref(u.src[0], u.dtype, 'const ')
         if len(u.src[0].src) == 3: load = f"({name_of(u.src[0].src[2])} ? {load} : ({vtype(u.dtype, lanes())}){{}})"
