@@ -17,13 +17,22 @@ from baregrad.drivers import diskcache, settings
 
 COMPILERS = ("clang", "clang-22", "clang-19", "gcc", "cc")
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fPIC", "-ffreestanding", "-fno-math-errno", "-fno-stack-protector",
-                 "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-fno-plt")
+                 "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-fno-plt") + (
+                 # AArch64 Linux: gcc >= 10 and clang call libgcc's __aarch64_* helpers for atomics by default
+                 # (-moutline-atomics); those live only in the static libgcc, which the loader cannot resolve
+                 ("-mno-outline-atomics",) if platform.machine() in ("aarch64", "arm64") and platform.system() == "Linux" else ())
 
 # x86-64 -march=native: both gcc and clang tune for Intel cores with 256-bit vectors preferred (the width their
 # vectorizers use, and clang splits our 64-byte vector types into pairs of ymm), even where AVX-512 is there; the
 # kernels' 64-byte tiles want zmm registers (32 of them: a 16-accumulator matmul tile otherwise spills).
 # gcc 12 `-Q --help=target`, clang 19 `-###`: "-mprefer-vector-width= 256" for -march=rocketlake/sapphirerapids.
 VECTOR_WIDTH_FLAGS = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
+
+# The loader (elf.py) reads ELF only, and macOS compilers emit Mach-O by default: on Darwin every compile names an ELF
+# target for clang explicitly (the kernels are freestanding, so a Linux target needs no Linux headers or libraries),
+# and on arm64 keeps x18 unused: it is the platform register there (Apple, "Writing ARM64 code for Apple platforms").
+ELF_TARGET_FLAGS = ((f"--target={'aarch64' if platform.machine() == 'arm64' else platform.machine()}-unknown-linux-gnu",)
+                    + (("-ffixed-x18",) if platform.machine() == "arm64" else ())) if platform.system() == "Darwin" else ()
 
 # in-process counters, so callers and tests can see whether the cache worked
 stats = {"compiles": 0, "cache_hits": 0}
@@ -94,7 +103,7 @@ def _run_compiler(cc: str, flags: tuple, src: str) -> tuple[int, str, bytes | No
   """(exit status, stderr, object bytes or None)"""
   with tempfile.TemporaryDirectory(prefix="baregrad-cc-") as tmp:
     out = Path(tmp) / "kernel.o"
-    proc = subprocess.run([cc, *flags, "-c", "-x", "c", "-", "-o", str(out)], input=src.encode(),
+    proc = subprocess.run([cc, *flags, *ELF_TARGET_FLAGS, "-c", "-x", "c", "-", "-o", str(out)], input=src.encode(),
                           capture_output=True, timeout=600)
     obj = out.read_bytes() if proc.returncode == 0 and out.exists() else None
   return proc.returncode, proc.stderr.decode(errors="replace").strip(), obj
@@ -104,8 +113,8 @@ def _run_compiler(cc: str, flags: tuple, src: str) -> tuple[int, str, bytes | No
 def _accepted_flags(cc: str, flags: tuple) -> tuple:
   """The flags `cc` accepts, each tried alone on an empty file. Used only after a failed compile."""
   def ok(flag):
-    return subprocess.run([cc, flag, "-Werror", "-fsyntax-only", "-x", "c", "-"], input=b"int baregrad_probe;\n",
-                          capture_output=True, timeout=60).returncode == 0
+    return subprocess.run([cc, *ELF_TARGET_FLAGS, flag, "-Werror", "-fsyntax-only", "-x", "c", "-"],
+                          input=b"int baregrad_probe;\n", capture_output=True, timeout=60).returncode == 0
   keep = tuple(f for f in flags if ok(f))
   if keep != flags:
     warnings.warn(f"{cc} rejects {[f for f in flags if f not in keep]}; compiling without them", stacklevel=3)
@@ -133,7 +142,7 @@ def supports_float16() -> bool:
 def compile_c(src: str, flags: tuple = DEFAULT_FLAGS) -> bytes:
   """Compile C source to a relocatable ELF object and return its bytes (cached on disk)."""
   cc, flags = find_compiler(), tuple(flags)
-  key = _cache_key(cc, flags, src) + ".o"
+  key = _cache_key(cc, flags + ELF_TARGET_FLAGS, src) + ".o"
   if (obj := diskcache.get("cc", key)) is not None:
     with _stats_lock: stats["cache_hits"] += 1
     return obj
