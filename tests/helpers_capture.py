@@ -94,7 +94,7 @@ def _capture_main(out: str, files: list[str]):
 
 # OP_SUITE_ALL=1: the renderer tests take every kernel the op suite compiles; by default a sample (`sample`)
 OP_SUITE_ALL = os.environ.get("OP_SUITE_ALL", "0") not in ("", "0")
-SAMPLE_EVERY = 3
+SAMPLE_EVERY = 6
 
 
 def _features(rec) -> set:
@@ -103,7 +103,7 @@ def _features(rec) -> set:
 
 def sample(records: list, every: int = SAMPLE_EVERY) -> list:
   """Every `every`-th record, plus each one holding an (op, dtype, operand dtypes) node no earlier chosen record had:
-  every kind of node the op suite gives a renderer stays covered in a third of the time. All of them with
+  every kind of node the op suite gives a renderer stays covered in a fraction of the time. All of them with
   OP_SUITE_ALL=1."""
   if OP_SUITE_ALL: return list(records)
   seen, out = set(), []
