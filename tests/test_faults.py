@@ -183,6 +183,26 @@ def test_corrupted_command_stream_resets_the_queue(dev, monkeypatch, seed):
   _computes(dev, monkeypatch)
 
 
+def test_undecodable_sdma_packet_resets_the_copy_queue_within_a_second(monkeypatch):
+  """No event reaches the process when an SDMA engine meets a packet it cannot decode (amdgpu keeps the illegal-
+  instruction interrupt): the driver sees its read pointer stand at a packet it does not decode and reports that
+  within a second, where it used to wait for the 30 s timeout; the queues are recreated and the device computes."""
+  dev = _fresh("AMD")
+  try:
+    src, dst = dev.driver.alloc(4096, "gtt"), dev.driver.alloc(4096, "gtt")
+    dev.driver.copy.write([[0x000000FF]])        # op 255: no SDMA packet
+    dev.copy_queue().copy(dst.addr, src.addr, 4096).signal(dev.timeline, dev.next_timeline()).submit(dev)
+    start = time.monotonic()
+    msg = _was_reset(dev, lambda: dev.synchronize(timeout=10))
+    assert time.monotonic() - start < 5, msg
+    for part in (r"^AMD: GPU copy queue stopped at a packet its engine cannot decode", r"copy queue \d+ stopped at ring "
+                 r"dword 0x[0-9a-f]+: undecodable packet \(unknown SDMA packet: header 0x000000ff", r"=> 0x[0-9a-f]+ undecodable"):
+      assert re.search(part, msg), (part, msg)
+    _computes(dev, monkeypatch)
+  finally:
+    dev.driver.close()
+
+
 # ---- kernels written to fault: the report names the command, the kernel and the allocation ----
 
 def test_endless_kernel_is_a_runaway_named_with_its_command(dev, monkeypatch):

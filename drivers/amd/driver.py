@@ -57,6 +57,10 @@ SDMA_MTYPE_UC = 3
 # kfd_events.c: each signal event has a 64-bit slot in the event page; "the signaler will write a 1 before sending an
 # interrupt", and the interrupt handler ignores an event whose slot still reads UNSIGNALED_EVENT_SLOT (all ones)
 EVENT_SLOT_SIGNALED = 1
+# A queue whose read pointer stands this long at the start of a packet the engine cannot decode has stopped there:
+# a CP bad opcode suspends the queue without telling the process (kfd_dqm_suspend_bad_queue_mes) and SDMA's
+# illegal-instruction interrupt stays in amdgpu (sdma_v6_0_process_illegal_inst_irq), so no event ever comes
+BAD_PACKET_AFTER_S = 0.5
 ERROR_PAYLOAD_OFFSET = 64       # where in a queue's read/write-pointer page the kernel ORs its error codes
 
 
@@ -647,9 +651,10 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
       if int(view[0]) >= value: return True
       time.sleep(delay); delay = min(delay * 2, 2e-4)
     events = kfd_ffi.new("struct kfd_event_data[1]")
+    standing: dict = {}      # ring kind -> (read pointer, since when it stands there)
     while True:
       if int(view[0]) >= value: return True
-      if self.fault or (self._poll_exceptions() and self.fault): return False
+      if self.fault or (self._poll_exceptions() and self.fault) or self._stopped_at_bad_packet(standing): return False
       left = timeout - (time.monotonic() - start)
       if left <= 0:
         self._stalled = (addr, value, int(view[0]), timeout)
@@ -657,6 +662,25 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
       events[0].event_id = self.queue_event
       self._ioctl("WAIT_EVENTS", events_ptr=int(kfd_ffi.cast("uintptr_t", events)), num_events=1, wait_for_all=1,
                   timeout=max(1, min(int(left * 1000), 50)))
+
+  def _stopped_at_bad_packet(self, standing: dict) -> bool:
+    """True (with the fault recorded) when a busy queue's read pointer has stood BAD_PACKET_AFTER_S at the start of a
+    packet that does not decode: the engine stopped there, and waiting longer only turns it into a timeout."""
+    now = time.monotonic()
+    for ring in (self.compute, self.copy):
+      if ring.idle(): standing.pop(ring.kind, None); continue
+      rptr = ring.rptr
+      at, since = standing.get(ring.kind, (None, now))
+      if at != rptr: standing[ring.kind] = (rptr, now); continue
+      if now - since < BAD_PACKET_AFTER_S or rptr not in ring.starts: continue
+      pos, words = ring.packet_at_rptr()
+      try: (sdma if ring.kind == "copy" else pm4).decode(words, pos)
+      except ValueError: pass
+      else: continue
+      self.fault = (f"GPU {ring.kind} queue stopped at a packet its engine cannot decode, {now - since:.2g} s without "
+                    f"progress{self._queue_report()}{self._packets_report()}")
+      return True
+    return False
 
   def _poll_exceptions(self) -> bool:
     """Non-blocking look at the memory-fault, queue-error and hardware-exception events; records a fault message."""
