@@ -150,6 +150,7 @@ def test_write_pointer_beyond_the_ring_faults_the_queue(dev, monkeypatch):
   else:
     ch = dev.driver.channels["compute"]
     np.frombuffer(dev.driver.view(ch.userd.addr + pb.USERD_GP_PUT, 4), np.uint32)[0] = 5000
+    np.frombuffer(dev.driver.view(dev.driver.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING, 4), np.uint32)[0] = ch.token
     want = r"GPPut 5000 is past the end of the 1024-entry GPFIFO"
   _names(_was_reset(dev, lambda: dev.synchronize(timeout=10)), dev, want)
   _computes(dev, monkeypatch)

@@ -3,8 +3,12 @@
 Three GPUs can be emulated (`GPU_MODELS`): GA100 (A100, sm_80, AMPERE_COMPUTE_A, QMD V03_00), AD102 (RTX 4090, sm_89,
 ADA_COMPUTE_A, V03_00) and GH100 (H200, sm_90, HOPPER_COMPUTE_A, V04_00, the default).
 
-A channel thread polls its USERD GPPut (the driver's doorbell write is a plain store, so the thread watches the
-USERD page the doorbell announces), fetches GPFIFO entries, parses the pushbuffer methods the driver wrote and
+A channel fetches GPFIFO entries up to the GPPut its PBDMA read when a doorbell was rung: work starts only once the
+driver writes a channel's work-submit token to the usermode NOTIFY_CHANNEL_PENDING register (clc361.h; open-gpu-doc:
+GPPut alone is not seen). The register is plain memory here, so the channel threads look at it, consume what was
+written (it reads back 0) and then take every channel's USERD GPPut as of that moment: a later token overwriting an
+earlier one before it was seen loses no work (the driver writes GPPut before the token), and no work runs without a
+doorbell after its GPPut, or with a token that names no channel. The threads fetch GPFIFO entries, parses the pushbuffer methods the driver wrote and
 executes them: host semaphore release (64-bit payload, nanosecond timestamp) / acquire (blocks until the value
 holds), SET_OBJECT, WFI; the compute class's SEND_PCAS_A + SEND_SIGNALING_PCAS2_B read the QMD and run the kernel
 in the PTX interpreter (drivers/emu/ptx.py) with constant bank 0's parameters; the copy class's LAUNCH_DMA copies.
@@ -205,6 +209,29 @@ class NVGpu:
     self.icache: dict[int, bytes] = {}      # code fetched since the last instruction-cache invalidation: address -> bytes
     self.counters = counters.CounterLog("NV", parent=counters.PROCESS)   # what each kernel executed (counters.py)
     self.copy_bytes: dict[str, int] = {}    # bytes the copy engine moved (LAUNCH_DMA), per channel name
+    self.doorbells: list[np.ndarray] = []   # each usermode page's NOTIFY_CHANNEL_PENDING word (add_doorbell)
+    self.doorbell_lock = threading.Lock()
+    self.unknown_tokens = 0                 # doorbell writes that named no channel of this GPU (they start nothing)
+
+  def add_doorbell(self, host: int):
+    """A usermode object's page at host address `host`: its NOTIFY_CHANNEL_PENDING word is a doorbell."""
+    import cffi
+    buf = cffi.FFI().buffer(cffi.FFI().cast("uint8_t *", host + pb.USERMODE_NOTIFY_CHANNEL_PENDING), 4)
+    with self.doorbell_lock: self.doorbells.append(np.frombuffer(buf, np.uint32))
+
+  def take_doorbells(self):
+    """Consume the work-submit tokens written since the last look: when one names a channel, every channel's PBDMA
+    reads its USERD GPPut now (the one whose token was overwritten by a later one too: see the top)."""
+    with self.doorbell_lock:
+      tokens = []
+      for word in self.doorbells:
+        if (token := int(word[0])): word[0] = 0; tokens.append(token)
+      if not tokens: return
+      channels = list(self.channels)
+      known = {ch.token for ch in channels}
+      self.unknown_tokens += sum(t not in known for t in tokens)
+      if any(t in known for t in tokens):
+        for ch in channels: ch.read_gp_put()
 
   def invalidate_instruction_cache(self):
     with self.lock: self.icache.clear()
@@ -252,6 +279,13 @@ class ChannelProcessor(threading.Thread):
     self.subchannels: dict[int, int] = {}
     self.state: dict[int, int] = {}         # last value of each method per subchannel (method registers)
     self.stopped = False
+    self.token = None                       # the work-submit token (NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN)
+    self.fetch_put = 0                      # the GPPut read at the last doorbell: entries before it may be fetched
+
+  def read_gp_put(self):
+    """A doorbell was rung: the PBDMA reads the channel's USERD GPPut."""
+    try: self.fetch_put = struct.unpack("<I", self.gpu.mem.read(self.userd + pb.USERD_GP_PUT, 4))[0]
+    except MemoryFault: pass     # (a channel whose USERD went: it is being freed)
 
   @property
   def chname(self) -> str:
@@ -269,7 +303,8 @@ class ChannelProcessor(threading.Thread):
     userd = self.gpu.mem.array(self.userd, np.uint32, pb.USERD_BYTES // 4)
     get = int(userd[pb.USERD_GP_GET // 4])      # the PBDMA's own GP_GET; USERD's copy is written back only when idle
     while not self.stopped:
-      put = int(userd[pb.USERD_GP_PUT // 4])
+      self.gpu.take_doorbells()
+      put = self.fetch_put
       if get == put:
         # idle: the PBDMA writes GP_GET back to USERD (dev_pbdma.ref.txt: USERD GP_GET is updated when the PBDMA
         # goes idle or on a timer, not per entry; software must not rely on it: the driver tracks its fence)

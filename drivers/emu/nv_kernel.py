@@ -537,6 +537,7 @@ class EmulatedNVKernel:
     if p.hClass in USERMODE_CLASSES:
       obj.info["host"] = self.real.mmap(0, 0x10000, 3, kernel_mod.MAP_PRIVATE | kernel_mod.MAP_ANONYMOUS, -1, 0)
       obj.info["size"] = 0x10000
+      self.gpu.add_doorbell(obj.info["host"])
     if p.hClass == rm.FERMI_VASPACE_A: obj.info["external"] = bool(a.flags & rm.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED)
     if p.hClass == rm.KEPLER_CHANNEL_GROUP_A:
       # kchangrpapiConstruct (gpu/fifo/kernel_channel_group_api.c): on GPUs with per-runlist channel RAM (GA100 and
@@ -597,6 +598,7 @@ class EmulatedNVKernel:
     obj.info.update(engine=engine, objects={}, token=token, vaspace=ctx.info["vaspace"], bound=False)
     proc = ChannelProcessor(self.gpu, "compute" if engine == GR_ENGINE else "copy", handle, a.gpFifoOffset,
                             a.gpFifoEntries, userd.info["va"] + a.userdOffset[0], notifier, obj.info["objects"], None, cls)
+    proc.token = token
     obj.info["proc"] = proc
     group.info.setdefault("procs", []).append(proc)
     self.tokens[token] = handle

@@ -17,6 +17,9 @@ with the driver as it was before the rule (what it did is said beside the test).
      may run stale code; the emulator faults on it. Before: never invalidated.
   8. constant banks: every .nv.constantN of the cubin bound (ptxas puts sm_80 .. sm_89 64-bit immediates in bank 2);
      relocations refused. Before: bank 0 only.
+  9. doorbell: a channel fetches GPFIFO entries once its work-submit token is written to the usermode page's
+     NOTIFY_CHANNEL_PENDING (DOC clc361.h; GPPut alone is not seen). The driver rang it before; the emulator did not
+     need it.
   +  class lists: each chip lists what OGKM src/nvidia/generated/g_gpu_class_list.c says (GH100: HOPPER_COMPUTE_A only).
 """
 import errno, re, shutil, struct, subprocess, time
@@ -635,6 +638,40 @@ def test_gpfifo_space_and_progress_come_from_the_fence_not_userd_gp_get(monkeypa
   assert f"semaphore acquire [{gate.addr:#x}] >= 1, memory holds 0" in report, report
   np.frombuffer(d.view(gate.addr, 8), np.uint64)[0] = 1
   assert d.wait_value(ch.fence.addr, blocked, 10)
+
+
+def test_work_starts_at_the_doorbell_not_at_gp_put(monkeypatch):
+  """A GPFIFO entry is fetched once the channel's work-submit token is written to the usermode page's
+  NOTIFY_CHANNEL_PENDING (clc361.h; GPPut in USERD alone is not seen): without the doorbell nothing runs, a token that
+  names no channel starts nothing, a doorbell rung before GPPut moved starts only what GPPut held then, and the next
+  doorbell starts the rest. The driver rings after each GPPut (NVDriver._publish)."""
+  d = _driver()
+  gpu = d.k.gpu
+  ch = d.channels["compute"]
+  userd = np.frombuffer(d.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)
+  bell = np.frombuffer(d.view(d.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING, 4), np.uint32)
+  def seen():     # the GPU has consumed the last doorbell (the register reads back 0)
+    deadline = time.monotonic() + 10
+    while bell[0] and time.monotonic() < deadline: time.sleep(1e-3)
+    assert not bell[0]
+  monkeypatch.setattr(NVDriver, "_publish", lambda self, c, u: u.__setitem__(pb.USERD_GP_PUT // 4, c.put))   # no doorbell
+  seen()                                                              # (the driver's own last one, when it opened)
+  d._submit_words(ch, [])
+  assert not d.wait_value(ch.fence.addr, ch.fence_value, 0.3)        # GPPut moved, no doorbell: the entry waits
+  bell[0] = 0x7777
+  seen()
+  assert not d.wait_value(ch.fence.addr, ch.fence_value, 0.3) and gpu.unknown_tokens == 1     # no such channel
+  bell[0] = ch.token
+  assert d.wait_value(ch.fence.addr, ch.fence_value, 10)             # rung: it runs
+  put = int(userd[pb.USERD_GP_PUT // 4])
+  bell[0] = ch.token                                                  # rung before the next GPPut moves
+  seen()
+  d._submit_words(ch, [])
+  assert int(userd[pb.USERD_GP_PUT // 4]) != put
+  assert not d.wait_value(ch.fence.addr, ch.fence_value, 0.3)
+  monkeypatch.undo()
+  d._submit_words(ch, [])                                             # rings: both submissions run
+  assert d.wait_value(ch.fence.addr, ch.fence_value, 10)
 
 
 @pytest.mark.parametrize("offset,timestamp,ok", [(0, True, True), (8, True, False), (8, False, True), (4, False, False)])
