@@ -185,12 +185,15 @@ def _structure(out):
 
 
 def _unflatten(structure, outs: list):
-  it = iter(outs)
-  def build(s):
-    if s == "T": return next(it)
-    if s is None: return None
-    return s[0](build(x) for x in s[1])
-  return build(structure)
+  return _build(structure, iter(outs))
+
+
+def _build(s, it):
+  """The returned structure `s` with its tensors taken from `it` in order. (Not a closure that calls itself: that is a
+  reference cycle holding the outputs until the cyclic collector runs, so their memory was not reused at once.)"""
+  if s == "T": return next(it)
+  if s is None: return None
+  return s[0](_build(x, it) for x in s[1])
 
 
 def _tensor_from(buf: Buffer, shape) -> Tensor:

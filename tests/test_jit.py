@@ -164,3 +164,22 @@ def test_reset_recaptures():
   jfn.reset()
   for _ in range(3): out = jfn(Tensor(np.ones(4, np.float32)))
   np.testing.assert_allclose(out.numpy(), np.full(4, 2.0))
+
+
+def test_outputs_are_freed_when_dropped():
+  """A replay's output goes as soon as its last reference does, without the cyclic collector (the structure it is
+  returned in was rebuilt by a closure calling itself, a cycle that held it): the next replay reuses its memory."""
+  import gc, weakref
+  jfn = jit(lambda x: (x * 2 + 1).sum())
+  x = Tensor(np.arange(64, dtype=np.float32))
+  for _ in range(3): jfn(x).realize()
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    out = jfn(x)
+    assert out.item() == float((np.arange(64) * 2 + 1).sum())
+    ref = weakref.ref(out)
+    del out
+    assert ref() is None
+  finally:
+    if enabled: gc.enable()
