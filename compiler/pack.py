@@ -143,20 +143,12 @@ def _narrower_source(b: UOp) -> bool:
 
 def pack_matmuls(sink: UOp) -> tuple[UOp, dict]:
   """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top), and the
-  node of `sink` each node of the result stands for (new -> old; the copies and packed products added have none):
-  what the schedule materializes is recorded under the caller's nodes, so a later realize reads those values
-  instead of computing them again. Bottom-up: a matmul whose
+  node of `sink` each rewritten node stands for (new -> old: what the schedule materializes is recorded under the
+  caller's nodes, so a later realize reads those values instead of computing them again). Bottom-up: a matmul whose
   operand holds another matmul reads that one's packed form."""
   done: dict[UOp, UOp] = {}
-  back: dict[UOp, UOp] = {}
   for node in sink.toposort():
     src = tuple(done[s] for s in node.src)
     new = node if all(x is y for x, y in zip(src, node.src)) else node.replace(src=src)
-    if (packed := _packed(new)) is not None:
-      total = packed
-      while total.op is Ops.RESHAPE: total = total.src[0]
-      back[total] = node        # the packed product's reduction holds node's values in node's order (no permute)
-      new = packed
-    done[node] = new
-    back[new] = node
-  return done[sink], back
+    done[node] = new if (packed := _packed(new)) is None else packed
+  return done[sink], {new: old for old, new in done.items() if new is not old}

@@ -241,8 +241,7 @@ def build_plan(sink: UOp) -> Plan:
       while node.op in MOVEMENT: node = node.src[0]
       outputs.append(("in", node.arg.index))
   outs = set(sink.src)
-  inner = {o: ref[m] for m in sched.materialized if m not in outs and (o := packed_from.get(m) if packed_from else m)
-           is not None}
+  inner = {packed_from.get(m, m): ref[m] for m in sched.materialized if m not in outs}
   if DEBUG >= 2:
     print(f"schedule: {len(steps)} steps, {len(new_buffers)} new buffers")
     for prog, refs, meta in steps: print(f"  {meta['name']:30s} bufs={refs}")
