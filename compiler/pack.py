@@ -141,14 +141,12 @@ def _narrower_source(b: UOp) -> bool:
   return any(u.op is Ops.BUFFER and u.dtype.itemsize < b.dtype.itemsize for u in b.toposort())
 
 
-def pack_matmuls(sink: UOp) -> tuple[UOp, dict]:
-  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top), and the
-  node of `sink` each rewritten node stands for (new -> old: what the schedule materializes is recorded under the
-  caller's nodes, so a later realize reads those values instead of computing them again). Bottom-up: a matmul whose
-  operand holds another matmul reads that one's packed form."""
+def pack_matmuls(sink: UOp) -> UOp:
+  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top). Bottom-up:
+  a matmul whose operand holds another matmul reads that one's packed form."""
   done: dict[UOp, UOp] = {}
   for node in sink.toposort():
     src = tuple(done[s] for s in node.src)
     new = node if all(x is y for x, y in zip(src, node.src)) else node.replace(src=src)
     done[node] = new if (packed := _packed(new)) is None else packed
-  return done[sink], {new: old for old, new in done.items() if new is not old}
+  return done[sink]

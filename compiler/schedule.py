@@ -206,8 +206,7 @@ def build_plan(sink: UOp) -> Plan:
   from . import viz   # VIZ=out.html report hook
   from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
   stats["schedules_built"] += 1
-  packed_from: dict = {}     # device-specific layouts: large CPU matmuls pack their right operand (node -> the sink's)
-  if _codegen().OPT: sink, packed_from = pack_matmuls(sink)
+  if _codegen().OPT: sink = pack_matmuls(sink)   # device-specific layouts: large CPU matmuls pack their right operand
   sched = rangeify(sink, lambda n: n.device)
   if viz.VIZ: viz.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}
@@ -241,7 +240,7 @@ def build_plan(sink: UOp) -> Plan:
       while node.op in MOVEMENT: node = node.src[0]
       outputs.append(("in", node.arg.index))
   outs = set(sink.src)
-  inner = {packed_from.get(m, m): ref[m] for m in sched.materialized if m not in outs}
+  inner = {m: ref[m] for m in sched.materialized if m not in outs}
   if DEBUG >= 2:
     print(f"schedule: {len(steps)} steps, {len(new_buffers)} new buffers")
     for prog, refs, meta in steps: print(f"  {meta['name']:30s} bufs={refs}")
