@@ -157,19 +157,6 @@ def test_few_rows_times_a_narrow_weight_share_each_converted_vector(dtype):
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(12, 96), xn.astype(np.float64) @ wn.T, rtol=1e-5, atol=1e-5)
 
 
-def test_many_small_matmuls_are_packed():
-  """Attention's batched products (64 heads x batches of 64 x 16 @ 16 x 64, 4M multiply-adds in all, 64K each): the
-  batch counts toward the packing threshold, so the right operand is copied into strips once for all of them."""
-  r = rng(7)
-  q, k = r.standard_normal((16, 4, 64, 16), dtype=np.float32), r.standard_normal((16, 4, 16, 64), dtype=np.float32)
-  items = (Tensor(q) @ Tensor(k)).schedule()
-  assert len(items) == 2, [i.program.name for i in items]
-  run_schedule(items, sync=True)
-  np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(16, 4, 64, 64), q.astype(np.float64) @ k, rtol=1e-4, atol=1e-5)
-  single = (Tensor(q[0, 0]) @ Tensor(k[0, 0])).schedule()          # one of them alone stays unpacked
-  assert len(single) == 1, [i.program.name for i in single]
-
-
 def test_large_matmul_is_packed_and_vectorized():
   """The 1024 matmul packs its right operand into (m/w, k, w) strips and runs on vector types."""
   w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
