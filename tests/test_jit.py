@@ -183,3 +183,18 @@ def test_outputs_are_freed_when_dropped():
     assert ref() is None
   finally:
     if enabled: gc.enable()
+
+
+def test_packed_weight_updated_in_place_between_replays():
+  """A jitted product large enough that the CPU packs its right operand into strips, traced with the same weight
+  Tensor every call: after the weight is assigned new values the replays compute with them (the strips are copied
+  again each replay, never taken from an earlier realize)."""
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((256, 256), dtype=np.float32), rng.standard_normal((256, 256), dtype=np.float32)
+  X, W = Tensor(x).realize(), Tensor(w).realize()
+  step = jit(lambda a, b: (a @ b).contiguous())
+  for _ in range(3): np.testing.assert_allclose(step(X, W).numpy(), x @ w, rtol=1e-4, atol=1e-3)
+  for _ in range(2):
+    w = rng.standard_normal((256, 256), dtype=np.float32)
+    W.assign(Tensor(w)).realize()
+    np.testing.assert_allclose(step(X, W).numpy(), x @ w, rtol=1e-4, atol=1e-3)
