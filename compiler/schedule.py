@@ -28,6 +28,34 @@ class Realized:
 
 
 realized = Realized()
+_EPOCH = "realized_epoch"  # the key of when it was remembered (clock.now then)
+
+
+class _Clock:
+  now = 0       # advanced by fresh_views
+  floor = 0     # views remembered before this are not read by a graph (ASSIGNs excepted): see fresh_views
+
+
+clock = _Clock()
+
+
+class fresh_views:
+  """Inside: a graph reads no view remembered before (other than an assign's that already ran); views remembered
+  inside are read as usual. The JIT captures its graph so: a value an earlier call computed from the same input or
+  weight Tensors (an identical node) is computed again inside the captured graph, not taken as a constant buffer
+  that later replays, with other inputs or after the weights were written, would keep reading."""
+  def __enter__(self):
+    clock.now += 1
+    self.saved, clock.floor = clock.floor, clock.now
+  def __exit__(self, *exc): clock.floor = self.saved
+
+
+def reusable(n: UOp):
+  """The view holding n's value that a graph may read instead of computing n, or None."""
+  d = n.__dict__
+  view = d.get(_VIEW)
+  if view is None or n.op is _ASSIGN or not clock.floor or d.get(_EPOCH, 0) >= clock.floor: return view
+  return None
 
 
 def remember(node: UOp, view: UOp, inputs: list) -> None:
@@ -39,6 +67,7 @@ def remember(node: UOp, view: UOp, inputs: list) -> None:
   while base.op in MOVEMENT: base = base.src[0]
   if base.op is Ops.CONST: return
   node.__dict__[_VIEW] = view
+  node.__dict__[_EPOCH] = clock.now
   ref = weakref.ref(node)
   for base in (view.src if view.op is Ops.MULTI else (view,)):
     while base.op is not _BUFFER: base = base.src[0]
@@ -115,7 +144,7 @@ def normalize_outputs(outs: list[UOp], order: list[UOp]):
     if op is _BUFFER and n in slots: done[n] = slots[n]; continue   # under a realized view seen before
     # an output gets a buffer of its own even when an identical graph was realized before (an assign to one
     # must not change the other); assigns that already ran are never run again
-    view = n.__dict__.get(_VIEW) if op is _ASSIGN or n not in outputs else None
+    view = reusable(n) if op is _ASSIGN or n not in outputs else None
     if view is not None and view is not n: done[n] = normalize_leaf(view, buffers, slots)
     elif op is _BUFFER: done[n] = n if isinstance(n.arg, BufferSlot) else normalize_leaf(n, buffers, slots)
     elif op is _BIND:

@@ -15,6 +15,7 @@ before it from prebuilt queues, the host step, then the device work after it (hc
 from __future__ import annotations
 import functools
 from baregrad.compiler.uop import UOp, Ops
+from baregrad.compiler.schedule import fresh_views
 from baregrad.hcq import runtime
 from baregrad.hcq.buffer import Buffer
 from baregrad.hcq.device import Device
@@ -90,7 +91,7 @@ class jit:
       runtime.capturing = captured = []
       _tensor.range_checks = self.range_checks = []
       try:
-        out = _realize_outputs(self.fn(*args, **kwargs))
+        with fresh_views(): out = _realize_outputs(self.fn(*args, **kwargs))
       finally:
         runtime.capturing = _tensor.range_checks = None
       outs = _flatten(out)

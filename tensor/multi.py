@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from baregrad.compiler.uop import UOp, Ops, ELEMENTWISE, MOVEMENT, _derive
 from baregrad.compiler.dtype import dtypes, truncate
-from baregrad.compiler.schedule import realized
+from baregrad.compiler.schedule import reusable
 
 
 def split_bounds(size: int, n: int) -> tuple[tuple[int, int], ...]:
@@ -269,7 +269,7 @@ class Lowering:
       if n.op is Ops.SINK or n.op is Ops.DEVICE: continue
       # a node realized before is read from its buffers (as compiler/schedule.py's normalize does: an output is
       # computed again into buffers of its own, an assign that already ran never runs again)
-      view = realized.get(n) if n not in outputs or n.op is Ops.ASSIGN else None
+      view = reusable(n) if n not in outputs or n.op is Ops.ASSIGN else None
       if view is not None and view.op is Ops.MULTI: self.memo[n] = Sharded(view.src, *view.arg)
       elif view is not None: self.memo[n] = n        # single-device: normalize puts its buffer in
       else: self.memo[n] = self.lower(n)

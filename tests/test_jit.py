@@ -198,3 +198,22 @@ def test_packed_weight_updated_in_place_between_replays():
     w = rng.standard_normal((256, 256), dtype=np.float32)
     W.assign(Tensor(w)).realize()
     np.testing.assert_allclose(step(X, W).numpy(), x @ w, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["contiguous", "reduce_broadcast"])
+def test_capture_computes_what_an_earlier_call_left_in_a_buffer(name):
+  """Called with the same input Tensor each time, the traced function's intermediates (a contiguous(), a reduction
+  read through a broadcast) are identical graph nodes whose values an earlier call materialized: the captured graph
+  computes them again instead of reading that buffer, so replays follow new inputs and in-place writes."""
+  fn, ref = {"contiguous": (lambda t: ((t * 2).contiguous() + 1).contiguous(), lambda v: v * 2 + 1),
+             "reduce_broadcast": (lambda t: (t.sum(0, keepdim=True) + t).contiguous(), lambda v: v.sum(0, keepdims=True) + v)}[name]
+  rng = np.random.default_rng(3)
+  a = rng.standard_normal((16, 16), dtype=np.float32)
+  A = Tensor(a).realize()
+  f = jit(fn)
+  for _ in range(3): np.testing.assert_allclose(f(A).numpy(), ref(a), rtol=1e-5, atol=1e-5)
+  b = rng.standard_normal((16, 16), dtype=np.float32)
+  A.assign(Tensor(b)).realize()
+  np.testing.assert_allclose(f(A).numpy(), ref(b), rtol=1e-5, atol=1e-5)
+  c = rng.standard_normal((16, 16), dtype=np.float32)
+  np.testing.assert_allclose(f(Tensor(c)).numpy(), ref(c), rtol=1e-5, atol=1e-5)
