@@ -17,12 +17,12 @@ from .dtype import dtypes
 from .opt import has_avx512
 
 
-def matmul_pack_width(device: str, dtype, n: int, k: int, m: int) -> int:
-  """Lanes W of the packed layout the CPU device wants for the right operand of an (n,k)@(k,m) matmul, or 0:
+def matmul_pack_width(device: str, dtype, n: int, k: int, m: int, batch: int = 1) -> int:
+  """Lanes W of the packed layout the CPU device wants for the right operand of `batch` (n,k)@(k,m) matmuls, or 0:
   one strip row is one vector register (64 bytes with AVX-512, else 32)."""
   if device != "CPU" or dtype not in (dtypes.float32, dtypes.float64): return 0
   w = (64 if has_avx512() else 32) // dtype.itemsize
-  if m % w or m < 2 * w or k < 16 or n < 4 or n * k * m < (1 << 20): return 0
+  if m % w or m < 2 * w or k < 16 or n < 4 or batch * n * k * m < (1 << 20): return 0
   return w
 
 
@@ -126,7 +126,7 @@ def _packed(node: UOp) -> UOp | None:
   if not all(isinstance(x, int) for x in node.src[0].shape): return None     # a symbolic size: never packed
   if a.dtype != b.dtype or node.dtype != a.dtype: return None
   if _narrower_source(b): return None
-  if not (w := matmul_pack_width(node.device, node.dtype, n, k, m)): return None
+  if not (w := matmul_pack_width(node.device, node.dtype, n, k, m, math.prod(node.src[0].shape[:-3]))): return None
   full = (*node.src[0].shape[:-3], n, m, k)
   canonical = UOp(Ops.REDUCE_AXIS, node.dtype, (UOp(Ops.MUL, node.dtype, (UOp(Ops.EXPAND, a.dtype, (a,), full),
                   UOp(Ops.EXPAND, b.dtype, (b,), full))),), (Ops.ADD, (len(full) - 1,)))
@@ -141,12 +141,22 @@ def _narrower_source(b: UOp) -> bool:
   return any(u.op is Ops.BUFFER and u.dtype.itemsize < b.dtype.itemsize for u in b.toposort())
 
 
-def pack_matmuls(sink: UOp) -> UOp:
-  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top). Bottom-up:
-  a matmul whose operand holds another matmul reads that one's packed form."""
+def pack_matmuls(sink: UOp) -> tuple[UOp, dict]:
+  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top), and the
+  node of `sink` each node of the result stands for (new -> old; the copies and packed products added have none):
+  what the schedule materializes is recorded under the caller's nodes, so a later realize reads those values
+  instead of computing them again. Bottom-up: a matmul whose
+  operand holds another matmul reads that one's packed form."""
   done: dict[UOp, UOp] = {}
+  back: dict[UOp, UOp] = {}
   for node in sink.toposort():
     src = tuple(done[s] for s in node.src)
     new = node if all(x is y for x, y in zip(src, node.src)) else node.replace(src=src)
-    done[node] = new if (packed := _packed(new)) is None else packed
-  return done[sink]
+    if (packed := _packed(new)) is not None:
+      total = packed
+      while total.op is Ops.RESHAPE: total = total.src[0]
+      back[total] = node        # the packed product's reduction holds node's values in node's order (no permute)
+      new = packed
+    done[node] = new
+    back[new] = node
+  return done[sink], back

@@ -235,7 +235,9 @@ def build_plan(sink: UOp) -> Plan:
   from . import viz   # VIZ=out.html report hook
   from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
   stats["schedules_built"] += 1
-  if _codegen().OPT: sink = pack_matmuls(sink)   # device-specific layouts: large CPU matmuls pack their right operand
+  caller_outs = set(sink.src)
+  packed_from: dict = {}     # device-specific layouts: large CPU matmuls pack their right operand (node -> the sink's)
+  if _codegen().OPT: sink, packed_from = pack_matmuls(sink)
   sched = rangeify(sink, lambda n: n.device)
   if viz.VIZ: viz.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}
@@ -269,7 +271,10 @@ def build_plan(sink: UOp) -> Plan:
       while node.op in MOVEMENT: node = node.src[0]
       outputs.append(("in", node.arg.index))
   outs = set(sink.src)
-  inner = {m: ref[m] for m in sched.materialized if m not in outs}
+  # values the packed graph materialized are recorded under the caller's nodes they stand for (pack_matmuls' map; its
+  # strip copies have none), so a later realize that holds one reads it; the caller's outputs are the realize's own
+  inner = {o: ref[m] for m in sched.materialized
+           if m not in outs and (o := packed_from.get(m) if packed_from else m) is not None and o not in caller_outs}
   if DEBUG >= 2:
     print(f"schedule: {len(steps)} steps, {len(new_buffers)} new buffers")
     for prog, refs, meta in steps: print(f"  {meta['name']:30s} bufs={refs}")

@@ -157,6 +157,19 @@ def test_few_rows_times_a_narrow_weight_share_each_converted_vector(dtype):
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(12, 96), xn.astype(np.float64) @ wn.T, rtol=1e-5, atol=1e-5)
 
 
+def test_many_small_matmuls_are_packed():
+  """Attention's batched products (64 heads x batches of 64 x 16 @ 16 x 64, 4M multiply-adds in all, 64K each): the
+  batch counts toward the packing threshold, so the right operand is copied into strips once for all of them."""
+  r = rng(7)
+  q, k = r.standard_normal((16, 4, 64, 16), dtype=np.float32), r.standard_normal((16, 4, 16, 64), dtype=np.float32)
+  items = (Tensor(q) @ Tensor(k)).schedule()
+  assert len(items) == 2, [i.program.name for i in items]
+  run_schedule(items, sync=True)
+  np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(16, 4, 64, 64), q.astype(np.float64) @ k, rtol=1e-4, atol=1e-5)
+  single = (Tensor(q[0, 0]) @ Tensor(k[0, 0])).schedule()          # one of them alone stays unpacked
+  assert len(single) == 1, [i.program.name for i in single]
+
+
 def test_large_matmul_is_packed_and_vectorized():
   """The 1024 matmul packs its right operand into (m/w, k, w) strips and runs on vector types."""
   w = matmul_pack_width("CPU", dtypes.float32, 1024, 1024, 1024)
@@ -188,7 +201,7 @@ def test_matmul_graph_does_not_depend_on_the_host(monkeypatch, avx512):
   x, y, perm = matmul_operands(reduce)
   assert x.shape == (256, 1, 192) and y.shape == (1, 256, 192) and perm == (0, 1, 2)
   w = 16 if avx512 else 8
-  packed = pack_matmuls(plain.sink()).toposort()
+  packed = pack_matmuls(plain.sink())[0].toposort()
   assert [u.shape for u in packed if u.op is Ops.CONTIGUOUS] == [(256 // w, 192, w)]
   assert [u.src[0].shape for u in packed if u.op is Ops.REDUCE_AXIS] == [(256, 256 // w, 192, w)]
 
