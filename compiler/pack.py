@@ -145,8 +145,8 @@ def pack_matmuls(sink: UOp) -> tuple[UOp, dict]:
   """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top), and the
   node of `sink` each node of the result stands for (new -> old; the copies and packed products added have none):
   what the schedule materializes is recorded under the caller's nodes, so a later realize reads those values
-  instead of computing them again. Bottom-up: a matmul whose
-  operand holds another matmul reads that one's packed form."""
+  instead of computing them again. Bottom-up: a matmul whose operand holds another matmul reads that one's packed
+  form."""
   done: dict[UOp, UOp] = {}
   back: dict[UOp, UOp] = {}
   for node in sink.toposort():

@@ -118,6 +118,11 @@ _kernels: dict = {}          # (pid, emulated) -> the kernel interfaces this pro
 _kernels_in_use: set = set()  # ids of those an open AMDDriver holds
 
 
+def _packets(ring: Ring):
+  """The packet table (encode/decode/describe) of a ring's engine: SDMA for the copy queue, PM4 for compute."""
+  return sdma if ring.kind == "copy" else pm4
+
+
 def _process_kernel():
   """The kernel interface for a new AMDDriver: the process's own (amdkfd keeps per-process state across device opens,
   KFDProcess), a new one in a forked child. With EMU=1 each emulated kernel is one emulated GPU: a driver takes one no
@@ -674,7 +679,7 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
       if at != rptr: standing[ring.kind] = (rptr, now); continue
       if now - since < BAD_PACKET_AFTER_S or rptr not in ring.starts: continue
       pos, words = ring.packet_at_rptr()
-      try: (sdma if ring.kind == "copy" else pm4).decode(words, pos)
+      try: _packets(ring).decode(words, pos)
       except ValueError: pass
       else: continue
       self.fault = (f"GPU {ring.kind} queue stopped at a packet its engine cannot decode, {now - since:.2g} s without "
@@ -741,7 +746,8 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
 
   def _packets_around(self, ring: Ring, before: int = 3, after: int = 3) -> str:
     """The packets the driver wrote around the ring's read pointer, decoded (=> marks the one at the read pointer)."""
-    decode, describe = (sdma.decode, sdma.describe) if ring.kind == "copy" else (pm4.decode, pm4.describe)
+    table = _packets(ring)
+    decode, describe = table.decode, table.describe
     starts = [at for at in ring.starts if ring.rptr - 4 * ring.dwords < at]
     if ring.rptr not in starts: return ""
     k = starts.index(ring.rptr)

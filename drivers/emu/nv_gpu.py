@@ -8,8 +8,8 @@ driver writes a channel's work-submit token to the usermode NOTIFY_CHANNEL_PENDI
 GPPut alone is not seen). The register is plain memory here, so the channel threads look at it, consume what was
 written (it reads back 0) and then take every channel's USERD GPPut as of that moment: a later token overwriting an
 earlier one before it was seen loses no work (the driver writes GPPut before the token), and no work runs without a
-doorbell after its GPPut, or with a token that names no channel. The threads fetch GPFIFO entries, parses the pushbuffer methods the driver wrote and
-executes them: host semaphore release (64-bit payload, nanosecond timestamp) / acquire (blocks until the value
+doorbell after its GPPut, or with a token that names no channel. A channel thread fetches GPFIFO entries, parses
+the pushbuffer methods the driver wrote and executes them: host semaphore release (64-bit payload, nanosecond timestamp) / acquire (blocks until the value
 holds), SET_OBJECT, WFI; the compute class's SEND_PCAS_A + SEND_SIGNALING_PCAS2_B read the QMD and run the kernel
 in the PTX interpreter (drivers/emu/ptx.py) with constant bank 0's parameters; the copy class's LAUNCH_DMA copies.
 Anything else (an unknown method, a method on an unbound subchannel, an unmapped address, a kernel that traps or
