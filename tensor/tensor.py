@@ -677,7 +677,11 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     return ~self
 
   # ---------------- realization ----------------
-  def contiguous(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self) -> Tensor:
+    # a contiguous() of a contiguous() is the same value: a second node would be a copy kernel (a jitted function
+    # returning x.contiguous() is made contiguous again by the jit)
+    if self.uop.op is Ops.CONTIGUOUS: return Tensor(self.uop)
+    return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
   # ---------------- autograd ----------------

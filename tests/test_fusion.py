@@ -232,3 +232,10 @@ def test_costly_operand_of_a_product_is_stored_once():
   x = r.standard_normal((8, 32)).astype(np.float32)
   sm = Tensor(x).softmax(-1)
   assert len(sm.schedule()) == 3, [i.name for i in sm.schedule()]     # max, sum, the normalized values
+
+
+def test_contiguous_of_contiguous_is_one_kernel():
+  # a second contiguous() is the same value, not a copy kernel (numpy reference for the values)
+  a, w = T(32, 16), T(16, 8)
+  check((a + 1).contiguous().contiguous(), a.numpy() + 1, 1)
+  check((a @ w).contiguous().contiguous(), a.numpy() @ w.numpy(), 1)

@@ -134,6 +134,16 @@ def test_arena_smaller_than_intermediates():
   assert graph.arena_bytes <= 0.6 * graph.unplanned_bytes, (graph.arena_bytes, graph.unplanned_bytes)
 
 
+def test_returned_contiguous_is_not_copied_again():
+  # the jit makes a returned lazy tensor contiguous; one that already is (x.contiguous()) gets no copy kernel
+  jfn = jit(lambda a, b: (a @ b).contiguous())
+  for _ in range(3):
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((16, 8), (8, 4)))
+    got = jfn(Tensor(a), Tensor(b))
+  np.testing.assert_allclose(got.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  assert sum(1 for it in jfn.graph.items if it.program is not None) == 1, [it.name for it in jfn.graph.items]
+
+
 def test_shape_change_raises():
   jfn = jit(lambda x: x + 1)
   for _ in range(3): jfn(Tensor(np.ones((2, 3), np.float32)))
