@@ -123,6 +123,16 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
   return ast, (blocks, 1, 1), (local_size, 1, 1)
 
 
+def symbolic_grid(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple | None:
+  """The workgroups a `to_threads` kernel needs for the Variables' values, as (blocks, 1, 1) with blocks an
+  expression in them, when its global size is symbolic (a KV cache's 0..pos); else None. The drivers launch that
+  many (hcq resolves it per launch, a JIT graph patches it per replay); `global_size` stays the largest launch."""
+  ranges = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"]
+  total = sprod(r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in ranges)
+  if not isinstance(total, UOp): return None
+  return ((total + (local_size - 1)) // local_size, 1, 1)
+
+
 def estimate(ast: UOp, params) -> dict:
   """Rough flop and byte counts: ALU ops times the iterations of the loops they sit in (the constant-size
   RANGEs and "core" SPECIALs reachable from the op). One walk: each node's loops are the union of its sources'."""
@@ -191,8 +201,9 @@ def _lower(spec: KernelSpec, renderer) -> Lowered:
     ast = _gpu.to_workgroups(_gpu.apply_gpu_opts(ast, opts, renderer.device))
     launch = {**(launch_dims(ast) or {"global_size": (1, 1, 1), "local_size": (1, 1, 1)}), "opts": tuple(opts)}
   elif gpu:
+    grid = symbolic_grid(ast)
     ast, gsz, lsz = to_threads(ast)
-    launch = {"global_size": gsz, "local_size": lsz}
+    launch = {"global_size": gsz, "local_size": lsz, **({"grid": grid} if grid is not None else {})}
   elif OPT:
     opts = spec.opts if spec.opts is not None else search_opts(spec, renderer) if BEAM else hand_coded_opts(ast)
     ast = apply_opts(ast, opts)

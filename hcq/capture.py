@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit, hashlib, json, os, platform, re, struct, sys, time, zlib
 from dataclasses import dataclass
 from baregrad.drivers.decode import FORMATS as WORD_FORMATS, WORD_BYTES, WordLog, pack_words
+from .exec_item import global_size
 
 MAGIC = b"BGQCAPT\x00"
 END_MAGIC = b"BGQEND\x00\x00"
@@ -503,8 +504,10 @@ class _HeaderCheck:
     for key, most in (("global_size", MAX_GRID), ("local_size", MAX_BLOCK)):
       size = self.launch(self.member(c, key, field), f"{field}.{key}", most)
       compiled = prog["meta"].get(key, [1, 1, 1])
-      # a local size of [1, 1, 1] means "the program's own" (the drivers read it from the program's meta)
-      if size != compiled and not (key == "local_size" and size == [1, 1, 1]):
+      # a local size of [1, 1, 1] means "the program's own" (the drivers read it from the program's meta); a grid
+      # that depends on Variables (meta "grid") launches at most the compiled one
+      smaller = key == "global_size" and "grid" in prog["meta"] and all(0 < a <= b for a, b in zip(size, compiled))
+      if size != compiled and not (key == "local_size" and size == [1, 1, 1]) and not smaller:
         self.fail(f"{field}.{key}", f"is {size}, but {what} was compiled for {compiled} (programs[{pid}].meta.{key})")
     for key in ("flops", "bytes"): self.number(self.member(c, key, field), f"{field}.{key}")
 
@@ -637,7 +640,7 @@ class Recorder:
     pid = self.program(prog, [b.nbytes for b in bufs])
     return {"op": "exec", "sub": sub, "device": dev.name, "queue": "compute", "program": pid,
             "bufs": [self.ref(b, dev) for b in bufs], "vars": [int(var_vals[v]) for v in prog.variables],
-            "global_size": list(meta.get("global_size", (1, 1, 1))), "local_size": [1, 1, 1],
+            "global_size": list(global_size(meta, var_vals)), "local_size": [1, 1, 1],
             "name": prog.name, "flops": meta.get("flops", 0), "bytes": meta.get("bytes", 0)}
 
   def _copy(self, sub: int, dev, dst, src, name: str):

@@ -29,7 +29,21 @@ def enqueue(dev, q, item: ExecItem):
     dst, src = item.bufs
     q.copy(dst.addr, src.addr, dst.nbytes)
   else:
-    q.exec(item.program, dev.kernargs.put(kernel_args(item)), item.meta.get("global_size", _ONE))
+    q.exec(item.program, dev.kernargs.put(kernel_args(item)), global_size(item.meta, item.var_vals))
 
 
 _ONE = (1, 1, 1)
+
+
+def global_size(meta: dict, var_vals: dict) -> tuple:
+  """The workgroups to launch: the program's `global_size`, or, for a global size that depends on Variables
+  (meta "grid", compiler/codegen.py symbolic_grid), its value for `var_vals` (at least 1 and at most the largest)."""
+  grid = meta.get("grid")
+  if grid is None: return meta.get("global_size", _ONE)
+  return tuple(grid_value(g, most, var_vals) for g, most in zip(grid, meta["global_size"]))
+
+
+def grid_value(expr, most: int, var_vals: dict) -> int:
+  """One launch dimension of a symbolic grid for `var_vals` (clamped to 1 .. the compiled largest)."""
+  from baregrad.compiler.shape import evaluate
+  return min(max(evaluate(expr, var_vals), 1), most)

@@ -7,6 +7,7 @@ copy addresses), then submits one indirect command. Device specific: only the qu
 from __future__ import annotations
 import numpy as np
 from .buffer import Buffer
+from .exec_item import grid_value
 from .device import Device
 from .queue import HWQueue, Slot
 from .signal import Signal
@@ -73,6 +74,7 @@ class GraphExecutor:
     self.kernargs = self.dev.driver.alloc_args(8 * max(nwords, 1))
     self.kv = np.frombuffer(self.dev.driver.view(self.kernargs.addr, 8 * max(nwords, 1)), dtype=np.uint64)
     self.patch_pos, self.patch_slots = [], []
+    self.grids: list[tuple[str, object, int]] = []    # (slot name, expression, largest) of symbolic launch dimensions
     # copies get their own queue where the driver has one; queues order themselves with per-queue signals
     kinds = ["compute", "copy"] if self.dev.driver.has_copy_queue else ["compute"]
     queues = {k: HWQueue(k) for k in kinds}
@@ -101,7 +103,7 @@ class GraphExecutor:
           if isinstance(w, Slot): self.patch_pos.append(pos); self.patch_slots.append(w.name)
           else: self.kv[pos] = w
           pos += 1
-        q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), it.meta.get("global_size", (1, 1, 1)))
+        q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), self._launch(it))
       seq[kind] += 1
       if len(queues) > 1: q.signal(self.queue_signals[kind], Slot(f"__base:{kind}") + seq[kind])
       for n, b in enumerate(it.bufs):
@@ -120,6 +122,19 @@ class GraphExecutor:
     self.patch_pos = np.array(self.patch_pos, dtype=np.int64)
     self.last_value = 0
 
+  def _launch(self, it) -> tuple:
+    """An item's launch dimensions: a symbolic one (compiler/codegen.py symbolic_grid) is a slot the replay fills in
+    from the Variables' values, so the prebuilt queue launches what this replay needs (the driver patches it)."""
+    grid = it.meta.get("grid")
+    if grid is None: return tuple(it.meta.get("global_size", (1, 1, 1)))
+    dims = []
+    for a, (g, most) in enumerate(zip(grid, it.meta["global_size"])):
+      if isinstance(g, int): dims.append(g); continue
+      name = f"grid:{len(self.grids)}"
+      self.grids.append((name, g, most))
+      dims.append(Slot(name))
+    return tuple(dims)
+
   def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
     with Device.lock: return self._replay(inputs, var_vals)
 
@@ -134,6 +149,7 @@ class GraphExecutor:
     vals = {f"in{i}": b.addr for i, b in enumerate(inputs)}
     vals.update((f"out{j}", b.addr) for j, b in enumerate(outs))
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
+    vals.update((name, grid_value(g, most, var_vals)) for name, g, most in self.grids)
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
     q = dev.queue("compute")       # other devices' copies on this device's memory (hcq/transfer.py) come first
     if q.cmds: dev.submit(q)

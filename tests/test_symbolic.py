@@ -220,6 +220,31 @@ def test_symbolic_sizes_on_emulated_gpus(emulated_gpus, device):
     np.testing.assert_array_equal(cache.numpy(), want)
 
 
+@pytest.mark.parametrize("device", ["AMD", "NV"])
+def test_symbolic_launch_dimensions_patched_on_emulated_gpus(emulated_gpus, device):
+  """A kernel whose global size depends on a Variable launches the workgroups this value needs, eagerly and in a JIT
+  replay (hcq patches the prebuilt queue's launch): a short prefix runs a fraction of the threads a long one runs
+  (the emulators' executed thread-instructions), and every value is right (numpy)."""
+  from baregrad.drivers.emu import counters
+  from baregrad.hcq.device import Device
+  v = Variable("p", 0, 4095)
+  a = rand(4096)
+  x = Tensor(a, device=device).realize()
+  f = jit(lambda p: (x[0:p + 1] * 2 + 1).contiguous())
+  dev = Device.get(device)
+  def instrs(k: int, fn) -> int:
+    dev.synchronize(); counters.reset()
+    out = fn(v.bind(k)).numpy()
+    np.testing.assert_allclose(out, a[:k + 1] * 2 + 1, rtol=1e-5, atol=1e-6)
+    return sum(counters.total().instrs)
+  for fn in (lambda p: (x[0:p + 1] * 3 + 1 - x[0:p + 1]).contiguous(), f):   # eager, then jitted
+    for k in (4000, 3, 700):      # the JIT: warm-up, capture, then replays
+      instrs(k, fn)
+    short, long = instrs(40, fn), instrs(4000, fn)
+    assert short * 8 < long, (short, long)
+    assert instrs(700, fn) * 3 < long
+
+
 def test_symbolic_matmul_with_broadcast_rows():
   """A product over a symbolic number of keys with several query rows (attention scores in a batched decode): the
   CPU's matmul packing leaves symbolic sizes alone."""

@@ -511,7 +511,9 @@ class AMDDriver(StagedCopies, TraceMarkers):     # copyin/copyout of VRAM throug
     DISPATCH_DIRECT and a barrier (dispatches in one queue run in order, as hcq expects)."""
     prog: LoadedProgram = program.handle
     if tuple(local_size) == (1, 1, 1): local_size = tuple(program.meta.get("local_size", (1, 1, 1)))
-    gx, gy, gz = tuple(global_size) + (1,) * (3 - len(global_size))
+    # a launch dimension may be a symbolic value (hcq's JIT graph patches a grid that depends on a Variable per replay):
+    # DISPATCH_DIRECT's DIM_X/Y/Z each fill a dword, which the encoder lists as a patch
+    gx, gy, gz = (d if isinstance(d, int) else lo32(d) for d in tuple(global_size) + (1,) * (3 - len(global_size)))
     lx, ly, lz = tuple(local_size) + (1,) * (3 - len(local_size))
     pgm = prog.pgm_addr
     out.packet(pm4.set_sh_reg("COMPUTE_PGM_LO", (pgm >> 8) & 0xFFFFFFFF, pgm >> 40))

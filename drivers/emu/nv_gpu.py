@@ -118,7 +118,8 @@ COMPUTE_STATE_METHODS = (pb.SEND_PCAS_A, pb.SET_SHADER_SHARED_MEMORY_WINDOW_A, p
                          pb.SET_SHADER_LOCAL_MEMORY_WINDOW_A, pb.SET_SHADER_LOCAL_MEMORY_WINDOW_B,
                          pb.SET_SHADER_LOCAL_MEMORY_A, pb.SET_SHADER_LOCAL_MEMORY_B,
                          pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B,
-                         pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C)
+                         pb.SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C,
+                         pb.SET_I2M_SPARE_NOOP00)      # a no-op method (clcbc0.h): its data word carries nothing
 
 # NVC86F_SEM_EXECUTE (clc86f.h / clc56f.h): the bits the emulator executes; REDUCTION 30:27 and REDUCTION_FORMAT 31:31
 # belong to OPERATION_REDUCTION, which it does not emulate. ACQUIRE_SWITCH_TSG 12:12 is a scheduling hint.

@@ -97,6 +97,7 @@ class BoundQueue:
   variables: MetalMemory | None = None                # the launches' variables, CONSTANT_ALIGN bytes each
   var_offsets: list[int] = field(default_factory=list)
   bound: list[list] = field(default_factory=list)     # per launch: the (buffer address, offset) set at each index
+  grids: list[tuple] = field(default_factory=list)    # per launch: the threadgroups its ICB command dispatches
 
 
 class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers/hostcopy.py)
@@ -277,8 +278,10 @@ class MetalDriver(HostMemoryCopies):     # copyin/copyout: plain copies (drivers
         for j in range(op["variables"]):
           rt.send(command, "setKernelBuffer:offset:atIndex:", bound.variables.buffer, offset + CONSTANT_ALIGN * j,
                   op["buffers"] + j)
+        grid = tuple(max(g, 1) for g in grid)    # (a symbolic width is 0 until a replay patches it: `indirect`)
         rt.send(command, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", grid, block)
         rt.send(command, "setBarrier")
+        bound.grids.append(grid)
         bound.var_offsets.append(offset)
         bound.bound.append([None] * op["buffers"])
         offset += CONSTANT_ALIGN * op["variables"]
@@ -619,6 +622,11 @@ class _Submission:
         rt.send(command, "setKernelBuffer:offset:atIndex:", mem.buffer, offset, k)
         bound.bound[i][k] = (mem.addr, offset)
     for j in range(op["variables"]): d._put_u64(bound.variables.addr + bound.var_offsets[i] + CONSTANT_ALIGN * j, args[nbuf + j])
+    _, grid, block = d._launch(op)
+    if grid != bound.grids[i]:     # a grid that depends on a Variable (hcq patched its word): the command is encoded again
+      command = rt.send(bound.icb, "indirectComputeCommandAtIndex:", i)
+      rt.send(command, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", grid, block)
+      bound.grids[i] = grid
     if not self.run_count: self.run_start = i
     self.run_count += 1
 

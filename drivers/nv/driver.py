@@ -39,7 +39,7 @@ Channel state a launch relies on is sent at the head of the next compute submiss
 cache invalidation after program memory was written (a freed program's memory is reused for the next one).
 """
 from __future__ import annotations
-import bisect, os, re, time, struct
+import bisect, dataclasses, os, re, time, struct
 from dataclasses import dataclass, field
 import cffi
 import numpy as np
@@ -787,8 +787,17 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
                     f"{qmd.block_registers(kern.registers, threads)} registers, more than an SM's register file of "
                     f"{qmd.REGISTER_FILE} (CUDA's 'too many resources requested for launch'); launch at most {most} "
                     f"threads per block, or make the kernel use fewer registers")
+    grid = tuple(global_size) + (1,) * (3 - len(global_size))
     p.method(0, pb.WFI, pb.WFI_SCOPE_ALL)
-    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, tuple(global_size), block, args_addr, cb_size))
+    if not isinstance(grid[0], int):
+      # a grid width that depends on a Variable (a JIT graph patches it per replay): hcq fills in the data word of a
+      # no-op method (SET_I2M_SPARE_NOOP00), and the driver copies that word into the QMD and bank 0 before the
+      # doorbell, as it copies the parameters (a bound queue: every submit)
+      if not all(isinstance(g, int) for g in grid[1:]):
+        raise NVError(f"NV queue: exec of {program.name}: only the grid's width may be symbolic, got {grid}")
+      p.method(pb.SUBC_COMPUTE, pb.SET_I2M_SPARE_NOOP00, lo32(grid[0]))
+      grid = (GridWord(len(p.words) - 1), *grid[1:])
+    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, grid, block, args_addr, cb_size))
     p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
 
   def _place(self, encoded: Encoded, kind: str, keep: bool = True) -> tuple[list[int], list, list]:
@@ -801,10 +810,21 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     self._ensure_local_memory(max((launch.kern.local_high for _, launch in launches), default=0))
     for i, launch in launches:
       addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size, launch=True)
+      if isinstance(launch.grid[0], GridWord):     # the pushbuffer word holding the width (resolved, or 0 until patched)
+        at = launch.grid[0].index
+        launch = dataclasses.replace(launch, grid=(max(words[at], 1), *launch.grid[1:]))
+        copies += [(GridWord(at), dst, 4) for dst in self._grid_width_addrs(addr)]
       copies += self._write_launch(addr, launch)
       words[i] = launch.word(addr)
       arenas.append(arena)
     return words, arenas, copies
+
+  def _grid_width_addrs(self, qmd_addr: int) -> list[int]:
+    """Where a launch at `qmd_addr` holds its grid width: the QMD's field (a whole dword: GRID_WIDTH of V04_00 bits
+    1055:1024, CTA_RASTER_WIDTH of V03_00 bits 415:384) and %nctaid.x in constant bank 0's driver area."""
+    hi, lo = self.qmd_table["GRID_WIDTH" if "GRID_WIDTH" in self.qmd_table else "CTA_RASTER_WIDTH"]
+    assert lo % 32 == 0 and hi - lo == 31, "the QMD's grid width is not a whole dword"
+    return [qmd_addr + lo // 8, qmd_addr + qmd.QMD_BYTES + DRIVER_AREA["NCTAID"]]
 
   def _carveout(self, name: str, kern) -> tuple[int, int, int]:
     """(min, target, max) shared-memory carveout in bytes for a kernel: the smallest the SM can be set to that holds
@@ -838,7 +858,8 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     return [(launch.args_addr + 8 * prm.ordinal, cbuf0 + kern.param_base + prm.offset, prm.size) for prm in kern.params]
 
   def _copy_params(self, copies):
-    """The launches' parameters from kernel-argument memory (`alloc_args`: pinned host memory) into constant bank 0."""
+    """The launches' parameters from kernel-argument memory (`alloc_args`: pinned host memory) into constant bank 0
+    (and symbolic grid widths from the bound pushbuffer into their QMDs)."""
     for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
 
   def submit(self, kind: str, encoded: Encoded):
@@ -846,7 +867,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     if encoded.patches: raise NVError(f"NV {kind} channel: submit of commands with unresolved symbolic values (resolve them first)")
     if self._faulted(): self.check_faults(self.name)
     words, arenas, copies = self._place(encoded, kind)
-    self._copy_params(copies)
+    self._copy_params([c for c in copies if not isinstance(c[0], GridWord)])    # (grid widths: placed resolved)
     ch = self.channels[kind]
     self._submit_words(ch, self._state_words(ch) + words, arenas)
 
@@ -904,6 +925,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     mem = self.alloc_polled(4 * max(len(words), 1))     # pushbuffer: the host patches it (and reads it in reports)
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
     view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
+    copies = [(mem.addr + 4 * src.index if isinstance(src, GridWord) else src, dst, n) for src, dst, n in copies]
     return BoundPushbuffer(mem, view, len(words), copies, arenas)
 
   def submit_bound(self, kind: str, bound: "BoundPushbuffer", patch: list[tuple[int, int]]):
@@ -1083,6 +1105,12 @@ class Launch(Fixup):
   cb_size: int           # bytes of constant bank 0
 
   def word(self, qmd_addr: int) -> int: return qmd_addr >> 8     # SEND_PCAS_A: QMD_ADDRESS_SHIFTED8
+
+
+@dataclass(frozen=True)
+class GridWord:
+  """A launch's grid width that a pushbuffer data word holds (the word at `index` of the encoded words)."""
+  index: int
 
 
 @dataclass(eq=False)

@@ -127,6 +127,31 @@ def test_kernel_launch_and_indirect_replay(driver):
   driver.unload_program(program)
 
 
+def test_indirect_replay_with_a_symbolic_grid(driver):
+  """A launch whose threadgroup count is a slot (a grid that depends on a Variable): each replay dispatches the count
+  it is given (the ICB command is encoded again when it changes), so the threads past it write nothing."""
+  entry, program = driver.load_program(ADD.encode(), "add")
+  out, src, args, sig = driver.alloc(1024), driver.alloc(1024), driver.alloc(64), driver.alloc(64)
+  np.frombuffer(driver.view(src.addr, 1024), np.float32)[:] = np.arange(256, dtype=np.float32)
+  done = _Signal(sig.addr)
+  prog = _Program(entry, 2, ("k",), (64, 1, 1))
+  cmds = [("exec", prog, args.addr, (Slot("g"), 1, 1), (1, 1, 1)), ("signal", done, Slot("v"))]
+  bound = driver.bind("compute", driver.encode("compute", cmds))
+  enc = driver.encode("compute", cmds)
+  for k, groups in enumerate((1, 3, 2, 4)):
+    o = np.frombuffer(driver.view(out.addr, 1024), np.float32)
+    o[:] = -1
+    struct.pack_into("<3Q", driver.view(args.addr, 24), 0, out.addr, src.addr, k)
+    vals = {"g": groups, "v": 2 + k}
+    driver.submit_bound("compute", bound, [(i, part.resolve(vals)) for i, part in enc.patches])
+    _wait(driver, done.addr, 2 + k)
+    want = np.full(256, -1, np.float32)
+    want[:64 * groups] = np.arange(64 * groups) + k
+    np.testing.assert_array_equal(o, want)
+  for m in (out, src, args, sig): driver.free(m)
+  driver.unload_program(program)
+
+
 SCALE = ADD.replace("void add(", "void scale(").replace("a[gid.x] + (float)k", "a[gid.x] * (float)k")
 
 
