@@ -43,6 +43,16 @@ class DTypeError(TypeError, RuntimeError):
   TypeError numpy raises and the RuntimeError PyTorch raises."""
 
 
+class DTypeArgumentError(DTypeError, ValueError):
+  """A dtype an op refuses (linspace to bool): the TypeError baregrad raised before, PyTorch's RuntimeError
+  (NotImplementedError) and tinygrad's ValueError."""
+
+
+class ArgumentTypeError(TypeError, ValueError):
+  """Arguments of the wrong kind in a mixed form (stack's list of tensors followed by another tensor): the TypeError
+  PyTorch raises and the ValueError tinygrad raises."""
+
+
 class IndexTypeError(TypeError, IndexError):
   """An index tensor or list that is not of integers: the TypeError baregrad raised before and the IndexError numpy
   and PyTorch raise."""
@@ -285,7 +295,7 @@ class ComposedOps:
     tensors = list(self) if isinstance(self, (list, tuple)) else [self]
     if isinstance(self, (list, tuple)) and others:     # torch.stack(tensors, dim)
       if len(others) > 1 or isinstance(others[0], ComposedOps) or dim != 0:
-        raise TypeError(f"stack: after the list of tensors only dim may follow, got {others!r}")
+        raise ArgumentTypeError(f"stack: after the list of tensors only dim may follow, got {others!r}")
       dim, others = others[0], ()
     if len(others) == 1 and isinstance(others[0], (list, tuple)): others = others[0]
     tensors += list(others)
@@ -380,7 +390,7 @@ class ComposedOps:
         out.append(self._symbolic_index_entry(it, size, d))
       elif isinstance(it, int):
         if not -size <= it < size:
-          raise IndexError(f"index {it} is out of range for dim {d} with size {size} (shape {self.shape})")
+          raise IndexError(f"index {it} is out of bounds for dim {d} with size {size} (shape {self.shape})")
         out.append(("int", it + size if it < 0 else it, d))
       elif isinstance(it, slice):
         start, stop, step = it.indices(size) if it.step != 0 else (None, None, 0)
@@ -688,6 +698,19 @@ class ComposedOps:
     res = (self < 0).where(neg_ok.where((e_int & odd).where(-mag, mag), math.nan), mag)
     return ((e == 0) & ((self - self) != 0)).where(1, res)     # inf ** 0 and nan ** 0 are 1; elsewhere exact
 
+  def _int_pow_tensor(self, e):
+    """Integer self ** e elementwise, exact (wrapping as the dtype does, as torch): binary exponentiation over the
+    exponent's bits. A negative exponent gives 1 for a base of 1, +-1 for -1 and 0 otherwise (torch's integer pow)."""
+    bits = self.dtype.itemsize * 8
+    r, b, k = self._scalar(1, self.dtype).expand(*self.shape), self, e.abs()
+    signed = not self.dtype.is_unsigned
+    for i in range(bits - 1 if signed else bits):
+      r = ((k >> i) & 1).cast(dtypes.bool).where(r * b, r)
+      if i < bits - 2: b = b * b
+    if not signed: return r
+    neg = (self == -1).where((e & 1).cast(dtypes.bool).where(-1, 1), (self == 1).where(1, 0)).cast(self.dtype)
+    return (e < 0).where(neg, r)
+
   def pow(self, exponent):
     """self ** exponent. Float results are differentiated by torch's formulas: d/dx = e * x ** (e - 1) (0 where
     e == 0), d/de = x ** e * log(x) (0 where x == 0 and e >= 0; NaN for a negative x, as torch)."""
@@ -696,10 +719,9 @@ class ComposedOps:
       if out.is_bool: out = dtypes.int32
       work = out if out.is_float else dtypes.float32
       shape = tuple(type(self)._broadcast_shape(tuple(self.shape), tuple(exponent.shape)))
+      if not out.is_float: return self.cast(out).expand(*shape)._int_pow_tensor(exponent.cast(out).expand(*shape))
       base, exp = self.cast(work).expand(*shape), exponent.cast(work).expand(*shape)
-      r = base._pow_float(exp)
-      if out.is_float: return r._with_gradient((base, exp), _pow_gradient)
-      return (r < 0).where((r - 0.5).trunc(), (r + 0.5).trunc()).cast(out)
+      return base._pow_float(exp)._with_gradient((base, exp), _pow_gradient)
     if not _is_scalar(exponent): raise TypeError(f"pow: unsupported exponent {exponent!r} of type {type(exponent).__name__}")
     if isinstance(exponent, (bool, np.bool_)): exponent = int(exponent)
     if isinstance(exponent, (int, np.integer)) and not self.dtype.is_float:
@@ -976,8 +998,15 @@ class ComposedOps:
     return z if dt == dtypes.float32 else z.cast(dt)
 
   @classmethod
-  def randint(cls, low, high=None, shape=(1,), dtype=dtypes.int32, device=None):
-    if high is None: low, high = 0, low
+  def randint(cls, *args, low=0, high=10, shape=None, dtype=dtypes.int32, device=None):
+    """Random integers in [low, high). tinygrad's form: randint(*shape, low=0, high=10); torch's form: randint(high,
+    size) or randint(low, high, size), the size a tuple or list (or shape=)."""
+    if shape is None and args and isinstance(args[-1], (tuple, list)): args, shape = args[:-1], args[-1]
+    if shape is None:      # tinygrad: the positional ints are the shape
+      shape = args if args else (1,)
+    elif len(args) == 1: low, high = 0, args[0]
+    elif len(args) == 2: low, high = args
+    elif len(args) > 2: raise ArgumentTypeError(f"randint: low, high and a size, got {args!r} and shape={shape!r}")
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (low, high)) or high <= low:
       raise ValueError(f"randint: need ints low < high, got low={low!r} high={high!r}")
     shape = _shape_arg((shape,) if isinstance(shape, (tuple, list)) else (shape,), "randint")
@@ -998,7 +1027,7 @@ class ComposedOps:
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
       raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.float32
-    if dt.is_bool: raise TypeError("linspace: dtype bool is not supported (as in torch); use a float or int dtype")
+    if dt.is_bool: raise DTypeArgumentError("linspace: dtype bool is not supported (as in torch); use a float or int dtype")
     if steps <= 1: return cls.full((steps,), start, dtype=dtypes.float32, device=device).cast(dt)
     step = (stop - start) / (steps - 1)
     i = cls.arange(steps, dtype=dtypes.float32, device=device)

@@ -477,10 +477,28 @@ class SpatialOps:
     if any(o < 1 for o in out):
       raise ShapeError(f"{op}: output size {tuple(out)} of input {tuple(self.shape)} is empty")
     x = self
+    if self.dtype == dtypes.uint8 and mode in ("linear", "bilinear", "trilinear"):
+      # PyTorch's uint8 path (an image): each dim in fixed point, the last dim first, rounded and clamped to 0..255
+      # after each pass (UpSampleKernel.cpp's separable uint8 kernels: int16 weights)
+      for i in reversed(range(nd)): x = x._resample_u8(2 + i, out[i], bool(align_corners), scales[i])
+      return x
     if mode != "nearest" and mode != "nearest-exact" and x.dtype != dtypes.float64: x = x.cast(dtypes.float32)
     for i in range(nd): x = x._resample(2 + i, out[i], mode, bool(align_corners), scales[i])
     keep = self.dtype if self.dtype.is_float or mode in ("nearest", "nearest-exact") else dtypes.float32
     return x if x.dtype == keep else x.cast(keep)
+
+  def _resample_u8(self, dim: int, O: int, align: bool, scale):
+    """Linear resampling of a uint8 `dim` to O elements in fixed point, as PyTorch: weights round(w * 2**p) with p the
+    most fractional bits (at most 15) that keep the largest weight of the table below 2**15, then (sum of taps *
+    weights + 2**(p-1)) >> p clamped to 0..255 (weights from the float64 table, each tap rounded on its own)."""
+    L, trailing = self.shape[dim], [1] * (self.ndim - dim - 1)
+    w, taps = _linear_table(L, O, scale, align, np.float64)
+    bits, top = 0, float(w.max())
+    while bits < 15 and int(0.5 + top * (1 << (bits + 1))) < (1 << 15): bits += 1
+    wi = type(self)(np.floor(w * (1 << bits) + 0.5).astype(np.int32), device=self.device).reshape(O, L, *trailing)
+    mask = type(self)(taps, device=self.device).reshape(O, L, *trailing)
+    acc = mask.where(self.unsqueeze(dim).cast(dtypes.int32) * wi, 0).sum(dim + 1)
+    return ((acc + (1 << (bits - 1))) >> bits).clip(0, 255).cast(dtypes.uint8)
 
   def _resample(self, dim: int, O: int, mode: str, align: bool, scale):
     """Resample `dim` to O elements: out[o] = sum over i of table[o, i] * self[i] (the taps only)."""

@@ -1,6 +1,6 @@
 """The lazy Tensor: every op adds UOps to a graph; realize() schedules, compiles and runs it."""
 from __future__ import annotations
-import math, threading, weakref
+import gc, math, threading, weakref
 from weakref import ref as _weakref
 from typing import Sequence
 import numpy as np
@@ -95,9 +95,10 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   _seed: list = [0, 0]   # [seed, counter]
 
   def __init__(self, data, dtype=None, device: str | None = None, requires_grad: bool | None = None):
-    self._requires_grad, self.grad = False, None
+    self._requires_grad, self.grad = None, None     # None: not set (backward's fallback may fill .grad)
     self._init(data, dtype, device)
     if requires_grad: self.requires_grad = True
+    elif requires_grad is not None: self._requires_grad = False
 
   def _init(self, data, dtype, device):
     dtype = None if dtype is None else to_dtype(dtype)
@@ -686,7 +687,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
 
   # ---------------- autograd ----------------
   @property
-  def requires_grad(self) -> bool: return self._requires_grad
+  def requires_grad(self) -> bool: return bool(self._requires_grad)
   @requires_grad.setter
   def requires_grad(self, value: bool):
     if value and _no_grad_depth(): value = False
@@ -727,10 +728,15 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d self / d t into t.grad for every tensor t with requires_grad that self depends on; the others
-    keep their grad (None if none was computed yet, as torch)."""
+    keep their grad (None if none was computed yet, as torch). When no tensor self depends on requires grad (torch
+    raises there), tinygrad's rule: every float tensor of the graph that is still referenced gets its .grad, but
+    those made with requires_grad=False (found by a scan of the live objects: only this case pays for it)."""
     seed = self._grad_seed(gradient, "backward()")
     leaves = list(_grad_tensors.values())
-    derivs = self._derivatives(leaves, seed)
+    derivs = self._derivatives(leaves, seed) if leaves else {}
+    if not any(derivs[id(t)] is not None for t in leaves):
+      leaves = [t for t in gc.get_objects() if issubclass(type(t), Tensor) and t._requires_grad is None and t.dtype.is_float]
+      derivs = self._derivatives(leaves, seed)
     for t in leaves:
       if (g := derivs[id(t)]) is not None: t.grad = g if t.grad is None else t.grad + g
     return self
@@ -855,7 +861,11 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
   def __int__(self): return int(self.item())
   def __bool__(self): return bool(self.item())
   def __index__(self):
-    if self.dtype.is_float: raise TypeError("only integer tensors can be used as an index")
+    # numpy's rule: only a 0-d integer tensor stands for an int (a slice bound, range(), a list index); a 1-element
+    # 1-d one does not (torch takes it; numpy and tinygrad raise TypeError)
+    if self.dtype.is_float or self.dtype.is_bool or self.ndim != 0:
+      raise TypeError(f"only a 0-d integer tensor can be used as an index (an int), got a {self.dtype.name} tensor of "
+                      f"shape {_fmt(self.shape)}")
     return int(self.item())
 
   def to(self, device) -> Tensor:
@@ -1029,7 +1039,7 @@ def _grad_key(u: UOp) -> UOp:
 def _wrap(u: UOp) -> Tensor:
   """Tensor(u) for a UOp, without __init__'s checks of other kinds of data (every op's result is made so)."""
   t = _new_tensor(Tensor)
-  t.uop, t._requires_grad, t.grad = u, False, None
+  t.uop, t._requires_grad, t.grad = u, None, None
   return t
 
 

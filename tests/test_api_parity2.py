@@ -87,6 +87,14 @@ ERROR_CASES = {
   "cat_0d": (lambda: Tensor(3.14).cat(Tensor(3.14)), DimError, (IndexError, ValueError), "zero-dimensional"),
   "sum_dtype_name": (lambda: Tensor([1.0, 2.0]).sum(dtype=""), TypeError, (TypeError, AttributeError), "dtype"),
   "prod_dtype_name": (lambda: Tensor([1.0, 2.0]).prod(dtype="nope"), TypeError, (TypeError, AttributeError), "dtype"),
+  "linspace_bool": (lambda: Tensor.linspace(5, 10, 3, dtype="bool"), DTypeError, (TypeError, RuntimeError, ValueError),
+                    "bool"),
+  "stack_list_then_tensor": (lambda: Tensor.stack((Tensor([1, 2]), Tensor([3, 4])), Tensor([5, 6])), TypeError,
+                             (TypeError, ValueError), "dim"),
+  "index_out_of_bounds": (lambda: Tensor.ones(4, 3)[1, 3], IndexError, (IndexError,), "out of bounds"),
+  "index_negative_out_of_bounds": (lambda: Tensor.ones(4, 3)[1, -4], IndexError, (IndexError,), "out of bounds"),
+  "slice_bound_1d_tensor": (lambda: Tensor.ones(4, 3)[:Tensor([3]), 1], TypeError, (TypeError,), "0-d integer"),
+  "randint_negative_dim": (lambda: Tensor.randint(-3, 2), ValueError, (ValueError,), "non-negative"),
 }
 
 
@@ -535,3 +543,37 @@ def test_on_emulated_gpus(device):
   x1, w1 = randf((1, 2, 6), seed=32), randf((3, 2, 3), seed=33)
   check(Tensor(x1, device=device).conv2d(Tensor(w1, device=device), padding=(1, 0)),
         conv_ref(x1, w1, [(1, 0)]).astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_backward_with_no_tensor_requiring_grad_fills_every_float_tensor():
+  """torch raises when nothing requires grad; baregrad follows tinygrad there: every float tensor of the graph still
+  referenced gets .grad (numpy: d sum(t * (t < 0)) / dt = t < 0), but one made with requires_grad=False. When some
+  tensor requires grad, only those get .grad (torch's rule)."""
+  x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+  t, off = Tensor(x), Tensor(x, requires_grad=False)
+  (t * (t < 0) + off).sum().backward()
+  np.testing.assert_array_equal(t.grad.numpy(), (x < 0).astype(np.float32))
+  assert off.grad is None
+  w, other = Tensor(x, requires_grad=True), Tensor(x)
+  (w * other).sum().backward()
+  np.testing.assert_array_equal(w.grad.numpy(), x)
+  assert other.grad is None
+
+
+def test_a_0d_integer_tensor_is_an_index():
+  a = np.arange(12, dtype=np.float32).reshape(4, 3)
+  np.testing.assert_array_equal(Tensor(a)[:Tensor(3), 1].numpy(), a[:np.array(3), 1])
+  assert list(range(10))[Tensor(4)] == 4
+
+
+def test_integer_tensor_power_is_exact():
+  """int ** int tensor: exact, wrapping as the dtype does (numpy's power), not exp2(e * log2 b) rounded (11 ** 7 read
+  19487186); a negative exponent gives torch's integer results (1 for a base of 1, +-1 for -1, else 0)."""
+  rng = np.random.default_rng(4)
+  for dt in (np.int32, np.int64, np.uint8, np.int16):
+    b = rng.integers(-7 if dt != np.uint8 else 0, 12, 200).astype(dt)
+    e = rng.integers(0, 40, 200).astype(dt)
+    np.testing.assert_array_equal((Tensor(b) ** Tensor(e)).numpy(), np.power(b, e), err_msg=np.dtype(dt).name)
+  assert (Tensor(11) ** Tensor(7)).item() == 19487171
+  got = (Tensor([-5, -1, 1, 2, -1, 0]) ** Tensor([-2, -3, -4, -1, -2, -1])).numpy()
+  np.testing.assert_array_equal(got, [0, -1, 1, 0, 1, 0])

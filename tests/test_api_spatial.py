@@ -496,6 +496,18 @@ def test_interpolate_dtypes_and_errors():
       t.interpolate(**kw)
 
 
+def test_interpolate_uint8_bilinear_equals_torch():
+  """uint8 images interpolate in PyTorch's fixed point and stay uint8: every value equal to what torch 2.13 returned
+  (tests/fixtures/make_interpolate_fixtures.py wrote them), full-range pixels, up and down, both align_corners."""
+  import os
+  ref = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "torch", "interpolate_uint8.npz"))
+  for k in range(len([n for n in ref.files if n.startswith("x")])):
+    got = Tensor(ref[f"x{k}"]).interpolate(size=tuple(int(v) for v in ref[f"size{k}"]), mode="bilinear",
+                                           align_corners=bool(ref[f"align{k}"])).numpy()
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, ref[f"y{k}"], err_msg=f"case {k}")
+
+
 # ---------------------------------------------------------------- gradients (float64 central differences: skipped on a
 # device without float64)
 

@@ -777,7 +777,13 @@ def test_randint_uniform():
   v = u.numpy()
   assert u.shape == (500,) and v.min() >= -2 and v.max() < 3 and abs(v.mean() - 0.5) < 0.3
   with pytest.raises(ValueError):
-    Tensor.randint(3, 3)
+    Tensor.randint(3, 3, (2,))            # torch's form: low < high
+  # tinygrad's form: the positional ints are the shape, low/high keywords (0 and 10 by default)
+  r = Tensor.randint(3, 4, low=2, high=5)
+  assert r.shape == (3, 4) and 2 <= r.numpy().min() and r.numpy().max() < 5
+  assert Tensor.randint(6).shape == (6,) and 0 <= Tensor.randint(50).numpy().min() and Tensor.randint(50).numpy().max() < 10
+  with pytest.raises(ValueError, match="non-negative"):
+    Tensor.randint(-3, 2)                 # a negative dim, as every creation method
 
 
 @pytest.mark.parametrize("start, stop, steps", [(0, 1, 5), (-3.5, 2, 8), (1, 1, 1), (2, -2, 2), (0, 10, 0), (0, 1, 101)])
