@@ -523,10 +523,32 @@ def test_bitwise_constants_of_the_dtypes_bit_width_wrap():
 
 # ---------------------------------------------------------------- a subset on the emulated GPUs
 
+def test_on_the_emulated_metal_device():
+  """The subset below on the emulated Metal device (opened and closed here: other tests open their own)."""
+  from baregrad.drivers import settings
+  from baregrad.drivers.metal import framework
+  from baregrad.hcq.device import Device
+  with settings.override(EMU=1):
+    ok, why = framework.available()
+    if not ok: pytest.skip(why)
+    if "METAL" in Device._open: pytest.skip("a METAL device is already open in this process")
+    try: test_on_emulated_gpus("METAL")
+    finally:
+      import gc; gc.collect()
+      if "METAL" in Device._open: Device.get("METAL").close()
+
+
 @pytest.mark.parametrize("device", ["AMD", "NV"])
 def test_on_emulated_gpus(device):
-  from test_reliability import _emulated
-  _emulated(device)
+  if device != "METAL":
+    from test_reliability import _emulated
+    _emulated(device)
+  b8, e8 = np.array([11, -3, 2, 7, -1], np.int32), np.array([7, 5, 30, 0, -3], np.int32)
+  check(Tensor(b8, device=device) ** Tensor(e8, device=device), np.array([19487171, -243, 2**30, 1, -1], np.int32))
+  import os
+  ref = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "torch", "interpolate_uint8.npz"))
+  got = Tensor(ref["x1"], device=device).interpolate(size=tuple(int(v) for v in ref["size1"]), mode="bilinear")
+  np.testing.assert_array_equal(got.numpy(), ref["y1"])      # torch 2.13's uint8 result
   x, g = randf((3, 5), seed=30), randf((3, 5), seed=31)
   t = Tensor(x, device=device)
   (gs,) = t.softmax(1).gradient(t, gradient=Tensor(g, device=device))
