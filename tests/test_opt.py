@@ -106,10 +106,12 @@ def test_matmul_shapes_match_numpy(shape, dtype):
   np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("n,k,m", [(96, 48, 80), (36, 20, 48), (64, 33, 16), (128, 64, 256), (20, 12, 36)])
+@pytest.mark.parametrize("n,k,m", [(96, 48, 80), (36, 20, 48), (64, 33, 16), (128, 64, 256), (20, 12, 36),
+                                   (50, 24, 32), (1000, 7, 48), (52, 64, 64)])
 def test_linear_layer_matmul_forms_match_numpy(n, k, m):
-  """The three products of a linear layer's step, x @ W, dy @ W^T and x^T @ dy (AVX2: 4-row x 2-vector register tiles
-  where the sizes divide, the 8 x 8 or scalar tiles elsewhere), and a batched x @ W."""
+  """The three products of a linear layer's step, x @ W, dy @ W^T and x^T @ dy (AVX2: 6-row x 2-vector register tiles
+  from 48 rows, padded where 6 does not divide them (50, 64, 128, 1000, 52 rows), 4-row ones below, the 8 x 8 or
+  scalar tiles elsewhere), and a batched x @ W."""
   r = rng(5)
   x, w, dy = (r.standard_normal(s).astype(np.float32) for s in ((n, k), (k, m), (n, m)))
   X, W, DY = Tensor(x), Tensor(w), Tensor(dy)
