@@ -221,8 +221,8 @@ def test_matmul_staged_through_workgroup_memory(device):
   emulator's counters), the result is numpy's."""
   from baregrad.drivers.emu import counters
   if device == "METAL": pytest.skip("the emulated Metal has no counters")
-  n = 256
-  spec, bufs, arrays = last_kernel(lambda a, b: a @ b, [(n, n), (n, n)], device, seed=5)
+  n, k = 256, 64       # (a reduce of 64: 8 staged steps, a quarter of a 256-deep product's emulated work)
+  spec, bufs, arrays = last_kernel(lambda a, b: a @ b, [(n, k), (k, n)], device, seed=5)
   opts = gpu.gpu_opts(spec.ast)
   assert [o.op for o in opts] == ["UPCAST", "UPCAST", "LOCAL", "LOCAL", "STAGE"], opts
   counters.reset()
@@ -231,7 +231,7 @@ def test_matmul_staged_through_workgroup_memory(device):
   c = counters.last()
   gx, gy, gz = prog.meta["global_size"]
   assert gz == 1 and gx * gy > 1 and math.prod(prog.meta["local_size"]) == 256
-  strips = gx * gy * (n // gy * n + n * (n // gx)) * 4      # each workgroup: its rows of A, its columns of B, once
+  strips = gx * gy * (n // gy * k + k * (n // gx)) * 4      # each workgroup: its rows of A, its columns of B, once
   args = gx * gy * 8 * 64 if device == "AMD" else 0   # AMD: each wave's scalar loads of the kernel arguments count too
   assert strips <= c.global_load_bytes <= strips + args, (c.global_load_bytes, strips)
   assert c.global_store_bytes == n * n * 4

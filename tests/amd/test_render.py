@@ -300,14 +300,14 @@ EMULATE_ALL = os.environ.get("AMD_EMULATE_ALL", "") not in ("", "0")   # every o
 
 
 def emulated_sample(kernels: list) -> list:
-  """Every kernel with AMD_EMULATE_ALL=1; else every sixth one (of the op suite's `sample`, helpers_capture.py), plus
-  each kernel that holds an (op, dtype) pair no earlier chosen kernel had (every kind of instruction the renderer emits
-  stays covered)."""
+  """Every kernel with AMD_EMULATE_ALL=1; else every twelfth one (of the op suite's `sample`, helpers_capture.py),
+  plus each kernel that holds an (op, dtype) pair no earlier chosen kernel had (every kind of instruction the renderer
+  emits stays covered)."""
   if EMULATE_ALL: return list(kernels)
   seen, out = set(), []
   for i, k in enumerate(kernels):
     pairs = {(u.op, u.dtype) for u in k["rec"][1].toposort()}
-    if i % 6 == 0 or not pairs <= seen: out.append(k); seen |= pairs
+    if i % 12 == 0 or not pairs <= seen: out.append(k); seen |= pairs
   return out
 
 
