@@ -735,7 +735,7 @@ class Tensor(ComposedOps, ElementwiseOps, SelectionOps, SpatialOps, LossOps):
     leaves = list(_grad_tensors.values())
     derivs = self._derivatives(leaves, seed) if leaves else {}
     if not any(derivs[id(t)] is not None for t in leaves):
-      leaves = [t for t in gc.get_objects() if issubclass(type(t), Tensor) and t._requires_grad is None and t.dtype.is_float]
+      leaves = [t for t in gc.get_objects() if issubclass(type(t), Tensor) and _unset_float(t)]
       derivs = self._derivatives(leaves, seed)
     for t in leaves:
       if (g := derivs[id(t)]) is not None: t.grad = g if t.grad is None else t.grad + g
@@ -1027,6 +1027,11 @@ def _undetached(root: UOp) -> list[UOp]:
     for s in n.src:
       if s not in seen: seen.add(s); stack.append(s)
   return list(seen)
+
+
+def _unset_float(t) -> bool:
+  """A float tensor whose requires_grad was never set (one another thread is still making has no uop yet: not it)."""
+  return getattr(t, "_requires_grad", False) is None and getattr(t, "uop", None) is not None and t.dtype.is_float
 
 
 def _grad_key(u: UOp) -> UOp:
