@@ -264,12 +264,16 @@ def wait_value(addr: int, value: int, timeout_s: float, spin_ns: int = HOST_SPIN
   return w.host_wait_value(addr, value, int(timeout_s * 1e9), spin_ns, 0, w.libc) == WAIT_DONE
 
 
-def _run(ctl, ring, ring_words: int, helpers: int) -> None:
+def _run(ctl, ring, ring_words: int, helpers: int, failure: list) -> None:
   """The command processor thread: load the worker (compiling it on first use), start the helper threads, consume.
-  If the worker cannot be built, the host's own first use of it raises that error (with the compiler's message)."""
-  try: w = _Worker.get()
-  except Exception: return
-  if helpers: w.start_helpers(helpers)
+  If the worker cannot be loaded here, the error is kept in `failure` and the host's next doorbell or wait raises it
+  (the thread is gone: nothing would ever consume the ring, and every wait would time out)."""
+  try:
+    w = _Worker.get()
+    if helpers: w.start_helpers(helpers)
+  except BaseException as e:
+    failure.append(f"{type(e).__name__}: {e}")
+    return
   w.worker_run(ctl, ring, ring_words, w.libc)
 
 
@@ -309,8 +313,9 @@ class CommandProcessor:
     self._ring = np.frombuffer(self._memory, dtype=np.uint64, count=ring_words, offset=elf.PAGE)
     self._wptr = 0  # host copy: words written, published or not
     self._lock = threading.Lock()
+    self._failure: list[str] = []
     self._thread = threading.Thread(target=_run, name="baregrad-cpu-processor", daemon=True,
-                                    args=(self._ctl, _u64p(self.ring_address), ring_words, helpers))
+                                    args=(self._ctl, _u64p(self.ring_address), ring_words, helpers, self._failure))
     self._thread.start()
     self._finalizer = weakref.finalize(self, _shutdown, self._ctl, self._thread, (self._memory, self._ptr))
 
@@ -372,6 +377,14 @@ class CommandProcessor:
   def _check(self) -> None:
     if (f := self.fault) is not None: raise ProcessorFault(f)
     if self.stopped or self._ctl.stop: raise RuntimeError("the CPU command processor is stopped")
+    self._check_thread()
+
+  def _check_thread(self) -> None:
+    """A processor whose thread ended before it was stopped consumes nothing: say why now, not after a timeout."""
+    if self._failure or (not self._thread.is_alive() and self._thread.ident is not None and not self._ctl.stop):
+      why = self._failure[0] if self._failure else "it returned without being stopped"
+      raise ProcessorFault(f"the CPU command processor thread is not running ({why}); the packets written to it will "
+                           f"never run: open the device again (a new processor), and report this if it recurs")
 
   # ---- submission ----
   def write(self, words) -> list[int]:
@@ -430,6 +443,7 @@ class CommandProcessor:
 
   # ---- waiting ----
   def _wait_rptr(self, target: int, timeout: float | None) -> None:
+    if not self._thread.is_alive(): self._check_thread()
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
       left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1e9))
@@ -447,7 +461,9 @@ class CommandProcessor:
     self._wait_rptr(self._wptr, timeout)
 
   def wait_value(self, addr: int, value: int, timeout: float = 10.0, spin_ns: int = HOST_SPIN_NS) -> bool:
-    """Block until the uint64 at addr is >= value; False on timeout; ProcessorFault if the worker faults."""
+    """Block until the uint64 at addr is >= value; False on timeout; ProcessorFault if the worker faults or its
+    thread is gone."""
+    if not self._thread.is_alive(): self._check_thread()
     result = self._w.host_wait_value(addr, value, int(timeout * 1e9), spin_ns, self._fault_address, self._w.libc)
     if result == WAIT_ABORTED: self._check()
     return result == WAIT_DONE

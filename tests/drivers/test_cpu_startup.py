@@ -63,3 +63,29 @@ def test_matmul_tile_stays_in_zmm_registers(tmp_path, compiler):
   assert len(fma) >= 16 and all("zmm" in line for line in fma), "\n".join(fma[:20])
   spills = [line for line in asm.splitlines() if re.search(r"mov\w*\s+%[xyz]mm\d+,.*\(%rsp\)", line)]
   assert not spills, "\n".join(spills[:10])
+
+
+def test_a_processor_whose_worker_failed_to_load_says_so_at_once(monkeypatch):
+  """The processor's thread loads the worker; if that fails there (while the host's own load later succeeds), the
+  thread is gone and nothing consumes the ring: the host's next wait raises that error at once, not a timeout after
+  30 s per wait (seen once under load: every later op of the process timed out)."""
+  import threading, time
+  import numpy as np
+  from baregrad.drivers.cpu import processor
+  from baregrad.drivers.cpu.processor import CommandProcessor, Op, packet, ProcessorFault, _Worker
+  original = _Worker.get.__func__
+  def get(cls):
+    if threading.current_thread().name == "baregrad-cpu-processor": raise OSError("the worker image did not load")
+    return original(cls)
+  monkeypatch.setattr(processor._Worker, "get", classmethod(get))
+  proc = CommandProcessor()
+  try:
+    proc._thread.join(10)
+    target = np.zeros(1, np.uint64)
+    t = time.monotonic()
+    with pytest.raises(ProcessorFault, match="thread is not running.*OSError: the worker image did not load"):
+      proc.write(packet(Op.SIGNAL, target.ctypes.data, 7))
+      proc.wait_value(target.ctypes.data, 7, timeout=30)
+    assert time.monotonic() - t < 5
+  finally:
+    proc.stop()
