@@ -98,11 +98,7 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
   """GPU targets: the global loops become one global thread id (SPECIAL "gidx" = block * local_size + thread),
   split back into the loop indices with div/mod; threads past the end are masked off at the store.
   Returns (ast, global_size in blocks, local_size)."""
-  ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda r: r.arg[0])
-  # a symbolic size (compiler/shape.py) goes outermost, so no other index divides by it; the launch covers its
-  # largest value and the threads past this launch's end are masked off with the rest
-  ranges.sort(key=lambda r: r.src[0].op is Ops.CONST)
-  total = sprod(r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in ranges)
+  ranges, total = _global_ranges(ast)
   blocks = max(1, -(-max_size((total,)) // local_size))
   gidx = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx", blocks * local_size))
   mapping, stride = {}, 1
@@ -123,12 +119,20 @@ def to_threads(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple[UOp, tuple, tupl
   return ast, (blocks, 1, 1), (local_size, 1, 1)
 
 
+def _global_ranges(ast: UOp) -> tuple[list, object]:
+  """The global loops in `to_threads` order and their product (an int, or an expression of the Variables). A
+  symbolic size (compiler/shape.py) goes outermost, so no other index divides by it; the launch covers its largest
+  value and the threads past this launch's end are masked off with the rest."""
+  ranges = sorted({u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda r: r.arg[0])
+  ranges.sort(key=lambda r: r.src[0].op is Ops.CONST)
+  return ranges, sprod(r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in ranges)
+
+
 def symbolic_grid(ast: UOp, local_size: int = LOCAL_SIZE) -> tuple | None:
   """The workgroups a `to_threads` kernel needs for the Variables' values, as (blocks, 1, 1) with blocks an
   expression in them, when its global size is symbolic (a KV cache's 0..pos); else None. The drivers launch that
   many (hcq resolves it per launch, a JIT graph patches it per replay); `global_size` stays the largest launch."""
-  ranges = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"]
-  total = sprod(r.src[0] if r.src[0].op is not Ops.CONST else r.src[0].arg for r in ranges)
+  total = _global_ranges(ast)[1]
   if not isinstance(total, UOp): return None
   return ((total + (local_size - 1)) // local_size, 1, 1)
 

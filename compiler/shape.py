@@ -11,7 +11,7 @@ order), so `(p + 1) + 1` and `p + 2` are the same node and shapes built two ways
 [min, max] is what the bounds of a Variable promise; buffers of a symbolic size are allocated at the largest size.
 """
 from __future__ import annotations
-import math
+import functools, math
 from . import uop as _uop_module
 from .uop import UOp, Ops, exec_alu
 from .dtype import dtypes
@@ -109,6 +109,29 @@ def evaluate(x, var_vals: dict[str, int] | None = None) -> int:
       vals[n] = exec_alu(n.op, n.dtype, tuple(vals[s] for s in n.src))
   if x not in vals: raise ValueError(f"the size {render(x)} needs a value for the Variable {x.arg[0]!r}: bind it")
   return int(vals[x])
+
+
+@functools.lru_cache(maxsize=4096)
+def evaluator(x: UOp):
+  """x as a function of {variable name: value}, built once per expression (`evaluate` walks the graph on every call,
+  ~36 us for a launch grid; a JIT replay resolves its symbolic grids each time). BINDs take their bound value."""
+  if not isinstance(x, UOp): return lambda d: x
+  built: dict[UOp, object] = {}
+  for n in x.toposort():
+    if n.op is Ops.BIND: built[n] = (lambda v: lambda d: v)(n.src[1].arg)
+    elif n.op is Ops.DEFINE_VAR: built[n] = (lambda name: lambda d: d[name])(n.arg[0])
+    elif n.op is Ops.CONST: built[n] = (lambda v: lambda d: v)(n.arg)
+    elif n.dtype == dtypes.index and n.op in _INDEX_OPS:    # exact Python ints: no truncation to a C type
+      built[n] = (lambda fn, f, g: lambda d: fn(f(d), g(d)))(_INDEX_OPS[n.op], *(built[s] for s in n.src))
+    else:
+      fs = tuple(built[s] for s in n.src)
+      built[n] = (lambda op, dt, fs: lambda d: exec_alu(op, dt, tuple(f(d) for f in fs)))(n.op, n.dtype, fs)
+  return built[x]
+
+
+# index arithmetic as exec_alu computes it (IDIV truncates toward zero, as C), without its dispatch
+_INDEX_OPS = {Ops.ADD: lambda a, b: a + b, Ops.MUL: lambda a, b: a * b, Ops.MAX: max,
+              Ops.IDIV: lambda a, b: 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)}
 
 
 def unbind(x):

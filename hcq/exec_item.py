@@ -45,5 +45,5 @@ def global_size(meta: dict, var_vals: dict) -> tuple:
 
 def grid_value(expr, most: int, var_vals: dict) -> int:
   """One launch dimension of a symbolic grid for `var_vals` (clamped to 1 .. the compiled largest)."""
-  from baregrad.compiler.shape import evaluate
-  return min(max(evaluate(expr, var_vals), 1), most)
+  from baregrad.compiler.shape import evaluator
+  return min(max(int(evaluator(expr)(var_vals)), 1), most)

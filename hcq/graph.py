@@ -74,7 +74,7 @@ class GraphExecutor:
     self.kernargs = self.dev.driver.alloc_args(8 * max(nwords, 1))
     self.kv = np.frombuffer(self.dev.driver.view(self.kernargs.addr, 8 * max(nwords, 1)), dtype=np.uint64)
     self.patch_pos, self.patch_slots = [], []
-    self.grids: list[tuple[str, object, int]] = []    # (slot name, expression, largest) of symbolic launch dimensions
+    self.grids: dict[tuple, str] = {}    # (expression, largest) of a symbolic launch dimension -> its slot's name
     # copies get their own queue where the driver has one; queues order themselves with per-queue signals
     kinds = ["compute", "copy"] if self.dev.driver.has_copy_queue else ["compute"]
     queues = {k: HWQueue(k) for k in kinds}
@@ -130,8 +130,7 @@ class GraphExecutor:
     dims = []
     for a, (g, most) in enumerate(zip(grid, it.meta["global_size"])):
       if isinstance(g, int): dims.append(g); continue
-      name = f"grid:{len(self.grids)}"
-      self.grids.append((name, g, most))
+      name = self.grids.setdefault((g, most), f"grid:{len(self.grids)}")    # (the layers' kernels share a few)
       dims.append(Slot(name))
     return tuple(dims)
 
@@ -149,7 +148,7 @@ class GraphExecutor:
     vals = {f"in{i}": b.addr for i, b in enumerate(inputs)}
     vals.update((f"out{j}", b.addr) for j, b in enumerate(outs))
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
-    vals.update((name, grid_value(g, most, var_vals)) for name, g, most in self.grids)
+    vals.update((name, grid_value(g, most, var_vals)) for (g, most), name in self.grids.items())
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
     q = dev.queue("compute")       # other devices' copies on this device's memory (hcq/transfer.py) come first
     if q.cmds: dev.submit(q)

@@ -265,3 +265,17 @@ def test_beam_leaves_symbolic_loops_to_the_heuristic(monkeypatch):
   p = Variable("p", 0, 7).bind(3)
   np.testing.assert_allclose(x[:p + 1].sum(0).numpy(), a[:4].sum(0), rtol=1e-6, atol=1e-6)
   codegen.clear_programs()
+
+
+def test_compiled_size_expressions_match_python_arithmetic():
+  """shape.evaluator (what launches resolve their grids with) against the same formulas in Python, C's truncating
+  division for negative values included."""
+  import math
+  from baregrad.compiler.shape import evaluator, unbind
+  from baregrad.tensor.tensor import Variable as TensorVariable
+  u = unbind(TensorVariable("p", -60, 5000).uop)
+  trunc = lambda a, b: int(math.copysign(abs(a) // abs(b), a * b)) if a * b else 0
+  for p in list(range(-60, 70)) + [4095, 5000]:
+    assert evaluator(((u + 1) * 32 + 255) // 256)({"p": p}) == trunc((p + 1) * 32 + 255, 256)
+    assert evaluator((u * -3 + 7) // 5)({"p": p}) == trunc(p * -3 + 7, 5)
+  assert evaluator(7)({}) == 7

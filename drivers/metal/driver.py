@@ -622,10 +622,11 @@ class _Submission:
         rt.send(command, "setKernelBuffer:offset:atIndex:", mem.buffer, offset, k)
         bound.bound[i][k] = (mem.addr, offset)
     for j in range(op["variables"]): d._put_u64(bound.variables.addr + bound.var_offsets[i] + CONSTANT_ALIGN * j, args[nbuf + j])
-    _, grid, block = d._launch(op)
+    grid = (op["grid_x"], op["grid_y"], op["grid_z"])
     if grid != bound.grids[i]:     # a grid that depends on a Variable (hcq patched its word): the command is encoded again
       command = rt.send(bound.icb, "indirectComputeCommandAtIndex:", i)
-      rt.send(command, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", grid, block)
+      rt.send(command, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", grid,
+              (op["block_x"], op["block_y"], op["block_z"]))
       bound.grids[i] = grid
     if not self.run_count: self.run_start = i
     self.run_count += 1
