@@ -268,6 +268,10 @@ CASES = {
   "one value too many": (_set(_exec, "vars", [1]), "commands[1].vars has 1 values, but program 0 (E_4194304) takes 0"),
   "param_nbytes count": (lambda h: h["programs"][0]["param_nbytes"].pop(), "programs[0].param_nbytes has 1 sizes, but the program takes 2"),
   "global size": (_set(_exec, "global_size", [64, 1, 1]), "commands[1].global_size is [64, 1, 1], but program 0 (E_4194304) was compiled for [1, 1, 1]"),
+  # a program whose grid depends on Variables may launch fewer workgroups than compiled, never more
+  "global size past a symbolic grid": (lambda h: (h["programs"][0]["meta"].__setitem__("grid", ["p"]),
+                                                  _exec(h).__setitem__("global_size", [2, 1, 1])),
+                                       "commands[1].global_size is [2, 1, 1], but program 0 (E_4194304) was compiled for [1, 1, 1]"),
   "global size shape": (_set(_exec, "global_size", [1, 1]), "commands[1].global_size has 2 items, expected 3"),
   # the engine words a submission got (`baregrad decode`)
   "hw format": (lambda h: h["commands"][2]["hw"][0].__setitem__("format", "ptx"),
