@@ -26,7 +26,7 @@ from .dtype import dtypes
 from .pattern import substitute
 from .symbolic import linear
 from .linearize import range_deps
-from .opt import Opt, OptError, apply_opt, apply_opts, _size
+from .opt import Opt, OptError, apply_opt, apply_opts, _size, has_coupled
 
 LOCAL_KINDS = ("local", "group", "warp")      # "warp": the lanes of a tensor core op (compiler/tc.py), always x
 MAX_THREADS = 1024                     # threads per workgroup: NV (CUDA guide, compute capability table), gfx11, Metal
@@ -326,6 +326,12 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
       try: to_workgroups(ast)
       except OptError: return [Opt("TC", 0, 0)]
       return opts
+  if has_coupled(ast):
+    # an online softmax (attention): a register tile along the innermost output axis its running maximum does not
+    # depend on (the value's dims: each score computed once for the tile's outputs), then workgroups (below)
+    gl = _ranges(ast, "global")
+    for axis in reversed(range(len(gl))):
+      if next((True for t in (32, 16, 8, 4, 2) if _size(gl[axis]) % t == 0 and tryopt(Opt("UPCAST", axis, t))), None): break
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)
   gl = _ranges(ast, "global")

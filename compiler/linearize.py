@@ -8,9 +8,10 @@ A REDUCE's result is read through its accumulator (`alias`).
 ACC_UPDATE(acc, value) with arg op means acc = acc op value. A REDUCE lowered by compiler/lower.py carries its
 accumulate step as an expression instead (arg (op, step) over the placeholders DEFINE_ACC "acc" and "value"): the
 step is emitted as ordinary ops on the accumulator and ACC_UPDATE(acc, new) without arg assigns the result.
+A coupled group (uop.coupled) shares one loop: its members' next values are all computed before any ACC_UPDATE.
 """
 from __future__ import annotations
-from .uop import UOp, Ops
+from .uop import UOp, Ops, coupled
 from .pattern import substitute
 
 
@@ -78,9 +79,53 @@ def linearize(ast: UOp, merge: bool = False) -> tuple[list[UOp], dict[UOp, UOp]]
       emitted.discard(r)
 
   siblings: dict[frozenset, list[UOp]] = {}
-  if merge:
-    for n in ast.toposort():
-      if n.op is Ops.REDUCE: siblings.setdefault(frozenset(n.src[1:]), []).append(n)
+  groups: dict[frozenset, list[UOp]] = {}
+  for n in ast.toposort():
+    if n.op is Ops.REDUCE and merge: siblings.setdefault(frozenset(n.src[1:]), []).append(n)
+    if coupled(n) is not None: groups.setdefault(frozenset(n.src[1:]), []).append(n)
+
+  def deps_of(n: UOp, accs: dict) -> frozenset:
+    """range_deps for the nodes made by putting accumulators in (an accumulator lives in its loops)."""
+    for x in n.toposort():
+      if x not in deps: deps[x] = accs[x] if x in accs else frozenset().union(*(deps[s] for s in x.src))
+    return deps[n]
+
+  def emit_coupled(u: UOp):
+    """The group's accumulators, one loop, every next value computed before any ACC_UPDATE. A placeholder of key k
+    in a member's value is that member's own accumulator when the member has key k, else the one member of key k
+    (a register tile repeats the members that depend on its lane: the running sums of p * v per output, which
+    share one running maximum and one sum of p)."""
+    group = sorted(groups[frozenset(u.src[1:])], key=coupled)
+    ranges = sorted(u.src[1:], key=lambda r: r.arg[0])
+    if _lanes(ranges): raise RuntimeError(f"coupled reductions {[coupled(m) for m in group]} over lane loops")
+    accs, by_key = {}, {}
+    for m in group:
+      acc = UOp(Ops.DEFINE_ACC, m.dtype, (), (m.arg[0], n_acc[0]))
+      n_acc[0] += 1
+      out.append(acc); emitted.add(acc); accs[m] = acc
+      by_key.setdefault(coupled(m), []).append(acc)
+    for m in group:    # reductions in the values that need none of the group's loops run before them
+      for n in m.src[0].toposort():
+        if n.op is Ops.REDUCE and n not in emitted and deps[n] <= frozenset(open_ranges): emit_reduce(n)
+    open_loops(ranges)
+    news = []
+    for m in group:
+      slots = {}
+      for n in m.src[0].toposort():
+        if n.op is not Ops.DEFINE_ACC or n.arg[0] != "peer": continue
+        k = n.arg[1]
+        if k == coupled(m): slots[n] = accs[m]
+        elif len(by_key.get(k, ())) == 1: slots[n] = by_key[k][0]
+        else: raise RuntimeError(f"coupled reduction {coupled(m)} reads accumulator {k}, of which its group has "
+                                 f"{len(by_key.get(k, ()))} (keys {sorted(by_key)})")
+      news.append(substitute(m.src[0], slots))
+      deps_of(news[-1], {a: frozenset(ranges) for a in accs.values()})
+    for new in news: emit(new)
+    for m, new in zip(group, news): out.append(UOp(Ops.ACC_UPDATE, m.dtype, (accs[m], new)))
+    close_loops(ranges)
+    for m in group:
+      emitted.add(m)
+      alias[m] = accs[m]
 
   def members_of(u: UOp) -> list[UOp]:
     """u and the REDUCEs over the same loops that can share them (GPU register tiles: one loop, many accumulators):
@@ -89,13 +134,15 @@ def linearize(ast: UOp, merge: bool = False) -> tuple[list[UOp], dict[UOp, UOp]]
     if _lanes(deps[u]): return out
     inside = set(u.src[0].toposort())
     for s in siblings.get(frozenset(u.src[1:]), ()):
-      if s is u or s in emitted or s in inside or _lanes(deps[s]) or not deps[s] <= frozenset(open_ranges): continue
+      if s is u or s in emitted or s in inside or _lanes(deps[s]) or not deps[s] <= frozenset(open_ranges) or \
+         coupled(s) is not None: continue
       below = set(s.src[0].toposort())
       if any(m in below for m in out): continue
       out.append(s); inside.update(below)
     return out
 
   def emit_reduce(u: UOp):
+    if coupled(u) is not None: return emit_coupled(u)
     members = members_of(u)
     # reduces nested in these ones' values that need none of their loops run first
     for m in members:
@@ -143,3 +190,12 @@ def linearize(ast: UOp, merge: bool = False) -> tuple[list[UOp], dict[UOp, UOp]]
     close_loops(lanes)
   close_loops(global_ranges)
   return out, alias
+
+
+def read_between(program: list[UOp], acc: UOp, new: UOp, update: UOp) -> bool:
+  """Whether something other than `new` reads `acc` after `new` is computed and before `update` writes it: then `new`
+  cannot be computed into the accumulator (a coupled group's step reads another's old value). For the renderers'
+  in-place accumulate steps."""
+  end = max(i for i, x in enumerate(program) if x is update)
+  start = max((i for i, x in enumerate(program[:end]) if x is new), default=end)
+  return any(acc in x.src and x is not new for x in program[start + 1:end])

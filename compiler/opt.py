@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from baregrad.drivers import settings
-from .uop import UOp, Ops, TRANSCENDENTAL
+from .uop import UOp, Ops, TRANSCENDENTAL, coupled
 from .dtype import dtypes
 from .pattern import substitute
 
@@ -104,7 +104,30 @@ def _reduce_lanes(ast: UOp, opt: Opt) -> UOp:
   return substitute(done[ast], {first: UOp(Ops.RANGE, dtypes.index, first.src, (next_id + 1, "upcast"))})
 
 
+def has_coupled(ast: UOp) -> bool:
+  """Whether the kernel has coupled reductions (an online softmax: uop.coupled)."""
+  return any(coupled(u) is not None for u in ast.toposort())
+
+
+def _coupled_opt_ok(ast: UOp, opt: Opt) -> bool:
+  """The opts a kernel with coupled reductions takes: LOCAL (threads), and UPCAST of an output axis that no member
+  another member reads depends on (a register tile of the attention's value dims: each lane repeats its own running
+  sum, the maximum and the sum of p are shared). Splitting the coupled loop itself (UNROLL, GROUP, STAGE, ...) would
+  need the group's merge rule, which no opt has."""
+  if opt.op == "LOCAL": return True
+  if opt.op != "UPCAST": return False
+  gl = global_ranges(ast)
+  if not 0 <= opt.axis < len(gl): return False
+  members = [u for u in ast.toposort() if coupled(u) is not None]
+  shared = {(n.src, n.arg[1]) for m in members for n in m.src[0].toposort()    # (loops, key) read by another member
+            if n.op is Ops.DEFINE_ACC and n.arg[0] == "peer" and n.arg[1] != coupled(m)}
+  return not any((m.src[1:], coupled(m)) in shared and gl[opt.axis] in m.src[0].toposort() for m in members)
+
+
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
+  if has_coupled(ast) and not _coupled_opt_ok(ast, opt):
+    raise OptError(f"{opt}: the kernel has coupled reductions (an online softmax); only LOCAL and UPCAST of an axis "
+                   "its shared accumulators do not depend on apply")
   if opt.op in ("UNROLL", "GROUP", "GROUPTOP", "STAGE"): return _unroll(ast, opt)
   if opt.op == "REDUCE_LANES": return _reduce_lanes(ast, opt)
   gl = global_ranges(ast)
@@ -359,7 +382,7 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   threads = cpu_threads() if threads is None else threads
   nodes = ast.toposort()
   gl = global_ranges(ast)
-  if not gl: return []
+  if not gl or has_coupled(ast): return []
   if any(r.src[0].op is not Ops.CONST for r in _ranges(ast)): return _symbolic_opts(ast, gl)
   reduces = [u for u in nodes if u.op is Ops.REDUCE]
   nested = any(v.op is Ops.REDUCE for u in reduces for v in u.src[0].toposort() if v is not u)

@@ -60,6 +60,9 @@ def flat_index(idx: tuple[UOp, ...], shape) -> UOp:
   return out
 
 
+REDUCING = (Ops.REDUCE_AXIS, Ops.ATTEND)    # tensor-level ops that loop over an axis per output element
+
+
 def _is_expanding(u: UOp) -> bool:
   return u.op is Ops.EXPAND and any(a != b for a, b in zip(u.src[0].shape, u.arg))
 
@@ -80,7 +83,7 @@ def find_materialized(sink: UOp) -> list[UOp]:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): mat.add(n)
     if n.op is Ops.COPY: mat.add(n.src[0])
     # a reduction read twice, or through two views (one kernel would compute it once per view): stored once
-    if n.op is Ops.REDUCE_AXIS and (users.get(n, 0) > 1 or len(views.get(n, ())) > 1): mat.add(n)
+    if n.op in REDUCING and (users.get(n, 0) > 1 or len(views.get(n, ())) > 1): mat.add(n)
     # a long reduction read through a padding (the gradient of a slice: cat(dq, dk, dv)) would run its loop for
     # every output element, the padded ones included, its loads masked: stored on its own, its kernel is a plain
     # reduction (a matmul the opts recognize) and the pad a copy
@@ -114,7 +117,7 @@ def _sibling_reductions(mat: set) -> set:
       for s in n.src:
         if s in seen or s in mat or s.op is Ops.BUFFER: continue
         seen.add(s)
-        if s.op is Ops.REDUCE_AXIS: tops.append(s)
+        if s.op in REDUCING: tops.append(s)
         else: stack.append(s)
     long = [r for r in tops if _reduced_size(r) >= SIBLING_MIN]
     if len(long) > 1: out.update(long[1:])
@@ -123,15 +126,15 @@ def _sibling_reductions(mat: set) -> set:
 
 def _reduced_size(r: UOp) -> int:
   from .shape import max_size
-  return max_size([r.src[0].shape[a] for a in r.arg[1]])
+  return max_size([r.src[0].shape[a] for a in ((r.arg,) if r.op is Ops.ATTEND else r.arg[1])])
 
 
 def _in_several_kernels(order: list[UOp], mat: set, users: dict) -> set:
   """The nodes (not stored) holding an unstored reduction that more than one kernel computes."""
   holds: dict[UOp, bool] = {}
   for n in order:
-    holds[n] = n.op not in (Ops.BUFFER, Ops.REDUCE_AXIS) and \
-      any((s.op is Ops.REDUCE_AXIS or holds[s]) and s not in mat for s in n.src)
+    holds[n] = n.op is not Ops.BUFFER and n.op not in REDUCING and \
+      any((s.op in REDUCING or holds[s]) and s not in mat for s in n.src)
   cands = {n for n in order if holds[n] and users.get(n, 0) > 1 and n not in mat and n.op is not Ops.SINK}
   if not cands: return set()
   kernels: dict[UOp, int] = {}
@@ -161,11 +164,11 @@ def _materialize_broadcast_reads(mat: set, costly: dict) -> None:
     n, flags = stack.pop()
     if (n, flags) in seen: continue
     seen.add((n, flags))
-    if n not in mat and ((n.op is Ops.REDUCE_AXIS and flags & _EXPANDED) or
+    if n not in mat and ((n.op in REDUCING and flags & _EXPANDED) or
                          (n.op in ELEMENTWISE and flags == _EXPANDED | _REDUCING and costly.get(n))):
       mat.add(n); stack.append((n, 0)); continue
     if n.op is Ops.BUFFER: continue
-    child = flags | (_EXPANDED if _is_expanding(n) else 0) | (_REDUCING if n.op is Ops.REDUCE_AXIS else 0)
+    child = flags | (_EXPANDED if _is_expanding(n) else 0) | (_REDUCING if n.op in REDUCING else 0)
     for s in n.src: stack.append((s, 0 if s in mat else child))
 
 
@@ -223,14 +226,14 @@ def _costly(order: list[UOp], mat: set) -> dict[UOp, bool]:
   reads: dict[UOp, frozenset | None] = {}      # the views of stored data a node reads; None: an integer read
   for n in order:
     # (a reduction counts as one read: read through a broadcast it gets a buffer; computed in place it costs more)
-    if n.op in (Ops.BUFFER, Ops.REDUCE_AXIS) or n in mat or (n.op in MOVEMENT and (n.src[0].op is Ops.BUFFER or n.src[0] in mat)):
+    if n.op is Ops.BUFFER or n.op in REDUCING or n in mat or (n.op in MOVEMENT and (n.src[0].op is Ops.BUFFER or n.src[0] in mat)):
       reads[n] = frozenset((n,)) if n.dtype.is_float else None
     else:
       rs = [reads.get(s, frozenset()) for s in n.src]
       # (at most MANY_READS kept: whether there are that many is all that is asked, and chains stay linear)
       reads[n] = None if any(r is None for r in rs) else frozenset(itertools.islice(frozenset().union(*rs), MANY_READS))
     many = n.op in ELEMENTWISE and reads[n] is not None and len(reads[n]) >= MANY_READS
-    out[n] = many or n.op in TRANSCENDENTAL or (n.op is not Ops.REDUCE_AXIS and any(out[s] and s not in mat for s in n.src))
+    out[n] = many or n.op in TRANSCENDENTAL or (n.op not in REDUCING and any(out[s] and s not in mat for s in n.src))
   return out
 
 
@@ -337,7 +340,37 @@ class KernelBuilder:
       if any(src_shape[ax] == 0 for ax in axes): return UOp.const(n.dtype, identity_for(rop, n.dtype))
       val = self.lower(n.src[0], tuple(src_idx), valid)
       return UOp(Ops.REDUCE, n.dtype, (val,) + tuple(ranges), rop)
+    if op is Ops.ATTEND: return self.attend(n, idx, valid)
     raise NotImplementedError(f"rangeify cannot lower {op.name} (shape {n.shape})")
+
+  def attend(self, n: UOp, idx, valid) -> UOp:
+    """ATTEND at idx: out = sum_s p_s v_s / sum_s p_s, p_s = exp(a_s - max a), as one loop over s with an online
+    softmax (three coupled accumulators, uop.coupled): the running maximum m, the running sum of p and of p * v; each
+    new maximum rescales both sums by exp(m_old - m_new). The scores a are computed inside the loop (the q . k
+    product is a reduction nested in it), so no score is stored. A maximum of -inf (every key so far masked) is
+    rescaled from 0 instead (no -inf - -inf); a row with no key kept ends with 0 / 0 = NaN, as softmax gives."""
+    a, b = n.src
+    axis, dt = n.arg, n.dtype
+    size = a.shape[axis]
+    zero = UOp.const(dtypes.index, 0)
+    r = self.new_range(size, "reduce")
+    def at(x): return tuple(r if i == axis else (zero if s == 1 else idx[i]) for i, s in enumerate(x.shape))
+    score, value = self.lower(a, at(a), valid), self.lower(b, at(b), valid)
+    if score.dtype != dt: score = score.cast(dt)
+    if value.dtype != dt: value = value.cast(dt)
+    m, l, o = (UOp(Ops.DEFINE_ACC, dt, (r,), ("peer", k)) for k in range(3))
+    m_new = UOp(Ops.MAX, dt, (m, score))
+    ref = UOp(Ops.CMPNE, dtypes.bool, (m_new, UOp.const(dt, float("-inf")))).where(m_new, UOp.const(dt, 0.0))
+    def exp(x): return UOp(Ops.EXP2, dt, ((x - ref) * UOp.const(dt, LOG2E),))
+    alpha, p = exp(m), exp(score)
+    group = [UOp(Ops.REDUCE, dt, (new, r), (op, ("coupled", k))) for k, (op, new) in
+             enumerate([(Ops.MAX, m_new), (Ops.ADD, l * alpha + p), (Ops.ADD, o * alpha + p * value)])]
+    # (the maximum is read by the result, so the group is whole in the kernel: -inf there is a row with no key)
+    out = group[2] * UOp(Ops.RECIP, dt, (group[1],))
+    return UOp(Ops.CMPNE, dtypes.bool, (group[0], UOp.const(dt, float("-inf")))).where(out, UOp.const(dt, float("nan")))
+
+
+LOG2E = 1.4426950408889634
 
 
 def kernel_name(root: UOp) -> str:
@@ -345,6 +378,7 @@ def kernel_name(root: UOp) -> str:
   for n in root.toposort():
     if n.op is Ops.REDUCE_AXIS:
       reduce_sizes = [n.src[0].shape[a] for a in n.arg[1]]
+    if n.op is Ops.ATTEND: reduce_sizes = [n.src[0].shape[n.arg]]
   shape = "_".join(render(s) for s in root.shape) or "1"
   if reduce_sizes: return f"r_{shape}_{'_'.join(map(render, reduce_sizes))}"
   return f"E_{shape}"

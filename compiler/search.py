@@ -12,7 +12,8 @@ import dataclasses, hashlib, json, math
 from baregrad.drivers import diskcache
 from baregrad.drivers.progress import Progress
 from .uop import UOp, Ops
-from .opt import Opt, OptError, apply_opt, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size, CHUNKS_PER_THREAD
+from .opt import (Opt, OptError, apply_opt, apply_opts, global_ranges, reduce_ranges, cpu_threads, _size, CHUNKS_PER_THREAD,
+                  has_coupled)
 
 MAX_LANES = 256
 MAX_CACHED_OPTS = 64   # a cached list longer than this is not one BEAM wrote (depth is a handful)
@@ -26,6 +27,7 @@ def ast_key(ast: UOp) -> str:
 
 
 def actions(ast: UOp, threads: int) -> list[Opt]:
+  if has_coupled(ast): return []     # (an online softmax's loop stays whole; a CPU accumulator has no lanes there)
   gl = global_ranges(ast)
   lanes = math.prod(_size(u) for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast")
   threaded = any(u.op is Ops.SPECIAL for u in ast.toposort())

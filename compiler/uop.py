@@ -19,7 +19,10 @@ class Ops(Enum):
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
   # reductions
   REDUCE_AXIS = auto()  # tensor level: arg (op, axes); keeps reduced dims as 1
-  REDUCE = auto()       # kernel level: src (value, *ranges), arg op
+  REDUCE = auto()       # kernel level: src (value, *ranges), arg op; or (op, ("coupled", k)): see `coupled`
+  ATTEND = auto()       # tensor level: sum over axis arg of softmax(src[0]) * src[1] (attention's weighted sum, one
+                        # kernel with an online softmax: rangeify.attend); sources broadcast (size-1 dims), equal
+                        # along the axis; keeps the axis as 1
   # unary
   RECIP = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); TRUNC = auto(); FLOOR = auto(); NEG = auto()
   CAST = auto(); BITCAST = auto()
@@ -67,6 +70,17 @@ MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.FDIV})
 COMMUTATIVE = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND}
 REDUCE_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: -math.inf}
+
+
+def coupled(u: UOp) -> int | None:
+  """k for a REDUCE of a coupled group, else None. The REDUCEs over the same ranges whose arg is (op, ("coupled", k))
+  form one group: each one's value is its accumulator's next value, read from the accumulators as they stood at the
+  start of the iteration through placeholders DEFINE_ACC(src (range,), arg ("peer", k)); linearize runs them in one
+  loop and writes every accumulator only after computing all the new values (an online softmax: the running maximum
+  rescales the running sums). The accumulator starts at op's identity."""
+  if u.op is not Ops.REDUCE or isinstance(u.arg, Ops): return None
+  tag = u.arg[1]
+  return tag[1] if isinstance(tag, tuple) and tag[0] == "coupled" else None
 
 
 def identity_for(op: Ops, dtype: DType):
@@ -295,6 +309,8 @@ def _shape(u: UOp) -> tuple[int, ...]:
       return tuple(size_ops["sub"](e, b) for b, e in u.arg)
     return tuple(e - b for b, e in u.arg)
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
+  if op is Ops.ATTEND:
+    return tuple(1 if i == u.arg else (b if a == 1 else a) for i, (a, b) in enumerate(zip(u.src[0].shape, u.src[1].shape)))
   if op is Ops.ASSIGN: return u.src[0].shape
   if op is Ops.MULTI:
     shape, axis = list(u.src[0].shape), u.arg[0]

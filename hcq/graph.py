@@ -19,6 +19,25 @@ if settings.CAPTURE or settings.PROFILE: from . import trace   # noqa: F401  ins
 DEBUG = settings.DEBUG
 
 
+def launch_slots(it, grids: dict) -> tuple:
+  """An item's launch dimensions in a prebuilt queue: a symbolic one (compiler/codegen.py symbolic_grid) is a slot the
+  replay fills in from the Variables' values (grid_values), so the queue launches what this replay needs (the driver
+  patches it). `grids`: (expression, largest) -> slot name, shared by the graph's kernels (a model's layers share a
+  few)."""
+  grid = it.meta.get("grid")
+  if grid is None: return tuple(it.meta.get("global_size", (1, 1, 1)))
+  dims = []
+  for g, most in zip(grid, it.meta["global_size"]):
+    if isinstance(g, int): dims.append(g); continue
+    dims.append(Slot(grids.setdefault((g, most), f"grid:{len(grids)}")))
+  return tuple(dims)
+
+
+def grid_values(grids: dict, var_vals: dict) -> dict:
+  """The values of launch_slots' slots for these Variables' values."""
+  return {name: grid_value(g, most, var_vals) for (g, most), name in grids.items()}
+
+
 class RAW_BYTES:
   """Element type of untyped memory (the arena)."""
   name, itemsize = "bytes", 1
@@ -103,7 +122,7 @@ class GraphExecutor:
           if isinstance(w, Slot): self.patch_pos.append(pos); self.patch_slots.append(w.name)
           else: self.kv[pos] = w
           pos += 1
-        q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), self._launch(it))
+        q.exec(it.program, self.kernargs.addr + 8 * (pos - len(args)), launch_slots(it, self.grids))
       seq[kind] += 1
       if len(queues) > 1: q.signal(self.queue_signals[kind], Slot(f"__base:{kind}") + seq[kind])
       for n, b in enumerate(it.bufs):
@@ -122,18 +141,6 @@ class GraphExecutor:
     self.patch_pos = np.array(self.patch_pos, dtype=np.int64)
     self.last_value = 0
 
-  def _launch(self, it) -> tuple:
-    """An item's launch dimensions: a symbolic one (compiler/codegen.py symbolic_grid) is a slot the replay fills in
-    from the Variables' values, so the prebuilt queue launches what this replay needs (the driver patches it)."""
-    grid = it.meta.get("grid")
-    if grid is None: return tuple(it.meta.get("global_size", (1, 1, 1)))
-    dims = []
-    for a, (g, most) in enumerate(zip(grid, it.meta["global_size"])):
-      if isinstance(g, int): dims.append(g); continue
-      name = self.grids.setdefault((g, most), f"grid:{len(self.grids)}")    # (the layers' kernels share a few)
-      dims.append(Slot(name))
-    return tuple(dims)
-
   def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
     with Device.lock: return self._replay(inputs, var_vals)
 
@@ -148,7 +155,7 @@ class GraphExecutor:
     vals = {f"in{i}": b.addr for i, b in enumerate(inputs)}
     vals.update((f"out{j}", b.addr) for j, b in enumerate(outs))
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
-    vals.update((name, grid_value(g, most, var_vals)) for (g, most), name in self.grids.items())
+    vals.update(grid_values(self.grids, var_vals))
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
     q = dev.queue("compute")       # other devices' copies on this device's memory (hcq/transfer.py) come first
     if q.cmds: dev.submit(q)

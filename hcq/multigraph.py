@@ -13,8 +13,9 @@ one per device and kind, plus the relay -- order themselves with signals only:
   * each device's compute queue ends the replay: it waits for every agent that touched the device's memory, then
     signals the device's timeline, so `synchronize()` and later eager work see the whole replay.
 
-A replay patches input/output addresses, variables and the signal values, submits every bound queue and queues the
-relay's copies: the host waits for nothing but the previous replay of the same graph (its arenas are reused).
+A replay patches input/output addresses, variables, symbolic launch dimensions and the signal values, submits every
+bound queue and queues the relay's copies: the host waits for nothing but the previous replay of the same graph
+(its arenas are reused).
 CAPTURE= and PROFILE= (hcq/hooks.py) do not see these replays yet: they record one-device graphs only.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .device import Device
 from .queue import HWQueue, Slot, resolve
 from .signal import Signal
 from .tlsf import plan_arena
-from .graph import RAW_BYTES, buffer_roles
+from .graph import RAW_BYTES, buffer_roles, launch_slots, grid_values
 from . import transfer
 
 
@@ -65,6 +66,7 @@ class MultiGraphExecutor:
     self.out_fixed = {j: b for j, b in enumerate(outputs) if role[b][0] not in ("out", "in")}
     self.out_from_input = {j: role[b][1] for j, b in enumerate(outputs) if role[b][0] == "in"}
     self.role = role
+    self.grids: dict[tuple, str] = {}    # symbolic launch dimensions -> their slots (graph.launch_slots)
 
     def addr(b: Buffer):
       r = role.get(b)
@@ -153,7 +155,7 @@ class MultiGraphExecutor:
         start = len(words)
         for b in it.bufs: words.append(addr(b))
         for v in it.program.variables: words.append(Slot(f"var:{v}"))
-        ag.q.exec(it.program, ("kernargs", ag.dev.name, start), it.meta.get("global_size", (1, 1, 1)))
+        ag.q.exec(it.program, ("kernargs", ag.dev.name, start), launch_slots(it, self.grids))
       ag.q.cmds.append(("__mailboxes", seq))       # replaced below, once every reader of this agent is known
     # the end of a replay: each device's compute queue waits for the agents that touched its memory
     for dev in self.devices:
@@ -210,6 +212,7 @@ class MultiGraphExecutor:
     vals = {f"in{i}": b.addr for i, b in enumerate(inputs)}
     vals.update((f"out{j}", b.addr) for j, b in enumerate(outs))
     vals.update((f"var:{k}", v) for k, v in var_vals.items())
+    vals.update(grid_values(self.grids, var_vals))
     for link, it in self.peer_links:      # inputs and outputs a peer engine copies: mapped for it
       for b in it.bufs:
         if self.role.get(b, ("fixed",))[0] in ("in", "out"): link.map(self._actual(b, inputs, outs))

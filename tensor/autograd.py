@@ -99,6 +99,12 @@ def op_gradients(node: UOp, out, g):
       others = zero.where(1, x).prod(axis=axes, keepdim=True).expand(x.shape)
       cof = (zeros == 0).where(others / zero.where(1, x), (zero & (zeros == 1)).where(others, 0))
       return (g.expand(x.shape) * cof,)
+  if op is Ops.ATTEND:   # out = sum_s p_s b_s with p = softmax(a) along the axis: d/da_s = p_s (b_s - out)
+    a, b = src
+    full = tuple(x if x != 1 else y for x, y in zip(a.shape, b.shape))
+    p = a.softmax(node.arg).expand(full)
+    gp = g.expand(full) * p
+    return (_sum_to(gp * (b.expand(full) - out.expand(full)), a.shape), _sum_to(gp, b.shape))
   return tuple(None for _ in node.src)   # comparisons, bit ops, integer ops, TRUNC, DETACH: no gradient
 
 

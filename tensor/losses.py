@@ -221,13 +221,46 @@ class LossOps:
     Dropout (p = dropout_p) is applied whenever dropout_p > 0 (there is no global training flag; nn modules pass
     0 in eval mode), from the project's random stream (Tensor.manual_seed). With `enable_gqa`, a query of Hq heads
     (dim -3) attends to key/value of H heads, Hq a multiple of H: each key/value head serves Hq / H query heads in a
-    row (grouped-query attention, as torch)."""
+    row (grouped-query attention, as torch).
+
+    On a GPU, a prefill (several queries) without dropout runs as one kernel with an online softmax (Ops.ATTEND):
+    the scores are computed in its loop over the keys, never stored. Elsewhere the scores and the probabilities are
+    stored, and both products run as matmuls (faster on the CPU, whose matmuls are packed and threaded)."""
     if enable_gqa: key, value = _gqa_heads(self, key), _gqa_heads(self, value)
-    weights = attention_weights(self, key, attn_mask, dropout_p, is_causal, scale)
     if value.shape[-2] != key.shape[-2]:
       raise ShapeError(f"scaled_dot_product_attention: key has {key.shape[-2]} positions (shape {tuple(key.shape)}) "
                        f"but value has {value.shape[-2]} (shape {tuple(value.shape)})")
+    if dropout_p == 0 and _fused_attention(self, key, value):
+      return attend(attention_scores(self, key, attn_mask, is_causal, scale), value)
+    weights = attention_weights(self, key, attn_mask, dropout_p, is_causal, scale)
     return weights @ value.cast(weights.dtype)
+
+
+def _fused_attention(query, key, value) -> bool:
+  """Whether attention runs as one ATTEND kernel: several queries, all on one GPU (not the CPU, not sharded)."""
+  dev = query.device
+  return (isinstance(dev, str) and not dev.startswith("CPU") and key.device == dev and value.device == dev and
+          query.ndim >= 2 and query.shape[-2] != 1 and value.ndim >= 2)
+
+
+def attend(scores, value):
+  """softmax(scores) @ value as one ATTEND kernel: scores (..., L, S), value (..., S, Ev) -> (..., L, Ev), in
+  scores' dtype (computed in float32 when that is narrower)."""
+  n = max(scores.ndim, value.ndim)
+  dt = scores.dtype if scores.dtype.itemsize >= 4 else dtypes.float32
+  a = scores.cast(dt).reshape(*(1,) * (n - scores.ndim), *scores.shape[:-1], 1, scores.shape[-1])   # (..., L, 1, S)
+  v = value.cast(dt).transpose(-2, -1)
+  b = v.reshape(*(1,) * (n - value.ndim), *v.shape[:-2], 1, *v.shape[-2:])                            # (..., 1, Ev, S)
+  if a.shape[-1] != b.shape[-1]:
+    raise ShapeError(f"scaled_dot_product_attention: {a.shape[-1]} scores per query but value has {b.shape[-1]} "
+                     f"positions (shape {tuple(value.shape)})")
+  try: type(scores)._broadcast_shape(tuple(a.shape[:-3]), tuple(b.shape[:-3]))
+  except ValueError:
+    raise ShapeError(f"scaled_dot_product_attention: the batch dims of the scores {tuple(scores.shape)} and of value "
+                     f"{tuple(value.shape)} do not broadcast") from None
+  from baregrad.compiler.uop import UOp, Ops
+  out = type(scores)(UOp(Ops.ATTEND, dt, (a.uop, b.uop), a.ndim - 1))
+  return out.reshape(*out.shape[:-1]).cast(scores.dtype)
 
 
 def _gqa_heads(query, kv):
@@ -245,6 +278,17 @@ def _gqa_heads(query, kv):
 
 def attention_weights(query, key, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None):
   """The attention probabilities of scaled_dot_product_attention (..., L, S), after dropout."""
+  if not 0.0 <= dropout_p <= 1.0: raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got {dropout_p!r}")
+  weights = attention_scores(query, key, attn_mask, is_causal, scale).softmax(-1)
+  if dropout_p > 0:
+    if dropout_p == 1: return weights * 0
+    keep = type(weights).rand(*weights.shape, device=weights.device) >= dropout_p
+    weights = keep.where(weights * (1 / (1 - dropout_p)), 0.0)
+  return weights
+
+
+def attention_scores(query, key, attn_mask=None, is_causal: bool = False, scale=None):
+  """The masked, scaled scores q k^T of scaled_dot_product_attention (..., L, S), before the softmax."""
   op = "scaled_dot_product_attention"
   if query.ndim < 2 or key.ndim < 2:
     raise ShapeError(f"{op}: query and key need at least 2 dims (..., positions, features), got shapes "
@@ -254,7 +298,6 @@ def attention_weights(query, key, attn_mask=None, dropout_p: float = 0.0, is_cau
                      f"{tuple(key.shape)}")
   if is_causal and attn_mask is not None:
     raise ArgumentError(f"{op}: give either attn_mask or is_causal=True, not both (as torch)")
-  if not 0.0 <= dropout_p <= 1.0: raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p!r}")
   q = query._float()
   L, S, E = q.shape[-2], key.shape[-2], q.shape[-1]
   scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
@@ -270,9 +313,4 @@ def attention_weights(query, key, attn_mask=None, dropout_p: float = 0.0, is_cau
       raise ShapeError(f"{op}: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape "
                        f"{tuple(scores.shape)} (..., L, S)") from None
     scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype.is_bool else scores + attn_mask.cast(q.dtype)
-  weights = scores.softmax(-1)
-  if dropout_p > 0:
-    if dropout_p == 1: return weights * 0
-    keep = type(q).rand(*weights.shape, device=q.device) >= dropout_p
-    weights = keep.where(weights * (1 / (1 - dropout_p)), 0.0)
-  return weights
+  return scores

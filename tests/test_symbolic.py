@@ -245,6 +245,30 @@ def test_symbolic_launch_dimensions_patched_on_emulated_gpus(emulated_gpus, devi
     assert instrs(700, fn) * 3 < long
 
 
+def test_symbolic_launch_dimensions_patched_in_a_graph_of_two_gpus(emulated_gpus):
+  """A JIT graph over two devices (hcq/multigraph.py) patches symbolic launch dimensions as the one-device graph
+  does: a short prefix on EMU AMD and EMU NV runs a fraction of the threads of a long one (it launched the largest
+  grid, masked, before)."""
+  from baregrad.drivers.emu import counters
+  from baregrad.hcq.device import Device
+  from baregrad.hcq.multigraph import MultiGraphExecutor
+  v = Variable("p", 0, 4095)
+  a, b = rand(4096), rand(4096, seed=1)
+  x, y = Tensor(a, device="AMD").realize(), Tensor(b, device="NV").realize()
+  f = jit(lambda p: ((x[0:p + 1] * 2 + 1).contiguous(), (y[0:p + 1] * 3 - 1).contiguous()))
+  def instrs(k: int) -> int:
+    for d in ("AMD", "NV"): Device.get(d).synchronize()
+    counters.reset()
+    ox, oy = f(v.bind(k))
+    np.testing.assert_allclose(ox.numpy(), a[:k + 1] * 2 + 1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(oy.numpy(), b[:k + 1] * 3 - 1, rtol=1e-5, atol=1e-6)
+    return sum(counters.total().instrs)
+  for k in (4000, 3, 700): instrs(k)
+  assert isinstance(f.graph, MultiGraphExecutor)
+  short, long = instrs(40), instrs(4000)
+  assert short * 8 < long, (short, long)
+
+
 def test_symbolic_matmul_with_broadcast_rows():
   """A product over a symbolic number of keys with several query rows (attention scores in a batched decode): the
   CPU's matmul packing leaves symbolic sizes alone."""

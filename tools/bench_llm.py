@@ -138,9 +138,32 @@ print(json.dumps({"load": total.global_load_bytes, "store": total.global_store_b
 """
 
 
+# a prefill's causal attention with the small model's heads (4 x 64 dims) over ATTN_T tokens: its kernels and the global
+# bytes they store per byte of output (1.0: one kernel that writes only its output, no T x T scores)
+ATTN_T = 32
+ATTN_CHILD = r"""
+import json, sys
+import numpy as np
+from baregrad.drivers import settings
+from baregrad.drivers.emu import counters
+with settings.override(EMU=1):
+  from baregrad.tensor import Tensor
+  dev, T, H, hd = sys.argv[1], %d, 4, 64
+  rng = np.random.default_rng(0)
+  q, k, v = (Tensor(rng.standard_normal((1, H, T, hd)).astype(np.float32), device=dev).realize() for _ in range(3))
+  mask = Tensor(np.triu(np.full((T, T), -np.inf, np.float32), 1), device=dev).realize()
+  out = q.scaled_dot_product_attention(k, v, mask)
+  counters.reset()
+  out.numpy()
+  total = counters.total()
+print(json.dumps({"kernels": total.kernels, "store": total.global_store_bytes, "out": H * T * hd * 4}))
+""" % ATTN_T
+
+
 def bench_llm_emulated(results: dict):
   """On each emulated GPU (EMU=1, a fresh process): the global bytes one replayed decode step loads, divided by the
-  bytes of the weights it needs (goal: <= 1.1), for F32 and Q8_0 weights of a small LLaMA."""
+  bytes of the weights it needs (goal: <= 1.1), for F32 and Q8_0 weights of a small LLaMA; and a prefill attention's
+  kernels and stored bytes per output byte (goal: one kernel, 1.0: the scores are never stored)."""
   import json
   with tempfile.TemporaryDirectory(prefix="baregrad-bench-llm-emu-") as tmp:
     for ftype in ("F32", "Q8_0"):
@@ -153,3 +176,10 @@ def bench_llm_emulated(results: dict):
           raise RuntimeError(f"emulated {dev} LLM decode failed:\n{out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[f"emu_{dev.lower()}.llm_decode_{ftype.lower()}.global_load_per_weight_byte"] = r["load"] / r["weights"]
+  for dev in ("NV", "AMD"):
+    out = subprocess.run([sys.executable, "-c", ATTN_CHILD, dev], capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0: raise RuntimeError(f"emulated {dev} prefill attention failed:\n{out.stderr[-2000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    key = f"emu_{dev.lower()}.prefill_attention_{ATTN_T}"
+    results[f"{key}.kernels"] = r["kernels"]
+    results[f"{key}.global_store_per_output_byte"] = r["store"] / r["out"]
