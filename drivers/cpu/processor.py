@@ -380,7 +380,9 @@ class CommandProcessor:
     self._check_thread()
 
   def _check_thread(self) -> None:
-    """A processor whose thread ended before it was stopped consumes nothing: say why now, not after a timeout."""
+    """A processor whose thread ended before it was stopped consumes nothing: say why now, not after a timeout. A
+    fault ends the thread too, and says why better (it is written before the thread returns)."""
+    if (f := self.fault) is not None: raise ProcessorFault(f)
     if self._failure or (not self._thread.is_alive() and self._thread.ident is not None and not self._ctl.stop):
       why = self._failure[0] if self._failure else "it returned without being stopped"
       raise ProcessorFault(f"the CPU command processor thread is not running ({why}); the packets written to it will "

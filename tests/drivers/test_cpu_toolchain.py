@@ -442,6 +442,18 @@ def test_processor_blocks_politely_when_full():
     np.testing.assert_array_equal(dst, np.arange(1, 101))
 
 
+def test_a_fault_is_reported_after_its_thread_ended():
+  """A fault ends the processor's thread; a wait that starts once the thread is gone reports the fault itself (it
+  said "the thread is not running" when the wait began after the thread had ended: a race seen under load)."""
+  with CommandProcessor() as proc:
+    proc.write(packet(Op.NOP) + [header(99, 1)])
+    proc._thread.join(5)
+    assert not proc._thread.is_alive()
+    signal = np.zeros(1, np.uint64)
+    with pytest.raises(ProcessorFault, match="unknown opcode 99"):
+      proc.wait_value(addr(signal), 1, timeout=5)
+
+
 def test_processor_faults():
   with CommandProcessor() as proc:
     proc.write(packet(Op.NOP) + [header(99, 1)] + packet(Op.NOP))
