@@ -16,7 +16,7 @@ NODE_H, LINE_H, LAYER_GAP, NODE_GAP, CHAR_W, DUMMY_W, MARGIN = 42, 11, 30, 14, 6
 FOLDED = {"CONST", "DEVICE"}          # leaves drawn as text inside their users
 COLORS = [({"BUFFER", "PARAM", "DEFINE_VAR", "BIND", "IOTA", "DEVICE", "DEFINE_ACC"}, "#d6e9ff"),
           ({"RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP"}, "#fff3c4"),
-          ({"REDUCE_AXIS", "REDUCE", "ACC_UPDATE"}, "#ffd8b0"),
+          ({"REDUCE_AXIS", "REDUCE", "ACC_UPDATE", "ATTEND"}, "#ffd8b0"),
           ({"INDEX", "LOAD", "STORE", "ASSIGN", "COPY", "CONTIGUOUS"}, "#d4f2d4"),
           ({"RANGE", "ENDRANGE", "SPECIAL"}, "#e8dcff"),
           ({"SINK"}, "#e0e0e0")]

@@ -89,34 +89,46 @@ def write_llama(path: str, ftype: str, cfg: dict, seed: int = 0) -> None:
   write_gguf(path, md, tensors)
 
 
-def _run_model(path: str, device: str, prompt_tokens: int, decode_tokens: int):
-  """Prefill and decode once to compile and capture, then again timed: the model's GenerationStats."""
+def _run_model(path: str, device: str, prompt_tokens: int, decode_tokens: int, rounds: int = 3):
+  """Prefill and decode once to compile and capture, then `rounds` times timed: the GenerationStats of the round that
+  decoded fastest, with the fastest round's prefill (the best of several, as the copy bandwidth it is compared with:
+  on a shared machine a single round reads 0.6-1.0 of the roofline)."""
+  import copy
   from baregrad.tensor.models import load_model
   m = load_model(path, device=device, max_context=prompt_tokens + decode_tokens + 1)
   prompt = list(range(300, 300 + prompt_tokens))
-  for _ in range(2): text = list(m.generate(prompt, max_tokens=decode_tokens, temperature=0.0, stop_at_eos=False))
-  del text
-  return m.stats
+  runs = []
+  for i in range(rounds + 1):
+    list(m.generate(prompt, max_tokens=decode_tokens, temperature=0.0, stop_at_eos=False))
+    if i: runs.append(copy.deepcopy(m.stats))
+  best = max(runs, key=lambda s: s.decode_tokens_per_s)
+  best.prompt_tokens, best.prefill_s = max(((s.prompt_tokens, s.prefill_s) for s in runs), key=lambda p: p[0] / p[1])
+  return best
 
 
 def bench_llm_cpu(results: dict):
   """F16, Q8_0 and Q4_K files of the ~245M-parameter model: decode tokens/s (steps replayed from the captured jit),
-  prefill tokens/s of a 32-token prompt, the bytes a decode step reads, and the roofline: the copy bandwidth measured
-  here divided by those bytes."""
-  results["cpu.stream_copy.gbps"] = bw = stream_copy_gbps()
+  prefill tokens/s of a 32-token prompt, the bytes a decode step reads, and the roofline: the copy bandwidth divided
+  by those bytes. The copy is measured before each model and after the last, and the best of those is the
+  bandwidth (cpu.stream_copy.gbps) every share is computed with: a share is never flattered by a slow moment."""
+  bws, found = [], []
   with tempfile.TemporaryDirectory(prefix="baregrad-bench-llm-") as tmp:
     for ftype in ("F16", "Q8_0", "Q4_K"):
       path = os.path.join(tmp, f"llama_245m_{ftype}.gguf")
       write_llama(path, ftype, BIG)
-      stats = _run_model(path, "CPU", PROMPT_TOKENS, DECODE_TOKENS)
+      bws.append(stream_copy_gbps())
+      found.append((ftype, _run_model(path, "CPU", PROMPT_TOKENS, DECODE_TOKENS)))
       os.unlink(path)
-      key = f"cpu.llm_245m_{ftype.lower()}"
-      results[f"{key}.decode_tok_s"] = stats.decode_tokens_per_s
-      results[f"{key}.prefill_tok_s"] = stats.prefill_tokens_per_s
-      results[f"{key}.bytes_per_token_mb"] = stats.weight_bytes_per_token / 1e6
-      roof = bw * 1e9 / stats.weight_bytes_per_token
-      results[f"{key}.roofline_tok_s"] = roof
-      results[f"{key}.roofline_share"] = stats.decode_tokens_per_s / roof
+  bws.append(stream_copy_gbps())
+  results["cpu.stream_copy.gbps"] = bw = max(bws)
+  for ftype, stats in found:
+    key = f"cpu.llm_245m_{ftype.lower()}"
+    results[f"{key}.decode_tok_s"] = stats.decode_tokens_per_s
+    results[f"{key}.prefill_tok_s"] = stats.prefill_tokens_per_s
+    results[f"{key}.bytes_per_token_mb"] = stats.weight_bytes_per_token / 1e6
+    roof = bw * 1e9 / stats.weight_bytes_per_token
+    results[f"{key}.roofline_tok_s"] = roof
+    results[f"{key}.roofline_share"] = stats.decode_tokens_per_s / roof
 
 
 # an emulated GPU runs a small model: a decode step's global bytes (loads) against the bytes of the weights it reads
