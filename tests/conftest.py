@@ -49,6 +49,20 @@ def pytest_collection_modifyitems(session, config, items):
   helpers_capture.plan_session(config, items)     # the op suite runs once per session (helpers_capture's doc)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """The README's command runs the suite on every core (pytest-xdist: -n auto --dist loadfile). Each file runs whole
+  in one worker (its module fixtures set up once), and the op-suite files with the renderer tests that read their
+  kernels run in one worker, which records the kernels once as a single session does (helpers_capture)."""
+  if config.getoption("dist") != "loadfile": return None
+  from xdist.scheduler import LoadFileScheduling
+  import helpers_capture
+
+  class Scheduling(LoadFileScheduling):
+    def _split_scope(self, nodeid: str) -> str: return helpers_capture.worker_scope(nodeid)
+  return Scheduling(config, log)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
   import helpers_capture

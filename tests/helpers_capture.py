@@ -19,6 +19,7 @@ TESTS = Path(__file__).resolve().parent
 OP_SUITE = ["test_ops.py", "test_composite.py", "test_fusion.py", "test_dtypes.py", "test_jit.py"]
 _op_suite: list | None = None
 _in_process: dict | None = None     # {ast: record} filled while this session's op-suite tests run (plan_session)
+_fresh = False                      # the caches were cleared before the first op-suite test recorded in process
 
 
 def _numel(p: UOp) -> int:
@@ -33,6 +34,21 @@ def record(spec: KernelSpec) -> tuple:
 def _reads_records(item) -> bool:
   mod = getattr(item, "module", None)
   return getattr(mod, "op_suite_records", None) is op_suite_records or hasattr(mod, "kernel_capture")
+
+
+def worker_scope(nodeid: str) -> str:
+  """The tests one pytest-xdist worker runs together (tests/conftest.py): the op-suite files and the files that read
+  their kernels (found by name in their source), else the test's file."""
+  global _readers
+  if _readers is None:
+    _readers = {str(p.relative_to(TESTS.parent)) for p in TESTS.rglob("test_*.py")
+                if "op_suite_records" in (text := p.read_text()) or "kernel_capture" in text}
+    _readers |= {f"tests/{f}" for f in OP_SUITE}
+  file = nodeid.split("::")[0]
+  return "op-suite" if file in _readers else file
+
+
+_readers: set | None = None
 
 
 def plan_session(config, items: list) -> None:
@@ -60,8 +76,15 @@ def plan_session(config, items: list) -> None:
 def recording(item):
   """Around one test (setup, call, teardown): record the CPU kernels it compiles, if it is an op-suite test of a
   session plan_session chose to record."""
+  global _fresh
   if _in_process is None or Path(str(item.path)).resolve() not in {TESTS / f for f in OP_SUITE}:
     yield; return
+  if not _fresh:
+    # kernels and schedules that tests before the op suite cached would not pass through get_programs: the records
+    # would depend on what ran first (a pytest-xdist worker runs other files before it)
+    from baregrad.compiler import codegen
+    codegen.clear_programs()
+    _fresh = True
   original = schedule.get_programs
 
   def capture(specs):
