@@ -141,3 +141,19 @@ def test_coupled_step_reads_the_old_accumulator(emulated_gpus, device):
   prog = get_program(KernelSpec(ast, [buf], "coupled_pair", device))
   run_schedule([ExecItem(prog, [buf.arg], {}, prog.meta)], sync=True)
   np.testing.assert_array_equal(out.numpy(), 4510 + np.arange(4))
+
+
+@pytest.mark.parametrize("device", ["AMD", "NV"])
+def test_symbolic_number_of_keys_under_jit(emulated_gpus, device):
+  """Three queries over a cache prefix of p + 3 keys, p a bound Variable (a chunked prefill): the coupled loop runs to
+  a bound read from a kernel argument, and the jitted graph replays for each p against numpy."""
+  from baregrad.tensor.tensor import Variable
+  from baregrad.tensor.jit import jit
+  qn, kn, vn = randn(1, 2, 3, 8), randn(1, 2, 16, 8), randn(1, 2, 16, 8)
+  q, kc, vc = (Tensor(x, device=device).realize() for x in (qn, kn, vn))
+  f = jit(lambda p: q.scaled_dot_product_attention(kc.shrink((None, None, (0, p + 3), None)),
+                                                    vc.shrink((None, None, (0, p + 3), None))).contiguous())
+  v = Variable("p", 0, 13)
+  for n in (4, 7, 2, 13):
+    np.testing.assert_allclose(f(v.bind(n)).numpy(), np_attention(qn, kn[:, :, :n + 3], vn[:, :, :n + 3]),
+                               rtol=1e-5, atol=1e-6)
