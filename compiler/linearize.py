@@ -192,10 +192,17 @@ def linearize(ast: UOp, merge: bool = False) -> tuple[list[UOp], dict[UOp, UOp]]
   return out, alias
 
 
-def read_between(program: list[UOp], acc: UOp, new: UOp, update: UOp) -> bool:
+def positions(program: list[UOp]) -> dict[UOp, list[int]]:
+  """Where each node stands in the program (a value used after its loop is emitted again there)."""
+  where: dict[UOp, list[int]] = {}
+  for i, u in enumerate(program): where.setdefault(u, []).append(i)
+  return where
+
+
+def read_between(where: dict, users: dict, acc: UOp, new: UOp, update: UOp) -> bool:
   """Whether something other than `new` reads `acc` after `new` is computed and before `update` writes it: then `new`
   cannot be computed into the accumulator (a coupled group's step reads another's old value). For the renderers'
-  in-place accumulate steps."""
-  end = max(i for i, x in enumerate(program) if x is update)
-  start = max((i for i, x in enumerate(program[:end]) if x is new), default=end)
-  return any(acc in x.src and x is not new for x in program[start + 1:end])
+  in-place accumulate steps; `where` is positions(program), `users` each node's readers."""
+  end = where[update][-1]
+  start = max((i for i in where.get(new, ()) if i < end), default=end)
+  return any(start < i < end for r in users.get(acc, ()) if r is not new for i in where.get(r, ()))

@@ -18,7 +18,7 @@ import struct
 from .uop import UOp, Ops, identity_for
 from .dtype import DType, dtypes
 from .lower import Native
-from .linearize import read_between
+from .linearize import positions, read_between
 
 # register class per value kind: declaration type and name prefix
 REG_CLASSES = {"pred": ("pred", "%p"), "b16": ("b16", "%h"), "b32": ("b32", "%r"), "b64": ("b64", "%rd"),
@@ -305,13 +305,13 @@ class PTXRenderer:
     users: dict[UOp, set] = {}
     for u in dict.fromkeys(program):
       for s in u.src: users.setdefault(s, set()).add(u)
-    inplace, fused, offsets = {}, set(), {}
+    inplace, fused, offsets, where = {}, set(), {}, positions(program)
     simple = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
     for u in dict.fromkeys(program):
       if u.op is Ops.ACC_UPDATE and u.arg is None:
         acc, new = u.src
         if new.op in (Ops.ADD, Ops.MUL, Ops.MAX) and acc in new.src and new.dtype in simple and users[new] == {u} and \
-           not read_between(program, acc, new, u):
+           not read_between(where, users, acc, new, u):
           inplace[new] = acc
           other = new.src[1] if new.src[0] is acc else new.src[0]
           if new.op is Ops.ADD and new.dtype.is_float and other.op is Ops.MUL and users[other] == {new}:

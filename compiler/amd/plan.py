@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..uop import UOp, Ops
 from ..dtype import dtypes
 from ..symbolic import linear
-from ..linearize import read_between
+from ..linearize import positions, read_between
 
 SIMPLE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32)
 FUSABLE = (dtypes.float32, dtypes.float64)
@@ -66,12 +66,12 @@ def aligned(x: UOp, c: int, n: int) -> bool:
 
 def plan(program: list[UOp]) -> Plan:
   p = Plan(users=users_of(program))
-  users = p.users
+  users, where = p.users, positions(program)
   for u in dict.fromkeys(program):
     if u.op is Ops.ACC_UPDATE and u.arg is None:
       acc, new = u.src
       if new.op in (Ops.ADD, Ops.MUL, Ops.MAX) and acc in new.src and new.dtype in SIMPLE and users[new] == {u} and \
-         not read_between(program, acc, new, u):
+         not read_between(where, users, acc, new, u):
         p.inplace[new] = acc
         other = new.src[1] if new.src[0] is acc else new.src[0]
         if new.op is Ops.ADD and new.dtype in FUSABLE and other.op is Ops.MUL and users[other] == {new} and other is not acc:
