@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numpy as np
 from baregrad.compiler.dtype import dtypes
+from baregrad.compiler.uop import UOp, Ops
 from .composite import ShapeError, ArgumentError
 from .device_dtypes import host_floats
 
@@ -258,7 +259,6 @@ def attend(scores, value):
   except ValueError:
     raise ShapeError(f"scaled_dot_product_attention: the batch dims of the scores {tuple(scores.shape)} and of value "
                      f"{tuple(value.shape)} do not broadcast") from None
-  from baregrad.compiler.uop import UOp, Ops
   out = type(scores)(UOp(Ops.ATTEND, dt, (a.uop, b.uop), a.ndim - 1))
   return out.reshape(*out.shape[:-1]).cast(scores.dtype)
 

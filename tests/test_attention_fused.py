@@ -66,6 +66,14 @@ def test_float16_computes_in_float32():
   np.testing.assert_allclose(out.numpy().astype(np.float32), np_attention(h(qn), h(kn), h(vn), causal(5, 5)), rtol=3e-3, atol=3e-3)
 
 
+def test_malformed_shapes_are_clear_errors():
+  from baregrad.tensor.composite import ShapeError
+  with pytest.raises(ShapeError, match="5 scores per query but value has 6 positions"):
+    attend(Tensor(randn(2, 3, 5)), Tensor(randn(2, 6, 4)))
+  with pytest.raises(ShapeError, match="batch dims .* do not broadcast"):
+    attend(Tensor(randn(3, 5, 7)), Tensor(randn(4, 7, 2)))
+
+
 def test_gradients():
   """d/dq, d/dk, d/dv of sum(out * G) against the gradients of softmax attention written out in numpy."""
   L, S, E, D = 5, 6, 4, 3
