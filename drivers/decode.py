@@ -118,7 +118,8 @@ CLASS_METHODS = {
     "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A", "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B",
     "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C", "SET_SHADER_LOCAL_MEMORY_A", "SET_SHADER_LOCAL_MEMORY_B",
     "SET_SHADER_LOCAL_MEMORY_WINDOW_A", "SET_SHADER_LOCAL_MEMORY_WINDOW_B", "INVALIDATE_SHADER_CACHES_NO_WFI",
-    "SET_I2M_SPARE_NOOP00"])),
+    "SET_I2M_SPARE_NOOP00", "I2M_LINE_LENGTH_IN", "I2M_LINE_COUNT", "I2M_OFFSET_OUT_UPPER", "I2M_OFFSET_OUT",
+    "I2M_LAUNCH_DMA", "I2M_LOAD_INLINE_DATA"])),
   pb.SUBC_COPY: ("copy", _names(pb, ["LAUNCH_DMA", "OFFSET_IN_UPPER", "OFFSET_IN_LOWER", "OFFSET_OUT_UPPER",
                                      "OFFSET_OUT_LOWER", "LINE_LENGTH_IN", "LINE_COUNT"])),
 }
@@ -146,6 +147,7 @@ def _value_text(subchannel: int, method: int, value: int) -> str:
 
 def _pushbuf(words, address, read, indent) -> list[str]:
   lines, i = [], 0
+  regs, inline = {}, {}      # compute method values so far; inline writes (I2M) seen: destination -> bytes
   while i < len(words):
     sec_op, subc, method, count = pb.decode_header(words[i])
     head = f"{indent}{_at(address, i, 4)}  "
@@ -159,10 +161,18 @@ def _pushbuf(words, address, read, indent) -> list[str]:
     for k, value in enumerate(data):
       m = method + 4 * k if sec_op == pb.SEC_OP_INC_METHOD or (sec_op == pb.SEC_OP_ONE_INC and k == 0) else \
         method + (4 if sec_op == pb.SEC_OP_ONE_INC else 0)
-      lines.append(f"{head if k == 0 else indent + ' ' * (len(head) - len(indent))}{method_name(subc, m)} = "
-                   f"{_value_text(subc, m, value)}")
-      if subc == pb.SUBC_COMPUTE and m == pb.SEND_PCAS_A and read is not None:
-        data_qmd = read(value << 8, qmd.QMD_BYTES)
+      pad = head if k == 0 else indent + ' ' * (len(head) - len(indent))
+      if subc == pb.SUBC_COMPUTE: regs[m] = int(value)
+      if subc == pb.SUBC_COMPUTE and m == pb.I2M_LOAD_INLINE_DATA and sec_op != pb.SEC_OP_INC_METHOD:
+        # the data of an inline write: one line, not a line per word
+        dst = (regs.get(pb.I2M_OFFSET_OUT_UPPER, 0) & 0x1FFFFFF) << 32 | regs.get(pb.I2M_OFFSET_OUT, 0)
+        n = regs.get(pb.I2M_LINE_LENGTH_IN, 0)
+        inline[dst] = struct.pack(f"<{len(data) - k}I", *(int(w) for w in data[k:]))[:n]
+        lines.append(f"{pad}{method_name(subc, m)} x {len(data) - k}: {n} bytes to {dst:#x}")
+        break
+      lines.append(f"{pad}{method_name(subc, m)} = {_value_text(subc, m, value)}")
+      if subc == pb.SUBC_COMPUTE and m == pb.SEND_PCAS_A and (read is not None or (value << 8) in inline):
+        data_qmd = inline[value << 8][:qmd.QMD_BYTES] if (value << 8) in inline else read(value << 8, qmd.QMD_BYTES)
         lines += ([f"{indent}  | (QMD at {value << 8:#x} not readable here)"] if data_qmd is None else
                   decode("qmd", words_of("qmd", data_qmd), value << 8, None, indent + "  | "))
     i += 1 + count

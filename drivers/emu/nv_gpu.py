@@ -42,7 +42,7 @@ makes it the driver's own cubin) and reading the cubin:
 - the bank 0 driver words the PTX's SASS reads (%ntid, %nctaid, the local / shared window for cvta) hold the values.
 """
 from __future__ import annotations
-import functools, hashlib, operator, re, struct, threading, time
+import bisect, functools, hashlib, operator, re, struct, threading, time
 from dataclasses import dataclass
 import numpy as np
 from . import counters
@@ -199,6 +199,22 @@ class EmulatedProgram:
     return self._cubin
 
 
+class WrittenRanges:
+  """Address ranges the GPU wrote itself (I2M, the copy engine): `covers(lo, hi)` when one write spanned [lo, hi).
+  A cost model, not a rule: a later host write into such a range is not seen (the driver's launch memory is written
+  only by the GPU or only by the host)."""
+
+  def __init__(self): self.starts, self.ends = [], {}
+
+  def add(self, lo: int, hi: int):
+    if lo not in self.ends: bisect.insort(self.starts, lo)
+    self.ends[lo] = max(hi, self.ends.get(lo, 0))
+
+  def covers(self, lo: int, hi: int) -> bool:
+    i = bisect.bisect_right(self.starts, lo) - 1
+    return i >= 0 and self.ends[self.starts[i]] >= hi
+
+
 class NVGpu:
   def __init__(self, model: GpuModel = GPU_MODELS[DEFAULT_GPU]):
     self.model = model
@@ -210,6 +226,11 @@ class NVGpu:
     self.icache: dict[int, bytes] = {}      # code fetched since the last instruction-cache invalidation: address -> bytes
     self.counters = counters.CounterLog("NV", parent=counters.PROCESS)   # what each kernel executed (counters.py)
     self.copy_bytes: dict[str, int] = {}    # bytes the copy engine moved (LAUNCH_DMA), per channel name
+    self.inline_bytes = 0                   # bytes the compute class wrote from pushbuffer data (I2M)
+    # what the GPU itself wrote (I2M, copy engine), and the bytes launches read that it did not write: the host wrote
+    # them through BAR1 (a few GB/s write-combined on bare metal, ~6 MB/s where a hypervisor traps each access)
+    self.gpu_written = WrittenRanges()
+    self.host_written = {"QMD": 0, "constant bank 0": 0, "constant banks": 0, "code": 0}
     self.doorbells: list[np.ndarray] = []   # each usermode page's NOTIFY_CHANNEL_PENDING word (add_doorbell)
     self.doorbell_lock = threading.Lock()
     self.unknown_tokens = 0                 # doorbell writes that named no channel of this GPU (they start nothing)
@@ -282,6 +303,7 @@ class ChannelProcessor(threading.Thread):
     self.stopped = False
     self.token = None                       # the work-submit token (NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN)
     self.fetch_put = 0                      # the GPPut read at the last doorbell: entries before it may be fetched
+    self.i2m: list | None = None            # an inline write in progress: [destination, bytes, bytes written]
 
   def read_gp_put(self):
     """A doorbell was rung: the PBDMA reads the channel's USERD GPPut."""
@@ -350,6 +372,11 @@ class ChannelProcessor(threading.Thread):
         if sec_op == pb.SEC_OP_INC_METHOD: m = method + 4 * k
         elif sec_op == pb.SEC_OP_ONE_INC: m = method + (4 if k else 0)
         else: m = method
+        if m == pb.I2M_LOAD_INLINE_DATA and sec_op != pb.SEC_OP_INC_METHOD and \
+           self.subchannels.get(subc) == self.gpu.model.compute_class:    # the rest of the method's words: data
+          self.state.setdefault(subc, {})[m] = int(words[i + count])
+          self.inline_data(words[i + 1 + k:i + 1 + count])
+          break
         self.method(subc, m, int(words[i + 1 + k]))
       i += 1 + count
 
@@ -361,6 +388,12 @@ class ChannelProcessor(threading.Thread):
     cls = self.subchannels.get(subc)
     if cls is None: raise ChannelFault(f"method {m:#06x} on subchannel {subc}, which has no object (SET_OBJECT first)")
     if cls == self.gpu.model.compute_class:
+      if m == pb.I2M_LOAD_INLINE_DATA: return self.inline_data(np.array([data], np.uint32))
+      if self.i2m is not None:
+        raise ChannelFault(f"method {m:#06x} while an inline write to {self.i2m[0]:#x} still expects "
+                           f"{self.i2m[1] - self.i2m[2]} bytes of LOAD_INLINE_DATA (LINE_LENGTH_IN {self.i2m[1]})")
+      if m == pb.I2M_LAUNCH_DMA: return self.start_inline(regs, data)
+      if m in (pb.I2M_LINE_LENGTH_IN, pb.I2M_LINE_COUNT, pb.I2M_OFFSET_OUT_UPPER, pb.I2M_OFFSET_OUT): return
       if m == pb.SEND_SIGNALING_PCAS2_B: return self.pcas(data, regs)
       if m == pb.INVALIDATE_SHADER_CACHES_NO_WFI:
         if data & ~INVALIDATE_SHADER_CACHES_FIELDS:
@@ -387,6 +420,46 @@ class ChannelProcessor(threading.Thread):
     elif m in (pb.SEM_ADDR_LO, pb.SEM_ADDR_HI, pb.SEM_PAYLOAD_LO, pb.SEM_PAYLOAD_HI, pb.NON_STALL_INTERRUPT): pass
     else: raise ChannelFault(f"unknown host method {m:#06x} (data {data:#x}) on subchannel {subc} "
                              f"({rm.class_name(self.cls)})")
+
+  def start_inline(self, regs: dict, launch: int):
+    """I2M LAUNCH_DMA (clcbc0.h): a pitch-linear write of LINE_LENGTH_IN bytes, one line, to OFFSET_OUT_UPPER:OFFSET_OUT;
+    the data follows as LOAD_INLINE_DATA words. Reductions, semaphores, interrupts and block-linear layouts are not
+    emulated."""
+    fields = {name: (launch >> lo) & ((1 << (hi - lo + 1)) - 1) for name, (hi, lo) in pb.I2M_LAUNCH_DMA_FIELDS.items()}
+    known = sum(((1 << (hi - lo + 1)) - 1) << lo for hi, lo in pb.I2M_LAUNCH_DMA_FIELDS.values())
+    if launch & ~known: raise ChannelFault(f"I2M LAUNCH_DMA {launch:#x}: bits {_bit_runs(launch & ~known)} are not fields")
+    if fields["DST_MEMORY_LAYOUT"] != 1 or fields["REDUCTION_ENABLE"] or fields["COMPLETION_TYPE"] > 1 or \
+       fields["INTERRUPT_TYPE"]:
+      raise ChannelFault(f"I2M LAUNCH_DMA {launch:#x} ({fields}): only pitch-linear writes without reduction, semaphore "
+                         f"release or interrupt are emulated")
+    n, lines = regs.get(pb.I2M_LINE_LENGTH_IN, 0), regs.get(pb.I2M_LINE_COUNT, 0)
+    if lines != 1 or n == 0:
+      raise ChannelFault(f"I2M LAUNCH_DMA: LINE_LENGTH_IN {n}, LINE_COUNT {lines}: only one line of at least one byte is "
+                         f"emulated")
+    dst = (regs.get(pb.I2M_OFFSET_OUT_UPPER, 0) & 0x1FFFFFF) << 32 | regs.get(pb.I2M_OFFSET_OUT, 0)
+    self.i2m = [dst, n, 0]
+
+  def inline_data(self, words: np.ndarray):
+    """LOAD_INLINE_DATA words of the inline write in progress."""
+    if self.i2m is None: raise ChannelFault("LOAD_INLINE_DATA with no inline write started (I2M LAUNCH_DMA first)")
+    dst, total, done = self.i2m
+    n = min(4 * len(words), total - done)
+    if 4 * len(words) - n >= 4:
+      raise ChannelFault(f"{len(words)} LOAD_INLINE_DATA words for the {total - done} bytes left of the inline write to "
+                         f"{dst:#x}")
+    try: self.gpu.mem.write(dst + done, np.asarray(words, "<u4").tobytes()[:n])
+    except MemoryFault:
+      raise ChannelFault(f"inline write to {dst + done:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
+    self.i2m[2] = done + n
+    with self.gpu.lock:
+      self.gpu.inline_bytes += n
+      if done + n == total: self.gpu.gpu_written.add(dst, dst + total)
+    if done + n == total: self.i2m = None
+
+  def host_written(self, what: str, lo: int, n: int):
+    """Count `n` bytes at `lo` that a launch reads as `what`, when the GPU did not write them itself."""
+    with self.gpu.lock:
+      if not self.gpu.gpu_written.covers(lo, lo + n): self.gpu.host_written[what] += n
 
   def pcas(self, data: int, regs: dict):
     action = data & 0xF
@@ -444,7 +517,9 @@ class ChannelProcessor(threading.Thread):
       except MemoryFault:
         raise ChannelFault(f"DMA copy {what} {addr:#x} (+{n:#x} bytes) is not mapped on the GPU", MMU_FAULT) from None
     views[1][:] = views[0]
-    with self.gpu.lock: self.gpu.copy_bytes[self.chname] = self.gpu.copy_bytes.get(self.chname, 0) + n
+    with self.gpu.lock:
+      self.gpu.copy_bytes[self.chname] = self.gpu.copy_bytes.get(self.chname, 0) + n
+      self.gpu.gpu_written.add(dst, dst + n)
 
   def check_qmd(self, qmd_addr: int, raw: bytes):
     """Reject a QMD the emulator cannot interpret fully: it would otherwise run something other than what it says."""
@@ -467,6 +542,7 @@ class ChannelProcessor(threading.Thread):
     regs = regs if regs is not None else {}
     model = self.gpu.model
     raw = self._read(qmd_addr, qmd.SIZES[model.qmd_version], "QMD")
+    self.host_written("QMD", qmd_addr, len(raw))
     self.check_qmd(qmd_addr, raw)
     q = qmd.read_launch(model.qmd_version, raw)
     if q["invalidate_instruction_cache"]: self.gpu.invalidate_instruction_cache()
@@ -506,6 +582,7 @@ class ChannelProcessor(threading.Thread):
     """The SMs fetch the kernel's code through the instruction cache: memory must hold the kernel's SASS, and no
     cached copy of these addresses may predate a rewrite of them (the cache would serve the old instructions)."""
     code = self._read(addr, len(text), f"{where}: code fetch")
+    self.host_written("code", addr, len(text))
     if code != text:
       first = next(i for i in range(len(text)) if code[i] != text[i])
       raise ChannelFault(f"{where}: the code at {addr:#x} is not this kernel's SASS (first difference at +{first:#x}; "
@@ -531,12 +608,14 @@ class ChannelProcessor(threading.Thread):
     if size0 < prog.param_base + size:
       raise ChannelFault(f"{where}: constant buffer 0 of {size0} bytes is too small for the parameters")
     bank0 = self._read(addr0, size0, "constant buffer 0")
+    self.host_written("constant bank 0", addr0, size0)
     for bank, data in sorted(kern.const_banks.items()):
       if not data: continue
       if bank not in cbufs:
         raise ChannelFault(f"{where}: the kernel reads constant bank {bank} (.nv.constant{bank}, {len(data)} bytes) but "
                            f"the QMD binds no constant buffer {bank} (CONSTANT_BUFFER_VALID_{bank} is 0)", GR_EXCEPTION)
       addr, bound = cbufs[bank]
+      self.host_written("constant banks", addr, len(data))
       if bound < len(data) or self._read(addr, len(data), f"constant buffer {bank}") != data:
         raise ChannelFault(f"{where}: constant buffer {bank} at {addr:#x} ({bound} bytes) does not hold the cubin's "
                            f".nv.constant{bank} ({len(data)} bytes)", GR_EXCEPTION)

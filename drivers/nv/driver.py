@@ -328,6 +328,11 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     self._local_generation = 0       # bumped when the local memory changes
     self._local_retired: list = []   # [memory, channel, fence value]: freed once that channel passed the value
     self._code_generation = 1        # bumped whenever program memory is written
+    # program memory (code and its constant banks) is written by the compute channel itself (I2M) at its next
+    # submission: address -> bytes of the programs loaded and not written yet, and of every live one (sent again
+    # after a channel reset dropped the work queued)
+    self._uploads: dict[int, bytes] = {}
+    self._programs: dict[int, bytes] = {}
     self.sass_version = int(self.target[3:], 16)   # sm_90 -> 0x90 (SASS_VERSION holds the sm as two hex digits)
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
 
@@ -432,10 +437,20 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       for retired in self._local_retired:      # what this channel used before is free once this submission is done
         if retired[1] is None: retired[1:] = [ch, ch.fence_value + 1]
       ch.local_generation = self._local_generation
-    if ch.code_generation != self._code_generation:
-      p.method(pb.SUBC_COMPUTE, pb.INVALIDATE_SHADER_CACHES_NO_WFI, pb.INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION)
-      ch.code_generation = self._code_generation
-    return p.words
+    for addr, image in self._uploads.items():     # programs loaded since: their code and constant banks, inline
+      for off in range(0, len(image), 4 * pb.I2M_MAX_WORDS):
+        chunk = image[off:off + 4 * pb.I2M_MAX_WORDS]
+        p.inline_to_memory(hi32(addr + off), lo32(addr + off), len(chunk),
+                           list(struct.unpack(f"<{(len(chunk) + 3) // 4}I", chunk + bytes(-len(chunk) % 4))))
+    self._uploads.clear()
+    return p.words + self._code_invalidation(ch)
+
+  def _code_invalidation(self, ch: Channel) -> list[int]:
+    """INVALIDATE_SHADER_CACHES_NO_WFI(INSTRUCTION) when program memory was written since the channel's last one."""
+    if ch.code_generation == self._code_generation: return []
+    ch.code_generation = self._code_generation
+    return pb.Pushbuffer().method(pb.SUBC_COMPUTE, pb.INVALIDATE_SHADER_CACHES_NO_WFI,
+                                  pb.INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION).words
 
   def _ensure_local_memory(self, per_thread: int):
     """Shader local memory for `per_thread` bytes per thread (SHADER_LOCAL_MEMORY_*_SIZE of a QMD): every resident warp
@@ -619,9 +634,10 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     return _ffi.buffer(_ffi.cast("char *", addr), nbytes)
 
   # ---- host <-> device copies: video memory through the copy channel and pinned staging, other memory by the CPU ----
-  # copyin/copyout: drivers/hostcopy.py StagedCopies. Smaller writes to video memory go through BAR1 (write-combined);
-  # reads of video memory always take the copy engine: host reads through BAR1 are uncached PCIe round trips
-  COPYOUT_MIN = 0
+  # copyin/copyout: drivers/hostcopy.py StagedCopies. Video memory is written and read by the copy engine only, never
+  # by the host through BAR1: reads there are uncached PCIe round trips, and where a hypervisor traps BAR accesses
+  # (an H200 in a Firecracker VM) writes move ~6 MB/s and reads under 1 MB/s
+  STAGE_MIN = COPYOUT_MIN = 0
 
   def _staging_memory(self):
     return [self.alloc_polled(self.STAGING), self.alloc_polled(self.STAGING)], self.alloc_polled(PAGE)
@@ -690,8 +706,10 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       offsets[bank] = (end + CONST_BANK_ALIGN - 1) // CONST_BANK_ALIGN * CONST_BANK_ALIGN
       end = offsets[bank] + len(data)
     mem = self.alloc(end + 256)
-    self.view(mem.addr, len(kern.text))[:] = kern.text
-    for bank, off in offsets.items(): self.view(mem.addr + off, len(kern.const_banks[bank]))[:] = kern.const_banks[bank]
+    image = bytearray(end)
+    image[:len(kern.text)] = kern.text
+    for bank, off in offsets.items(): image[off:off + len(kern.const_banks[bank])] = kern.const_banks[bank]
+    self._uploads[mem.addr] = self._programs[mem.addr] = bytes(image)
     kern.bank_addrs = {bank: (mem.addr + off, len(kern.const_banks[bank])) for bank, off in offsets.items()}
     self._code_generation += 1     # the next compute submission invalidates the instruction caches first
     # the emulated GPU runs the PTX, not the SASS: the side channel (drivers/emu/README.md); the real kernel ignores it
@@ -705,6 +723,8 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     """Free a program's code (hcq calls this once the device has finished the work that used it)."""
     if handle.memory is None: return
     self.k.unregister_program(handle.memory.addr)
+    self._uploads.pop(handle.memory.addr, None)
+    self._programs.pop(handle.memory.addr, None)
     self.free(handle.memory)
     handle.memory = None
 
@@ -797,7 +817,15 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
         raise NVError(f"NV queue: exec of {program.name}: only the grid's width may be symbolic, got {grid}")
       p.method(pb.SUBC_COMPUTE, pb.SET_I2M_SPARE_NOOP00, lo32(grid[0]))
       grid = (GridWord(len(p.words) - 1), *grid[1:])
-    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, Launch(program.name, program.entry, kern, grid, block, args_addr, cb_size))
+    launch = Launch(program.name, program.entry, kern, grid, block, args_addr, cb_size)
+    # the QMD and constant bank 0 reach launch memory (video memory) from this pushbuffer through I2M, never through
+    # BAR1: placeholders here, filled in by _place (LaunchData)
+    nbytes = qmd.QMD_BYTES + cb_size
+    for off in range(0, nbytes, 4 * pb.I2M_MAX_WORDS):
+      n = min(4 * pb.I2M_MAX_WORDS, nbytes - off)
+      p.inline_to_memory(LaunchData(launch, "hi", off, n), LaunchData(launch, "lo", off, n), n,
+                         [LaunchData(launch, "data", off, n)] + [0] * ((n + 3) // 4 - 1))
+    p.method(pb.SUBC_COMPUTE, pb.SEND_PCAS_A, launch)
     p.method(pb.SUBC_COMPUTE, pb.SEND_SIGNALING_PCAS2_B, pb.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
 
   def _place(self, encoded: Encoded, kind: str, keep: bool = True) -> tuple[list[int], list, list]:
@@ -808,23 +836,37 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     words, arenas, copies = self._place_markers(kind, encoded.words, encoded.fixups, keep), [], []
     launches = [(i, fix) for i, fix in encoded.fixups if isinstance(fix, Launch)]
     self._ensure_local_memory(max((launch.kern.local_high for _, launch in launches), default=0))
+    placed = {}      # id(Launch) -> (launch memory address, QMD + bank 0 bytes, [(source, byte in them, bytes)])
     for i, launch in launches:
       addr, arena = self._block(qmd.QMD_BYTES + launch.cb_size, launch=True)
+      grid_copies, encoded_launch = [], launch
       if isinstance(launch.grid[0], GridWord):     # the pushbuffer word holding the width (resolved, or 0 until patched)
         at = launch.grid[0].index
+        grid_copies = [(GridWord(at), off, 4) for off in self._grid_width_offsets()]
         launch = dataclasses.replace(launch, grid=(max(words[at], 1), *launch.grid[1:]))
-        copies += [(GridWord(at), dst, 4) for dst in self._grid_width_addrs(addr)]
-      copies += self._write_launch(addr, launch)
+      data, params = self._launch_bytes(launch, addr)
+      placed[id(encoded_launch)] = (addr, data, grid_copies + params)
       words[i] = launch.word(addr)
       arenas.append(arena)
+    for i, part in encoded.fixups:           # the inline writes of each launch's QMD and bank 0 (_encode_exec)
+      if not isinstance(part, LaunchData): continue
+      addr, data, moves = placed[id(part.launch)]
+      if part.part == "hi": words[i] = hi32(addr + part.offset)
+      elif part.part == "lo": words[i] = lo32(addr + part.offset)
+      else:
+        chunk = data[part.offset:part.offset + part.nbytes]
+        words[i:i + (part.nbytes + 3) // 4] = struct.unpack(f"<{(part.nbytes + 3) // 4}I", chunk + bytes(-len(chunk) % 4))
+        # what is copied into the bank later (parameters, a patched grid width) goes to these pushbuffer words
+        copies += [(src, 4 * i + at - part.offset, n) for src, at, n in moves if part.offset <= at < part.offset + part.nbytes]
     return words, arenas, copies
 
-  def _grid_width_addrs(self, qmd_addr: int) -> list[int]:
-    """Where a launch at `qmd_addr` holds its grid width: the QMD's field (a whole dword: GRID_WIDTH of V04_00 bits
-    1055:1024, CTA_RASTER_WIDTH of V03_00 bits 415:384) and %nctaid.x in constant bank 0's driver area."""
+  def _grid_width_offsets(self) -> list[int]:
+    """Where a launch holds its grid width, as byte offsets in its QMD + constant bank 0: the QMD's field (a whole
+    dword: GRID_WIDTH of V04_00 bits 1055:1024, CTA_RASTER_WIDTH of V03_00 bits 415:384) and %nctaid.x in constant
+    bank 0's driver area."""
     hi, lo = self.qmd_table["GRID_WIDTH" if "GRID_WIDTH" in self.qmd_table else "CTA_RASTER_WIDTH"]
     assert lo % 32 == 0 and hi - lo == 31, "the QMD's grid width is not a whole dword"
-    return [qmd_addr + lo // 8, qmd_addr + qmd.QMD_BYTES + DRIVER_AREA["NCTAID"]]
+    return [lo // 8, qmd.QMD_BYTES + DRIVER_AREA["NCTAID"]]
 
   def _carveout(self, name: str, kern) -> tuple[int, int, int]:
     """(min, target, max) shared-memory carveout in bytes for a kernel: the smallest the SM can be set to that holds
@@ -837,15 +879,15 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
                     f"{self.carveouts[-1]} (use less shared memory per block)")
     return fits[0], fits[0], self.carveouts[-1]
 
-  def _write_launch(self, addr: int, launch: "Launch") -> list[tuple[int, int, int]]:
-    """The QMD at `addr` and constant bank 0 after it; returns the copies that put the parameters into bank 0."""
+  def _launch_bytes(self, launch: "Launch", addr: int) -> tuple[bytes, list[tuple[int, int, int]]]:
+    """The QMD of a launch whose QMD goes to `addr`, and constant bank 0 after it (QMD_BYTES on), as bytes; and the
+    copies that put the parameters into bank 0: (kernarg address, byte offset in these bytes, bytes)."""
     kern, cbuf0, cb_size = launch.kern, addr + qmd.QMD_BYTES, launch.cb_size
     cbufs = {0: (cbuf0, cb_size), **kern.bank_addrs}
     fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbufs=cbufs, grid=launch.grid, block=launch.block,
                                registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
                                sm_config=self._carveout(launch.name, kern), local_high=kern.local_high,
                                sass_version=self.sass_version)
-    self.view(addr, qmd.QMD_BYTES)[:] = qmd.pack(self.qmd_table, fields)
     bank0 = bytearray(cb_size)
     bank0[:len(kern.cbank0_data)] = kern.cbank0_data
     area = DRIVER_AREA
@@ -854,28 +896,35 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     struct.pack_into("<Q", bank0, area["SHARED_WINDOW"], self.shared_window)
     struct.pack_into("<Q", bank0, area["LOCAL_WINDOW"], LOCAL_WINDOW)
     struct.pack_into("<I", bank0, area["STACK_POINTER"], STACK_TOP)
-    self.view(cbuf0, cb_size)[:] = bytes(bank0)
-    return [(launch.args_addr + 8 * prm.ordinal, cbuf0 + kern.param_base + prm.offset, prm.size) for prm in kern.params]
+    return (qmd.pack(self.qmd_table, fields) + bytes(bank0),
+            [(launch.args_addr + 8 * prm.ordinal, qmd.QMD_BYTES + kern.param_base + prm.offset, prm.size)
+             for prm in kern.params])
 
-  def _copy_params(self, copies):
-    """The launches' parameters from kernel-argument memory (`alloc_args`: pinned host memory) into constant bank 0
-    (and symbolic grid widths from the bound pushbuffer into their QMDs)."""
-    for src, dst, n in copies: _ffi.memmove(_ffi.cast("char *", dst), _ffi.cast("char *", src), n)
+  def _copy_params(self, base: int, copies):
+    """The launches' parameters from kernel-argument memory (`alloc_args`: pinned host memory) into the inline data of
+    their constant bank 0 in the pushbuffer at `base` (and symbolic grid widths from a word of that pushbuffer into
+    their QMD and bank 0 there): (source address or GridWord, byte offset in the pushbuffer, bytes)."""
+    for src, dst, n in copies:
+      src = base + 4 * src.index if isinstance(src, GridWord) else src
+      _ffi.memmove(_ffi.cast("char *", base + dst), _ffi.cast("char *", src), n)
 
   def submit(self, kind: str, encoded: Encoded):
-    """Place the launches, copy their parameters from the kernarg memory, write the pushbuffer, ring the doorbell."""
+    """Place the launches, write the pushbuffer, copy the parameters from the kernarg memory into it, ring the
+    doorbell."""
     if encoded.patches: raise NVError(f"NV {kind} channel: submit of commands with unresolved symbolic values (resolve them first)")
     if self._faulted(): self.check_faults(self.name)
     words, arenas, copies = self._place(encoded, kind)
-    self._copy_params([c for c in copies if not isinstance(c[0], GridWord)])    # (grid widths: placed resolved)
     ch = self.channels[kind]
-    self._submit_words(ch, self._state_words(ch) + words, arenas)
+    state = self._state_words(ch)
+    self._submit_words(ch, state + words, arenas,
+                       [(src, 4 * len(state) + dst, n) for src, dst, n in copies if not isinstance(src, GridWord)])
 
-  def _submit_words(self, ch: Channel, words: list[int], arenas=()):
+  def _submit_words(self, ch: Channel, words: list[int], arenas=(), copies=()):
     entries = []
     if words:
       addr, arena = self._block(4 * len(words))
       np.frombuffer(self.view(addr, 4 * len(words)), np.uint32)[:] = np.array(words, dtype=np.uint64).astype(np.uint32)
+      self._copy_params(addr, copies)
       entries.append((addr, len(words)))
       arenas = [*arenas, arena]
     self._ring(ch, entries, arenas)
@@ -925,14 +974,13 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     mem = self.alloc_polled(4 * max(len(words), 1))     # pushbuffer: the host patches it (and reads it in reports)
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
     view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
-    copies = [(mem.addr + 4 * src.index if isinstance(src, GridWord) else src, dst, n) for src, dst, n in copies]
     return BoundPushbuffer(mem, view, len(words), copies, arenas)
 
   def submit_bound(self, kind: str, bound: "BoundPushbuffer", patch: list[tuple[int, int]]):
     """Patch the words, copy the launches' parameters from the kernarg memory (a replay patched them), submit."""
     if self._faulted(): self.check_faults(self.name)
     for i, v in patch: bound.words[i] = v
-    self._copy_params(bound.copies)
+    self._copy_params(bound.memory.addr, bound.copies)
     ch = self.channels[kind]
     entries, arenas = [], []
     if (state := self._state_words(ch)):
@@ -941,8 +989,15 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       entries, arenas = [(addr, len(state))], [arena]
     self._ring(ch, [*entries, (bound.memory.addr, bound.nwords)], arenas)
 
+  # a wait polls without sleeping this long first: a sleep lasts >= ~60 us on Linux (timer slack), longer than most
+  # kernels and the whole submit -> signal round trip on the GPU (the emulated GPU's threads need the CPU instead)
+  SPIN_S = 3e-4
+
   def wait_value(self, addr: int, value: int, timeout: float) -> bool:
     deadline, sleep = time.monotonic() + timeout, 1e-5
+    if not self.k.emulated:
+      spin_until = time.perf_counter() + self.SPIN_S
+      while self._u64(addr) < value and time.perf_counter() < spin_until: pass
     while self._u64(addr) < value:
       if self._faulted(): return False     # RM wrote the error notifier (or the emulated GPU stopped a channel)
       if time.monotonic() > deadline:
@@ -998,6 +1053,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     for kind, old in list(self.channels.items()):
       self.channels[kind] = self._channel(kind, old.cls, old.engine, old.subchannels)
     self._schedule()
+    self._uploads = dict(self._programs)       # the program writes queued before may have been dropped
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
     self._stalled = None
 
@@ -1053,7 +1109,8 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     regs, found, i = {}, [], 0
     while i < n:
       sec_op, _, method, count = pb.decode_header(int(words[i]))
-      if sec_op != pb.SEC_OP_INC_METHOD: i += 1; continue     # the driver writes incrementing methods only
+      if sec_op == pb.SEC_OP_IMMD_DATA_METHOD: i += 1; continue
+      if sec_op != pb.SEC_OP_INC_METHOD: i += 1 + count; continue     # (semaphores are incrementing methods)
       for k in range(min(count, n - i - 1)):
         value = regs[method + 4 * k] = int(words[i + 1 + k])
         if method + 4 * k == pb.SEM_EXECUTE and value & 7 in (pb.SEM_OPERATION_ACQUIRE, pb.SEM_OPERATION_ACQ_STRICT_GEQ):
@@ -1107,6 +1164,17 @@ class Launch(Fixup):
   def word(self, qmd_addr: int) -> int: return qmd_addr >> 8     # SEND_PCAS_A: QMD_ADDRESS_SHIFTED8
 
 
+@dataclass(eq=False)
+class LaunchData(Fixup):
+  """A word of the inline write (I2M) that puts a launch's QMD and constant bank 0 into launch memory: the halves of
+  the destination (`part` "hi", "lo") or the first of the data words ("data"), for the `nbytes` bytes at `offset` of
+  the QMD + bank 0."""
+  launch: Launch
+  part: str
+  offset: int
+  nbytes: int
+
+
 @dataclass(frozen=True)
 class GridWord:
   """A launch's grid width that a pushbuffer data word holds (the word at `index` of the encoded words)."""
@@ -1118,5 +1186,6 @@ class BoundPushbuffer:
   memory: NVMemory
   words: np.ndarray      # the pushbuffer in memory (uint32 view); hcq patches words by index
   nwords: int
-  copies: list           # (kernarg address, bank 0 address, bytes) of every launch's parameters, copied per submit
+  copies: list           # (kernarg address or GridWord, byte offset in the pushbuffer, bytes): every launch's
+                         # parameters (and symbolic grid width) into its inline bank 0 data, copied per submit
   arenas: list           # the launch memory the bound queue holds

@@ -30,6 +30,17 @@ WFI_SCOPE_ALL = 1
 SET_SHADER_SHARED_MEMORY_WINDOW_A, SET_SHADER_SHARED_MEMORY_WINDOW_B = 0x02A0, 0x02A4
 SET_I2M_SPARE_NOOP00 = 0x01F0     # V 31:0, no effect (the same offset in clc6c0.h .. clcdc0.h)
 SEND_PCAS_A = 0x02B4             # QMD_ADDRESS_SHIFTED8 31:0
+# inline to memory (I2M): LAUNCH_DMA starts a write of LINE_LENGTH_IN bytes to OFFSET_OUT_UPPER:OFFSET_OUT, whose data
+# follows as LOAD_INLINE_DATA words (the same offsets in clc6c0.h, clc7c0.h, clc9c0.h and clcbc0.h). It puts QMDs,
+# constant bank 0 and program code into video memory from the pushbuffer, so the host never writes them through BAR1.
+I2M_LINE_LENGTH_IN, I2M_LINE_COUNT, I2M_OFFSET_OUT_UPPER, I2M_OFFSET_OUT = 0x0180, 0x0184, 0x0188, 0x018C
+I2M_LAUNCH_DMA, I2M_LOAD_INLINE_DATA = 0x01B0, 0x01B4
+I2M_LAUNCH_DMA_FIELDS = {"DST_MEMORY_LAYOUT": (0, 0), "REDUCTION_ENABLE": (1, 1), "REDUCTION_FORMAT": (3, 2),
+                         "COMPLETION_TYPE": (5, 4), "SYSMEMBAR_DISABLE": (6, 6), "INTERRUPT_TYPE": (9, 8),
+                         "SEMAPHORE_STRUCT_SIZE": (12, 12), "REDUCTION_OP": (15, 13)}
+I2M_DST_MEMORY_LAYOUT_PITCH = 1 << 0          # DST_MEMORY_LAYOUT PITCH (0: BLOCKLINEAR)
+I2M_SYSMEMBAR_DISABLE = 1 << 6                # SYSMEMBAR_DISABLE TRUE (COMPLETION_TYPE 0: FLUSH_DISABLE)
+I2M_MAX_WORDS = (1 << 13) - 2                 # data words after LAUNCH_DMA in one method header (COUNT is 13 bits)
 SEND_SIGNALING_PCAS2_B = 0x02C0  # PCAS_ACTION 3:0
 PCAS_ACTION_INVALIDATE_COPY_SCHEDULE = 3
 SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x02E4     # SIZE_UPPER 7:0 (bytes of local memory per TPC)
@@ -93,7 +104,19 @@ class Pushbuffer:
 
   def __init__(self): self.words: list = []
 
-  def method(self, subchannel: int, method: int, *data) -> "Pushbuffer":
-    self.words.append(method_header(subchannel, method, len(data)))
+  def method(self, subchannel: int, method: int, *data, sec_op: int = SEC_OP_INC_METHOD) -> "Pushbuffer":
+    self.words.append(method_header(subchannel, method, len(data), sec_op))
     self.words.extend(data)
     return self
+
+  def inline_to_memory(self, dst_hi, dst_lo, nbytes: int, data: list) -> "Pushbuffer":
+    """Write `nbytes` bytes (the words of `data`, little-endian; at most I2M_MAX_WORDS of them) to the address whose
+    halves are `dst_hi`/`dst_lo`, through the compute class's I2M methods: LAUNCH_DMA and the data in one ONE_INC
+    method (the first word to LAUNCH_DMA, the rest to LOAD_INLINE_DATA), as Mesa's nouveau uploads launch
+    descriptors."""
+    if not 0 < len(data) <= I2M_MAX_WORDS or (nbytes + 3) // 4 != len(data):
+      raise ValueError(f"inline write of {nbytes} bytes in {len(data)} words (1 .. {I2M_MAX_WORDS} words, 4 bytes each)")
+    self.method(SUBC_COMPUTE, I2M_LINE_LENGTH_IN, nbytes, 1)
+    self.method(SUBC_COMPUTE, I2M_OFFSET_OUT_UPPER, dst_hi, dst_lo)
+    return self.method(SUBC_COMPUTE, I2M_LAUNCH_DMA, I2M_DST_MEMORY_LAYOUT_PITCH | I2M_SYSMEMBAR_DISABLE, *data,
+                       sec_op=SEC_OP_ONE_INC)

@@ -95,7 +95,10 @@ def test_jit_replay(dev):
 
 def test_encode_has_no_side_effects_and_launches_are_placed_at_submit(dev):
   """encode writes no QMD and takes no launch memory; the SEND_PCAS_A word is a fixup that bind/submit fill in
-  with the address of the QMD they wrote; a symbolic value's halves are patches at SEM_PAYLOAD_LO/HI's data."""
+  with the address of the launch memory they chose, and the QMD + constant bank 0 reach it as inline data (I2M)
+  of the same pushbuffer, whose destination and data words are fixups too; a symbolic value's halves are patches
+  at SEM_PAYLOAD_LO/HI's data."""
+  from baregrad.drivers.nv.driver import Launch, LaunchData
   from baregrad.drivers.nv import qmd
   from baregrad.hcq.queue import Slot
   d = dev.driver
@@ -108,7 +111,10 @@ def test_encode_has_no_side_effects_and_launches_are_placed_at_submit(dev):
                              ("signal", sig, Slot("v"))])
   assert [(a[0].addr, a[1], a[2]) for a in d._arenas] == arenas       # no launch memory taken
   from baregrad.drivers.markers import Marker
-  (at, launch), = [(i, f) for i, f in enc.fixups if not isinstance(f, Marker)]
+  (at, launch), = [(i, f) for i, f in enc.fixups if isinstance(f, Launch)]
+  parts = {f.part: i for i, f in enc.fixups if isinstance(f, LaunchData)}
+  assert sorted(parts) == ["data", "hi", "lo"] and all(f.launch is launch for _, f in enc.fixups if isinstance(f, LaunchData))
+  assert pb.decode_header(enc.words[parts["data"] - 2])[:3] == (pb.SEC_OP_ONE_INC, pb.SUBC_COMPUTE, pb.I2M_LAUNCH_DMA)
   assert [f.what for _, f in enc.fixups if isinstance(f, Marker)] == [f"kernel {prog.name} {tuple(prog.meta.get('global_size', (1, 1, 1)))}x(1, 1, 1)",
                                                                       "signal launch a symbolic value"]
   _, subc, method, count = pb.decode_header(enc.words[at - 1])
@@ -117,12 +123,18 @@ def test_encode_has_no_side_effects_and_launches_are_placed_at_submit(dev):
   sem = sems[1]          # the signal's (the first releases the kernel's trace marker)
   assert [(i, part.shift, part.width) for i, part in enc.patches] == [(sem + 3, 0, 32), (sem + 4, 32, 32)]
   words, _, copies = d._place(enc.resolved({"v": 5}), "compute", keep=False)
-  launched = qmd.read_launch(d.qmd_version, bytes(d.view(words[at] << 8, qmd.QMD_BYTES)))
+  assert (words[parts["hi"]] << 32 | words[parts["lo"]]) == words[at] << 8      # the inline write lands on the QMD
+  inline = np.array(words[parts["data"]:parts["data"] + qmd.QMD_BYTES // 4], np.uint32).tobytes()
+  launched = qmd.read_launch(d.qmd_version, inline)
   assert launched["program"] == prog.entry and launched["cbuf0"] == (words[at] << 8) + qmd.QMD_BYTES
-  assert [c[0] for c in copies] == [args.addr, args.addr + 8]     # bank 0 gets the kernarg words at submit
+  # bank 0 gets the kernarg words at submit, into the inline data of the pushbuffer
+  assert [c[0] for c in copies] == [args.addr, args.addr + 8]
+  assert all(4 * parts["data"] + qmd.QMD_BYTES <= c[1] < 4 * len(words) for c in copies)
+  before = dict(d.k.gpu.host_written)
   d.submit("compute", enc.resolved({"v": 5}))
   sig.wait(5, timeout=30)
   assert np.array_equal(np.frombuffer(d.view(out.addr, 256), np.float32), np.arange(64, dtype=np.float32) * 2)
+  assert d.k.gpu.host_written == before           # the GPU wrote every QMD and constant byte it read
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ with the driver as it was before the rule (what it did is said beside the test).
 import errno, re, shutil, struct, subprocess, time
 from pathlib import Path
 import numpy as np
+from baregrad.drivers.decode import decode
 import pytest
 
 from baregrad.drivers.emu.nv_kernel import EmulatedNVKernel, GPU_UUID, CLASS_IDS
@@ -451,7 +452,7 @@ def test_stale_instruction_cache_faults(monkeypatch):
   d = _driver()
   first = _add_one_works(d, 1)
   d.unload_program(first.handle)
-  monkeypatch.setattr(d, "_state_words", lambda ch: [])        # no INVALIDATE_SHADER_CACHES_NO_WFI(INSTRUCTION)
+  monkeypatch.setattr(d, "_code_invalidation", lambda ch: [])   # no INVALIDATE_SHADER_CACHES_NO_WFI(INSTRUCTION)
   second = _program(d, _copy_kernel(d.target, 5), "copy")
   assert second.entry == first.entry
   msg = _run(d, second, [d.alloc(128).addr, d.alloc(128).addr])
@@ -463,7 +464,7 @@ def test_the_qmds_invalidate_instruction_cache_bit_also_invalidates(monkeypatch)
   d = _driver()
   first = _add_one_works(d, 1)
   d.unload_program(first.handle)
-  monkeypatch.setattr(d, "_state_words", lambda ch: [])
+  monkeypatch.setattr(d, "_code_invalidation", lambda ch: [])
   real = qmd.launch_fields
   monkeypatch.setattr(qmd, "launch_fields", lambda *a, **k: {**real(*a, **k), "INVALIDATE_INSTRUCTION_CACHE": 1})
   assert _add_one_works(d, 5).entry == first.entry
@@ -474,9 +475,15 @@ def test_the_invalidation_precedes_the_launches_of_the_next_submission():
   _add_one_works(d)
   ch = d.channels["compute"]
   assert d._state_words(ch) == []                                 # nothing written since
-  d.load_program(d.compile(_copy_kernel(d.target, 3)), "copy")
-  assert d._state_words(ch) == [pb.method_header(pb.SUBC_COMPUTE, pb.INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                                pb.INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION]
+  entry, kern = d.load_program(d.compile(_copy_kernel(d.target, 3)), "copy")
+  words = d._state_words(ch)
+  # the program's code goes into its memory inline (I2M) first, then the instruction caches are invalidated
+  assert words[-2:] == [pb.method_header(pb.SUBC_COMPUTE, pb.INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+                        pb.INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION]
+  upload = decode("pushbuf", words[:-2], 0, None, "")
+  assert any(f"I2M_LOAD_INLINE_DATA x {(len(kern.text) + 3) // 4}: {len(kern.text)} bytes to {entry:#x}" in line
+             for line in upload), upload
+  assert d._state_words(ch) == []                                 # written once
 
 
 # ==== 8. constant banks ==========================================================================================

@@ -234,6 +234,30 @@ def dev():
   return Device._open["NV"]
 
 
+def test_the_gpu_writes_its_own_launch_memory_and_code(dev):
+  """What a launch reads from video memory (its QMD, constant banks, code) reaches it from the pushbuffer (I2M), never
+  through the host's BAR1 mapping: the emulated GPU counts the bytes launches read that it did not write itself
+  (drivers/emu/nv_gpu.py host_written). Eager launches, a new program, a jitted step replayed with new inputs, and
+  uploads of small tensors (the copy engine) all leave it at zero."""
+  from baregrad.tensor.jit import jit
+  g = dev.driver.k.gpu
+  before, inline = dict(g.host_written), g.inline_bytes
+  rng = np.random.default_rng(3)
+  x = Tensor(rng.standard_normal((7, 5), dtype=np.float32), device="NV")
+  w = Tensor(rng.standard_normal((5, 3), dtype=np.float32), device="NV")
+  np.testing.assert_allclose(((x @ w) * 2.5 - 1).numpy(), (x.numpy() @ w.numpy()) * 2.5 - 1, rtol=1e-5, atol=1e-5)
+
+  @jit
+  def step(a): return (a @ w).relu().sum(axis=1)
+  for _ in range(4):
+    an = rng.standard_normal((7, 5), dtype=np.float32)
+    np.testing.assert_allclose(step(Tensor(an, device="NV")).numpy(), np.maximum(an @ w.numpy(), 0).sum(1),
+                               rtol=1e-5, atol=1e-5)
+  dev.synchronize()
+  assert g.inline_bytes > inline
+  assert g.host_written == before, {k: g.host_written[k] - before[k] for k in before}
+
+
 def test_tensors_programs_and_launch_memory_are_video_memory(dev):
   """An add and a small matmul move no byte of system memory (drivers/emu/counters.py); their buffers, the programs
   and the QMD/constant-bank-0 memory are video memory; signals and kernel arguments are pinned host memory."""
@@ -283,18 +307,22 @@ def test_round_trip_goes_through_the_copy_engine(dev, monkeypatch):
   d.free(mem)
 
 
-def test_small_copies_and_host_memory_by_the_cpu(dev):
+def test_small_copies_by_the_copy_engine_and_host_memory_by_the_cpu(dev):
+  """Video memory is written and read by the copy engine however small the copy (the host never touches it through
+  BAR1); pinned host memory by the CPU."""
   d = dev.driver
   v, h = d.alloc(4096), d.alloc_polled(4096)
   data = bytes(range(256)) * 16
   before = sum(d.k.gpu.copy_bytes.values())
-  d.copyin(v.addr, data)                       # small: through BAR1
   d.copyin(h.addr, data)                       # pinned host memory: the CPU
   out = bytearray(4096)
   d.copyout(memoryview(out), h.addr)
   assert bytes(out) == data and sum(d.k.gpu.copy_bytes.values()) == before
-  d.copyout(memoryview(out), v.addr)           # video memory: always the copy engine (no host reads through BAR1)
-  assert bytes(out) == data and sum(d.k.gpu.copy_bytes.values()) == before + 4096
+  d.copyin(v.addr, data[:100])                 # video memory, even 100 bytes: the copy engine
+  assert sum(d.k.gpu.copy_bytes.values()) == before + 100
+  d.copyin(v.addr + 100, data[100:])
+  d.copyout(memoryview(out), v.addr)
+  assert bytes(out) == data and sum(d.k.gpu.copy_bytes.values()) == before + 2 * 4096
   d.free(v); d.free(h)
 
 
