@@ -75,6 +75,7 @@ def _run_times(spec, prog, bufs, repeats: int) -> list[float]:
   from baregrad.hcq.device import Device
   from baregrad.hcq.signal import Signal
   from baregrad.hcq.runtime import ExecItem, kernel_args
+  from baregrad.hcq.exec_item import global_size
   from baregrad.hcq.trace import device_ns
   dev = Device.get(spec.device)
   item = ExecItem(prog, bufs, {v: 1 for v in prog.variables}, prog.meta)
@@ -87,7 +88,7 @@ def _run_times(spec, prog, bufs, repeats: int) -> list[float]:
   for _ in range(repeats):
     t0, t1 = Signal(dev, "beam0"), Signal(dev, "beam1")
     q = dev.compute_queue().timestamp(t0)
-    q.exec(prog, dev.kernargs.put(kernel_args(item)))
+    q.exec(prog, dev.kernargs.put(kernel_args(item)), global_size(item.meta, item.var_vals))   # every workgroup
     q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
     out.append((device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9)
