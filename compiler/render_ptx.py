@@ -401,16 +401,22 @@ class PTXRenderer:
           if c % 4 == 0 and all(c + i in accs for i in range(4)) and accs[c] not in out:
             group = [accs[c + i] for i in range(4)]
             out.update({g: None for g in group}); out[pick(group, key=order.__getitem__)] = group
-    def ok(u, dt): return len(u.src[0].src) == 2 and dt in (dtypes.float32, dtypes.int32, dtypes.uint32)
+    def ok(u, dt): return len(u.src[0].src) == 2 and dt in (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.float16, dtypes.bfloat16)
+    # a store ends the window of loads of its own buffer only (and a load that of stores to its buffer): accesses of
+    # different buffers may pass each other (an elementwise kernel's lanes: load a, load b, store c, ... become one
+    # vector load of a, one of b, one vector store of c)
+    def buf(u): return u.src[0].src[0]
     loads, stores = [], []
     for u in program:
       if u.op in (Ops.BARRIER, Ops.RANGE, Ops.ENDRANGE):
         flush(loads, min); flush(stores, max); loads, stores = [], []
       elif u.op is Ops.STORE:
-        flush(loads, min); loads = []
+        if any(buf(ld) is buf(u) for ld in loads):
+          flush(loads, min); loads = []
         if ok(u, u.src[1].dtype): stores.append(u)
       elif u.op is Ops.LOAD:
-        flush(stores, max); stores = []
+        if any(buf(st) is buf(u) for st in stores):
+          flush(stores, max); stores = []
         if ok(u, u.dtype): loads.append(u)
     flush(loads, min); flush(stores, max)
     return out
