@@ -49,7 +49,24 @@ from baregrad.drivers import settings
 CLASSES = ("alu", "global", "shared", "branch", "barrier", "other")
 ALU, GLOBAL, SHARED, BRANCH, BARRIER, OTHER = range(len(CLASSES))
 BYTE_FIELDS = ("global_load_bytes", "global_store_bytes", "shared_load_bytes", "shared_store_bytes",
-               "global_system_bytes")
+               "global_system_bytes", "global_load_unique_bytes")
+# `global_load_unique_bytes` (counted only while UNIQUE is on: count_unique; it costs a sort of every loaded address
+# per kernel): the bytes of the distinct 32-byte sectors a kernel's global loads touched (memory.py gather), i.e. what
+# it reads from DRAM when the caches (L1, L2) keep what it reads again. A kernel that reads a small vector once per
+# output row loads the vector N times but reads it from DRAM once.
+UNIQUE = False
+SECTOR = 32
+
+
+def count_unique(on: bool = True) -> None:
+  global UNIQUE
+  UNIQUE = on
+
+
+def sector_bytes(chunks: list) -> int:
+  """Bytes of the distinct sectors among the sector numbers in `chunks` (numpy arrays)."""
+  import numpy as np
+  return SECTOR * int(np.unique(np.concatenate(chunks)).size) if chunks else 0
 
 
 @dataclass
@@ -62,6 +79,7 @@ class KernelCounters:
   shared_load_bytes: int = 0
   shared_store_bytes: int = 0
   global_system_bytes: int = 0     # of the global bytes, those in system memory (across the bus; memory.py traffic)
+  global_load_unique_bytes: int = 0   # distinct 32-byte sectors loaded (UNIQUE on; above)
   kernels: int = 1
 
   @property

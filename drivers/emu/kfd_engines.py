@@ -41,6 +41,7 @@ import numpy as np
 
 from baregrad.drivers.amd import kfd as kfd_abi, pm4, sdma
 from baregrad.drivers.amd.codeobj import KernelDescriptor, RSRC1, RSRC2, RSRC3, PROPERTIES, RSRC1_PRIV
+from . import counters as counters_mod
 from .counters import KernelCounters
 from .memory import MemoryFault
 
@@ -407,9 +408,11 @@ class ComputeQueue(EngineQueue):
     run = KernelCounters(name)
     with self.kfd.lock:
       system_before = self.kfd.memory.traffic[1]
+      if counters_mod.UNIQUE: self.kfd.memory.sectors = []
       try:
         rdna3.dispatch(prog, grid, block, kernarg, self.kfd.memory, code_address=pgm, counters=run)
       except (MemoryFault, rdna3.EmulatorError, ValueError) as e:   # ValueError: a block or LDS no workgroup can have
+        self.kfd.memory.sectors = None
         notes = "".join(f"\n{n}" if "\n" in n else f" ({n})"      # where in the kernel: pc and instruction; the wave
                         for n in getattr(e, "__notes__", ()))
         code = kfd_abi.EC["EC_QUEUE_PACKET_DISPATCH_WORK_GROUP_SIZE_INVALID" if isinstance(e, ValueError) else
@@ -417,6 +420,9 @@ class ComputeQueue(EngineQueue):
         raise QueueError(f"{where}: DISPATCH_DIRECT {grid}x{block} of kernel {name!r} at {pgm:#x}: {e}{notes}",
                          getattr(e, "address", None), code) from None
       run.global_system_bytes = self.kfd.memory.traffic[1] - system_before
+      if self.kfd.memory.sectors is not None:
+        run.global_load_unique_bytes = counters_mod.sector_bytes(self.kfd.memory.sectors)
+        self.kfd.memory.sectors = None
     self.kfd.counters.record(run)     # before the packets after the dispatch (RELEASE_MEM) run
 
 

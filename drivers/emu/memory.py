@@ -39,6 +39,7 @@ class Memory:
     self._table: tuple[list, list, list] = ([], [], [])
     self._lock = threading.Lock()        # serializes the host's map/unmap
     self.traffic = [0, 0]                # bytes gathered + scattered in device / system memory
+    self.sectors: list | None = None     # while a list: the 32-byte sector numbers gather reads (counters.UNIQUE)
     self._next = 0x1000_0000_0000        # where alloc() places the next mapping
 
   # ---- mappings ----
@@ -137,6 +138,8 @@ class Memory:
     addrs = np.asarray(addrs, np.uint64).reshape(-1)
     out = np.empty((addrs.size, nbytes_each), np.uint8)
     if addrs.size == 0: return out
+    if self.sectors is not None:
+      self.sectors += [addrs >> np.uint64(5), (addrs + np.uint64(nbytes_each - 1)) >> np.uint64(5)]
     idx, offs, arrays, system = self._locate(addrs, nbytes_each, False)
     first = int(idx[0])
     if idx.size == 1 or (idx == first).all():

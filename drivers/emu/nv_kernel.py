@@ -690,7 +690,8 @@ class EmulatedNVKernel:
     if bad: raise RMFail(bad)
     if (any(vidmem.field(a.attr, f, vidmem.ATTR_FIELDS) for f in vidmem.ATTR_FIELDS if f not in VIDMEM_ATTR) or
         any(vidmem.field(a.attr2, f, vidmem.ATTR2_FIELDS) for f in vidmem.ATTR2_FIELDS if f not in VIDMEM_ATTR2) or
-        a.flags & ~VIDMEM_FLAGS or a.flags & vidmem.F["USE_BEGIN_END"] or a.type != vidmem.TYPE_IMAGE or a.hVASpace):
+        a.flags & ~VIDMEM_FLAGS or a.flags & vidmem.F["USE_BEGIN_END"] or a.type != vidmem.TYPE_IMAGE or a.hVASpace or
+        a.format not in (vidmem.PTE_KIND_PITCH, vidmem.PTE_KIND_GENERIC_MEMORY)):
       raise RMFail("NV_ERR_NOT_SUPPORTED")     # valid RM input that the emulator does not emulate
     page = vidmem.rm_page_size(a)
     if not page: raise RMFail("NV_ERR_INVALID_STATE")             # _vidmemQueryAlignment: no page size
@@ -702,7 +703,7 @@ class EmulatedNVKernel:
     huge = {vidmem.PAGE_2M: vidmem.PAGE_SIZE_HUGE_2MB, vidmem.PAGE_512M: vidmem.PAGE_SIZE_HUGE_512MB}.get(page)
     a.attr = (a.attr & ~(3 << 23)) | ((vidmem.PAGE_SIZE_HUGE if huge else vidmem.PAGE_SIZE_BIG) << 23)
     if huge: a.attr2 = (a.attr2 & ~(3 << 20)) | (huge << 20)
-    obj.info.update(vidmem=offset, size=size, page=page, vram=self.vram)
+    obj.info.update(vidmem=offset, size=size, page=page, vram=self.vram, kind=a.format)
 
   def _alloc_memory(self, p, fd):
     """NV_ESC_RM_ALLOC_MEMORY of NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: RmAllocOsDescriptor, RmCreateOsDescriptor (escape.c),

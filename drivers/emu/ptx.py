@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from baregrad.drivers import settings
+from . import counters as counters_mod
 from .counters import KernelCounters, GLOBAL, SHARED, OTHER
 from .memory import Memory, MemoryFault
 from .ptx_parse import PtxModule, PtxError, PtxTrap, PtxUnsupported, PtxWarpError, parse_ptx, Entry
@@ -244,6 +245,7 @@ def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: i
   budget = [MAX_STEPS if max_steps is None else max_steps]
   counters = KernelCounters(e.name) if counters is None else counters
   system_before = mem.traffic[1]          # global bytes in system memory (memory.py), whatever the run ends with
+  if counters_mod.UNIQUE: mem.sectors = []
   try:
     with np.errstate(all="ignore"):
       for first in range(0, nblocks, per_batch):
@@ -251,6 +253,9 @@ def launch(module: PtxModule, entry: str, grid, block, params, mem, max_steps: i
         _run(batch, code, join, budget, e)
   finally:
     counters.global_system_bytes += mem.traffic[1] - system_before
+    if mem.sectors is not None:
+      counters.global_load_unique_bytes += counters_mod.sector_bytes(mem.sectors)
+      mem.sectors = None
   return counters
 
 

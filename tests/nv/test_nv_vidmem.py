@@ -275,7 +275,10 @@ def test_tensors_programs_and_launch_memory_are_video_memory(dev):
     assert t.kernels >= 1 and t.global_bytes > 0 and t.global_system_bytes == 0
     np.testing.assert_allclose(r.numpy(), ref, rtol=1e-4, atol=1e-4)
   for buf in (a, b, r):
-    assert d._allocation(buf._buffer().addr, 4).video
+    mem = d._allocation(buf._buffer().addr, 4)
+    # the generic memory PTE kind (dev_mmu.h NV_MMU_PTE_KIND_GENERIC_MEMORY), as RM received it: PITCH (0) is
+    # display-surface memory, which an H200 streamed at 2/5 of the bandwidth
+    assert mem.video and d.k.clients[d.rm.root][mem.handle].info["kind"] == vidmem.PTE_KIND_GENERIC_MEMORY == 0x06
   assert d.k.gpu.programs and all(d._allocation(code, 1).video for code in d.k.gpu.programs)     # programs
   launch = [arena[0] for arena in d._arenas if arena[0].video]
   assert launch, "QMDs and constant bank 0 should be in video memory"
