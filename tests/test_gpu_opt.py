@@ -230,6 +230,34 @@ def test_beam_times_every_workgroup(device):
     assert c.global_store_bytes == 4 * n and c.global_load_bytes >= 2 * 4 * n, (opts, c)
 
 
+def test_matvec_with_contiguous_rows_one_workgroup_per_output(device):
+  """x @ W.T (a language model's weights: rows contiguous along the reduction): a workgroup per output, 4 neighbouring
+  weights per thread per step (NV: one .v4 load), numpy's result; its loads move x once per output row, and the
+  distinct sectors they touch (counters.count_unique: DRAM traffic with caches) are exactly the weights' and x's."""
+  if device == "METAL": pytest.skip("the emulated Metal has no counters")
+  from baregrad.compiler import search
+  from baregrad.drivers.emu import counters
+  n, k = 32, 4096
+  spec, bufs, arrays = last_kernel(lambda x, w: x @ w.T, [(1, k), (n, k)], device, seed=6)
+  opts = gpu.gpu_opts(spec.ast)
+  assert opts == [Opt("UNROLL", 0, 4), Opt("GROUP", 0, 256)], opts
+  counters.reset()
+  got, prog = run_with(spec, bufs, opts)
+  assert counters.last().global_load_unique_bytes == 0           # not counted unless asked for
+  np.testing.assert_allclose(got, (arrays[0] @ arrays[1].T).reshape(-1), rtol=1e-4, atol=1e-4)
+  if device == "NV": assert "ld.global.v4.f32" in str(prog.source)
+  counters.count_unique(True)
+  try:
+    counters.reset()
+    run_with(spec, bufs, opts)
+    c = counters.last()
+  finally: counters.count_unique(False)
+  w, x = n * k * 4, k * 4
+  assert c.global_load_bytes >= w + n * x                         # x read once per output row
+  extra = c.global_load_unique_bytes - (w + x)                    # AMD: the waves' scalar loads of the arguments too
+  assert extra == 0 if device == "NV" else 0 <= extra <= 64, c
+
+
 def test_matmul_staged_through_workgroup_memory(device):
   """(NV and AMD: counted by their emulators.) The heuristic's matmul: 8x8 outputs per thread, 16x16 threads, the reduce staged in steps of 8 through
   workgroup memory: each workgroup reads its rows of A and columns of B from global memory exactly once (the

@@ -143,10 +143,12 @@ with settings.override(EMU=1):
   from baregrad.tensor.models import load_model
   m = load_model(sys.argv[1], device=sys.argv[2], max_context=16)
   list(m.generate(list(range(300, 304)), max_tokens=4, temperature=0.0, stop_at_eos=False))
+  counters.count_unique(True)
   counters.reset()
   m.step(300)
   total = counters.total()
-print(json.dumps({"load": total.global_load_bytes, "store": total.global_store_bytes, "weights": m.weights.read_per_token}))
+print(json.dumps({"load": total.global_load_bytes, "unique": total.global_load_unique_bytes,
+                  "store": total.global_store_bytes, "weights": m.weights.read_per_token}))
 """
 
 
@@ -173,9 +175,11 @@ print(json.dumps({"kernels": total.kernels, "store": total.global_store_bytes, "
 
 
 def bench_llm_emulated(results: dict):
-  """On each emulated GPU (EMU=1, a fresh process): the global bytes one replayed decode step loads, divided by the
-  bytes of the weights it needs (goal: <= 1.1), for F32 and Q8_0 weights of a small LLaMA; and a prefill attention's
-  kernels and stored bytes per output byte (goal: one kernel, 1.0: the scores are never stored)."""
+  """On each emulated GPU (EMU=1, a fresh process): the global bytes one replayed decode step reads from DRAM (each
+  32-byte sector once per kernel: what the caches leave) and the bytes its loads move (a vector read again per output
+  row counts each time), divided by the bytes of the weights it needs (goal: DRAM <= 1.1), for F32 and Q8_0 weights
+  of a small LLaMA; and a prefill attention's kernels and stored bytes per output byte (goal: one kernel, 1.0: the
+  scores are never stored)."""
   import json
   with tempfile.TemporaryDirectory(prefix="baregrad-bench-llm-emu-") as tmp:
     for ftype in ("F32", "Q8_0"):
@@ -188,6 +192,7 @@ def bench_llm_emulated(results: dict):
           raise RuntimeError(f"emulated {dev} LLM decode failed:\n{out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[f"emu_{dev.lower()}.llm_decode_{ftype.lower()}.global_load_per_weight_byte"] = r["load"] / r["weights"]
+        results[f"emu_{dev.lower()}.llm_decode_{ftype.lower()}.dram_load_per_weight_byte"] = r["unique"] / r["weights"]
   for dev in ("NV", "AMD"):
     out = subprocess.run([sys.executable, "-c", ATTN_CHILD, dev], capture_output=True, text=True, timeout=1800)
     if out.returncode != 0: raise RuntimeError(f"emulated {dev} prefill attention failed:\n{out.stderr[-2000:]}")

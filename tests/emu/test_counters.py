@@ -33,8 +33,8 @@ def nbytes(kc: KernelCounters) -> tuple:
 
 # ============================================ the counters themselves ============================================
 def test_add_total_and_reset():
-  a = KernelCounters("a", [1, 2, 3, 4, 5, 6], 10, 20, 30, 40, 8)
-  b = KernelCounters("b", [6, 5, 4, 3, 2, 1], 1, 2, 3, 4, 1)
+  a = KernelCounters("a", [1, 2, 3, 4, 5, 6], 10, 20, 30, 40, 8, 96)
+  b = KernelCounters("b", [6, 5, 4, 3, 2, 1], 1, 2, 3, 4, 1, 32)
   log = CounterLog("NV", echo=False)
   log.record(a); log.record(b)
   assert log.last().name == "b" and log.last().instrs == [6, 5, 4, 3, 2, 1]
@@ -42,7 +42,7 @@ def test_add_total_and_reset():
   assert t.kernels == 2 and t.thread_instrs == 42 and nbytes(t) == (11, 22, 33, 44) and t.instrs == [7] * 6
   assert t.as_dict() == {"name": "total", "kernels": 2, "thread_instrs": 42, **{c: 7 for c in CLASSES},
                          "global_load_bytes": 11, "global_store_bytes": 22, "shared_load_bytes": 33,
-                         "shared_store_bytes": 44, "global_system_bytes": 9}
+                         "shared_store_bytes": 44, "global_system_bytes": 9, "global_load_unique_bytes": 128}
   t.add(a)                      # a copy: the log's total is unchanged
   assert log.total().thread_instrs == 42
   log.reset()
