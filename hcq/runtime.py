@@ -67,13 +67,18 @@ def _run_timed(items: list[ExecItem]):
             f"via {transfer.link(src, dst).describe()}")
       continue
     dev = Device.get(item.bufs[0].device)
-    q = dev.queue("compute")
-    t0, t1 = Signal(dev, "t0"), Signal(dev, "t1")
-    q.timestamp(t0)
-    _enqueue(dev, q, item)
-    dev.submit(q.timestamp(t1))
-    dev.synchronize()
-    dt = max(device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp), 1) * 1e-9
+    dt = time_item(dev, item)
     gflops = item.meta.get("flops", 0) / dt * 1e-9
     gbs = item.meta.get("bytes", 0) / dt * 1e-9
     print(f"{dev.name:4s} {item.name:32s} {dt * 1e6:10.2f} us {gflops:9.2f} GFLOP/s {gbs:9.2f} GB/s")
+
+
+def time_item(dev, item: ExecItem) -> float:
+  """Seconds one run of a kernel's item takes on its device: timestamps the device writes before and after it."""
+  q = dev.queue("compute")
+  t0, t1 = Signal(dev, "t0"), Signal(dev, "t1")
+  q.timestamp(t0)
+  _enqueue(dev, q, item)
+  dev.submit(q.timestamp(t1))
+  dev.synchronize()
+  return max(device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp), 1) * 1e-9

@@ -2,7 +2,7 @@
 
     baregrad info                                   devices, versions, properties; why a device is unavailable
     baregrad smoke [--device D]                     bring-up checks, stops at the first failure
-    baregrad doctor [--device D] [-o report.txt] [--inject-fault]
+    baregrad doctor [--device D] [-o report.txt] [--inject-fault] [--perf]
                                                     one report of a first contact with a device, to send back:
                                                     host, driver and firmware versions, the device open call by
                                                     call, smoke checks, ops against numpy, fault recovery
@@ -79,7 +79,7 @@ def cmd_smoke(args) -> int:
 
 def cmd_doctor(args) -> int:
   from .doctor import run_doctor
-  return run_doctor(args.device, args.output, args.inject_fault)
+  return run_doctor(args.device, args.output, args.inject_fault, perf=args.perf)
 
 
 def cmd_replay(args) -> int:
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                  help="on a real AMD or NV GPU, also put a bad packet on its compute queue and check that the error "
                       "arrives and the GPU computes again (the kernel driver may reset the GPU: not on one that drives a "
                       "display). Emulated GPUs and the CPU always run this check")
+  s.add_argument("--perf", action="store_true",
+                 help="also measure: an add's and matvecs' bandwidth, matmul FLOP/s (device timestamps), host<->device "
+                      "copies, the latency of a small op and of a jitted step (a GPU: gigabyte sizes, a few seconds)")
   for name, var, what in (("capture", "CAPTURE", "run.bgq"), ("profile", "PROFILE", "out.json"), ("viz", "VIZ", "out.html")):
     s = sub.add_parser(name, help=f"run a command with {var}=FILE set")
     s.add_argument("-o", "--output", required=True, help=f"file to write (e.g. {what})")

@@ -1,4 +1,4 @@
-"""`baregrad doctor [--device D] [-o report.txt] [--inject-fault]`: one report of a first contact with a device.
+"""`baregrad doctor [--device D] [-o report.txt] [--inject-fault] [--perf]`: one report of a first contact with a device.
 
 It is what a person with the hardware runs and sends back. Sections, each PASS, FAIL or SKIP with its time:
 
@@ -10,7 +10,9 @@ It is what a person with the hardware runs and sends back. Sections, each PASS, 
   5 ops against numpy            a few Tensor ops with their largest absolute error against numpy
   6 fault recovery               a bad packet on the compute queue: the error arrives within seconds and names the
                                  device, and the device computes again (or stays reported as lost until reopened)
-  7 summary
+  7 performance (--perf)         an add's and matvecs' bandwidth and matmuls' FLOP/s by device timestamps, host<->device
+                                 copies, a small op's and a jitted step's latency
+  7 (8 with --perf) summary
 
 At the first failure the report holds the traceback and the last kernel calls before it. A failed section does not
 stop the ones after it, except that a device that did not open skips 4-6.
@@ -27,6 +29,10 @@ from baregrad.drivers import settings
 from . import info
 
 CALLS_AT_FAILURE = 50          # kernel calls shown before the first failure
+# --perf sizes (elements of the add, matvec and matmul sides, copy bytes) and how long each kernel runs before it is timed
+PERF_SIZES = {"gpu": (64 << 20, 8192, 4096, 256 << 20), "cpu": (4 << 20, 2048, 512, 64 << 20),
+              "emulated": (1 << 14, 128, 32, 1 << 20)}
+PERF_WARM_SECONDS = 0.3
 FAULT_SECONDS = 5.0            # how long the injected fault may take to arrive
 INDENT = "    "
 
@@ -126,9 +132,9 @@ def _read(kernel, path: str) -> str | None:
 
 
 class Doctor:
-  def __init__(self, device: str, inject_fault: bool = False):
+  def __init__(self, device: str, inject_fault: bool = False, perf: bool = False):
     from baregrad.hcq.device import kind_of
-    self.name, self.kind, self.inject_fault = device, kind_of(device), inject_fault
+    self.name, self.kind, self.inject_fault, self.perf = device, kind_of(device), inject_fault, perf
     self.emulated = settings.EMU and self.kind != "CPU"
     self.sections: list[Section] = []
     self.dev = None
@@ -147,6 +153,7 @@ class Doctor:
       self.section(4, "smoke checks", self.smoke, skip)
       self.section(5, "ops against numpy", self.ops, skip)
       self.section(6, "fault recovery", self.fault_recovery, skip)
+      if self.perf: self.section(7, "performance", self.performance, skip)
     self.summary(time.perf_counter() - start)
     return self.sections
 
@@ -361,12 +368,78 @@ class Doctor:
       words, what = [pushbuf.method_header(0, 0, 1, sec_op=6)], "a pushbuffer method header with the reserved opcode 6"
     return what, lambda: dev.driver.submit("compute", Encoded(words))
 
-  # ---- 7: summary ----
+  # ---- 7 (--perf): performance ----
+  def performance(self, s: Section):
+    """Bandwidths, FLOP rates and latencies a person with the hardware can compare with other software on it: kernel
+    times by the device's own timestamps (each kernel run for a while first: GPU clocks ramp up under load), copies and
+    latencies by the host's clock. Sizes fit the device (a GPU's memory bandwidth needs gigabytes; an emulator only a
+    few kilobytes, and its times say nothing of hardware)."""
+    from baregrad.hcq.device import Device
+    from baregrad.hcq.runtime import time_item
+    from baregrad.tensor import Tensor
+    from baregrad.tensor.jit import jit
+    dev, name = Device.get(self.name), self.name
+    big = "emulated" if self.emulated else "cpu" if self.kind == "CPU" else "gpu"
+    n_add, n_mv, n_mm, n_copy = PERF_SIZES[big]
+    warm = 0.0 if self.emulated else PERF_WARM_SECONDS
+    if self.emulated: s.add("(an emulated device: the emulator's times, which say nothing of a GPU's)")
+    rng = np.random.default_rng(0)
+
+    def kernels(t: "Tensor", reps: int = 5) -> tuple[float, int]:
+      items = [it for it in t.schedule() if it.program is not None]
+      for it in items:
+        for b in it.bufs: b.ensure_allocated()
+      end = time.perf_counter() + warm
+      while True:
+        once = sum(time_item(dev, it) for it in items)
+        if time.perf_counter() >= end: break
+      return min([once] + [sum(time_item(dev, it) for it in items) for _ in range(reps - 1)]), len(items)
+
+    def wall(fn, reps: int) -> float:
+      fn()
+      times = []
+      for _ in range(reps):
+        t0 = time.perf_counter(); fn(); times.append(time.perf_counter() - t0)
+      return float(np.median(times))
+
+    def row(what: str, value: str): s.add(f"{what:62s} {value}")
+    s.add(f"{'figure':62s} value")
+    x = Tensor(rng.standard_normal(n_add, dtype=np.float32), device=name).realize()
+    y = Tensor(rng.standard_normal(n_add, dtype=np.float32), device=name).realize()
+    dt, k = kernels(x + y)
+    row(f"add of {n_add >> 20 or n_add} {'Mi ' if n_add >> 20 else ''}float32 (kernel)",
+        f"{dt * 1e6:10.1f} us  {12 * n_add / dt / 1e9:8.1f} GB/s of the three arrays")
+    for dt_name, np_dt in (("float16", np.float16), ("float32", np.float32)):
+      w = Tensor((rng.standard_normal((n_mv, n_mv)) * 0.1).astype(np_dt), device=name).realize()
+      v = Tensor(rng.standard_normal((1, n_mv)).astype(np_dt), device=name).realize()
+      dt, k = kernels(v @ w.T)
+      row(f"matvec {n_mv}x{n_mv} {dt_name}, x @ W.T ({k} kernel{'s' * (k > 1)})",
+          f"{dt * 1e6:10.1f} us  {n_mv * n_mv * np.dtype(np_dt).itemsize / dt / 1e9:8.1f} GB/s of weights")
+    for dt_name, np_dt in (("float32", np.float32), ("float16", np.float16)):
+      a = Tensor(rng.standard_normal((n_mm, n_mm)).astype(np_dt), device=name).realize()
+      b = Tensor(rng.standard_normal((n_mm, n_mm)).astype(np_dt), device=name).realize()
+      dt, k = kernels(a @ b)
+      row(f"matmul {n_mm}^3 {dt_name} ({k} kernel{'s' * (k > 1)})", f"{dt * 1e6:10.1f} us  {2 * n_mm ** 3 / dt / 1e12:8.3f} TFLOP/s")
+    host = rng.standard_normal(n_copy // 4, dtype=np.float32)
+    up = wall(lambda: (Tensor(host, device=name).realize(), dev.synchronize()), 3)
+    t = Tensor(host, device=name).realize()
+    down = wall(lambda: t.numpy(), 3)
+    row(f"host -> device, device -> host {n_copy >> 20} MiB", f"{n_copy / up / 1e9:6.2f} GB/s, {n_copy / down / 1e9:6.2f} GB/s")
+    small = Tensor(np.ones(1024, np.float32), device=name).realize()
+    row("a small op, realize + synchronize (median of 50)", f"{wall(lambda: ((small + 1).realize(), dev.synchronize()), 50) * 1e6:10.1f} us")
+
+    @jit
+    def step(a): return (a * 2 + 1).sum()
+    for _ in range(3): step(small).realize()
+    row("a jitted one-kernel step, replay + synchronize (median of 50)",
+        f"{wall(lambda: (step(small).realize(), dev.synchronize()), 50) * 1e6:10.1f} us")
+
+  # ---- summary (the last section) ----
   def summary(self, seconds: float):
     done = sorted(self.sections, key=lambda s: s.number)
     failed = [s.title for s in done if s.status == "FAIL"]
     skipped = [s.title for s in done if s.status == "SKIP"]
-    s = Section(7, "summary", "FAIL" if failed else "PASS", seconds)
+    s = Section(done[-1].number + 1, "summary", "FAIL" if failed else "PASS", seconds)
     s.add(f"{len(done) - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped")
     if failed: s.add(f"failed: {'; '.join(failed)}")
     if skipped: s.add(f"skipped: {'; '.join(skipped)}")
@@ -461,7 +534,8 @@ def short_summary(doctor: Doctor) -> str:
   return "\n".join([f"[{s.number}] {s.title:40s} {s.status}" for s in done] + [INDENT + line for line in done[-1].lines])
 
 
-def run_doctor(device: str | None, output: str | None = None, inject_fault: bool = False, out=None) -> int:
+def run_doctor(device: str | None, output: str | None = None, inject_fault: bool = False, out=None,
+               perf: bool = False) -> int:
   """Run every section and print the report (with `output`: write it there and print the summary). 0 when nothing
   failed, 1 when a check failed, 2 for a bad device name or an output file that cannot be written."""
   from baregrad.hcq.device import Device, canonical
@@ -476,10 +550,10 @@ def run_doctor(device: str | None, output: str | None = None, inject_fault: bool
     except OSError as e:
       print(f"baregrad doctor: cannot write the report to {output}: {e.strerror}", file=sys.stderr)
       return 2
-  doctor = Doctor(name, inject_fault)
+  doctor = Doctor(name, inject_fault, perf)
   doctor.run()
   command = ["baregrad", "doctor", "--device", name] + (["-o", output] if output else []) + \
-            (["--inject-fault"] if inject_fault else [])
+            (["--inject-fault"] if inject_fault else []) + (["--perf"] if perf else [])
   text = render(doctor, command)
   if report_file is None:
     out.write(text)

@@ -150,3 +150,22 @@ def test_kernel_calls_are_recorded_and_trace_ioctl_still_logs(monkeypatch):
     kernel.log("open", path="/dev/kfd", flags=2, result=3)
   assert calls.since(0) == trace.getvalue().splitlines() and "open('/dev/kfd', flags=0x2) = 3" in trace.getvalue()
   assert kernel_log._out is trace
+
+
+def test_perf_section_on_the_cpu_and_an_emulated_gpu():
+  """--perf adds section 7, performance (the summary becomes 8): each figure with a positive, finite value; on an
+  emulated GPU it says its times are the emulator's."""
+  for args, env in ((("--device", "cpu", "--perf"), {}), (("--device", "NV", "--perf"), {"EMU": "1"})):
+    out = doctor(*args, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = sections(out.stdout)
+    assert got[7][:2] == ("performance", "PASS") and got[8][0] == "summary" and "7 passed, 0 failed" in got[8][2]
+    body = got[7][2]
+    figures = [(m.group(1), float(m.group(2))) for m in
+               re.finditer(r"^    (add of|matvec \d+x\d+ float16|matvec \d+x\d+ float32|matmul \d+\^3 float32|matmul \d+\^3 "
+                            r"float16|host -> device|a small op|a jitted)\D.*?\s([\d.]+) (?:us|GB/s)", body, re.M)]
+    assert [f for f, _ in figures] == ["add of", *(f for f in re.findall(r"matvec \d+x\d+ float(?:16|32)", body)),
+                                       *re.findall(r"matmul \d+\^3 float(?:32|16)", body), "host -> device", "a small op",
+                                       "a jitted"], body
+    assert len(figures) == 8 and all(0 < v < 1e9 for _, v in figures), body
+    assert ("emulator's times" in body) == (env.get("EMU") == "1")
