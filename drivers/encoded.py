@@ -88,13 +88,15 @@ class Encoder:
 
   def __init__(self): self.encoded = Encoded([])
 
-  def packet(self, words, label: str | None = None) -> "Encoder":
+  def packet(self, words, label: str | None = None, special: list[int] | None = None) -> "Encoder":
+    """Add a packet; `special`, when given, lists the indices of its words that are not ints (else they are found
+    by looking at every word)."""
     enc = self.encoded
     start = len(enc.words)
     enc.packets.append(start)
     if label: enc.labels[start] = label
     enc.words.extend(words)
-    for k in [k for k, w in enumerate(words) if type(w) is not int]:
+    for k in special if special is not None else [k for k, w in enumerate(words) if type(w) is not int]:
       w, at = words[k], start + k
       if isinstance(w, Bits): enc.patches.append((at, w))
       elif isinstance(w, Fixup): enc.fixups.append((at, w))

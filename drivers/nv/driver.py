@@ -789,7 +789,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
         slot = self._marker_slot[kind]
         p.method(0, pb.SEM_ADDR_LO, lo32(slot), hi32(slot), Marker(describe(cmd), launch_args(cmd)), 0,
                  pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI | pb.SEM_PAYLOAD_SIZE_64BIT)
-    return Encoder().packet(p.words).encoded      # one pushbuffer segment (one GPFIFO entry)
+    return Encoder().packet(p.words, special=p.special).encoded      # one pushbuffer segment (one GPFIFO entry)
 
   def _semaphore(self, p: pb.Pushbuffer, addr, value, operation: int):
     p.method(0, pb.SEM_ADDR_LO, lo32(addr), hi32(addr), lo32(value), hi32(value), operation | pb.SEM_PAYLOAD_SIZE_64BIT)
@@ -882,21 +882,29 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
   def _launch_bytes(self, launch: "Launch", addr: int) -> tuple[bytes, list[tuple[int, int, int]]]:
     """The QMD of a launch whose QMD goes to `addr`, and constant bank 0 after it (QMD_BYTES on), as bytes; and the
     copies that put the parameters into bank 0: (kernarg address, byte offset in these bytes, bytes)."""
-    kern, cbuf0, cb_size = launch.kern, addr + qmd.QMD_BYTES, launch.cb_size
-    cbufs = {0: (cbuf0, cb_size), **kern.bank_addrs}
-    fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbufs=cbufs, grid=launch.grid, block=launch.block,
-                               registers=kern.registers, shared=kern.shared_size, barriers=kern.barriers,
-                               sm_config=self._carveout(launch.name, kern), local_high=kern.local_high,
-                               sass_version=self.sass_version)
-    bank0 = bytearray(cb_size)
-    bank0[:len(kern.cbank0_data)] = kern.cbank0_data
-    area = DRIVER_AREA
-    struct.pack_into("<3I", bank0, area["NTID"], *launch.block)
-    struct.pack_into("<3I", bank0, area["NCTAID"], *launch.grid)
-    struct.pack_into("<Q", bank0, area["SHARED_WINDOW"], self.shared_window)
-    struct.pack_into("<Q", bank0, area["LOCAL_WINDOW"], LOCAL_WINDOW)
-    struct.pack_into("<I", bank0, area["STACK_POINTER"], STACK_TOP)
-    return (qmd.pack(self.qmd_table, fields) + bytes(bank0),
+    kern, cb_size = launch.kern, launch.cb_size
+    # all but bank 0's address is the same for every launch of a kernel with this grid and block: packed once, kept
+    # with the cubin kernel (a launch's QMD packing was a third of the host's time per launch)
+    key = (launch.program, launch.grid, launch.block, cb_size, self.sass_version, tuple(sorted(kern.bank_addrs.items())))
+    cache = kern.__dict__.setdefault("_launch_cache", {})
+    if (hit := cache.get(key)) is None:
+      cbufs = {0: (0, cb_size), **kern.bank_addrs}
+      fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbufs=cbufs, grid=launch.grid,
+                                 block=launch.block, registers=kern.registers, shared=kern.shared_size,
+                                 barriers=kern.barriers, sm_config=self._carveout(launch.name, kern),
+                                 local_high=kern.local_high, sass_version=self.sass_version)
+      bank0 = bytearray(cb_size)
+      bank0[:len(kern.cbank0_data)] = kern.cbank0_data
+      area = DRIVER_AREA
+      struct.pack_into("<3I", bank0, area["NTID"], *launch.block)
+      struct.pack_into("<3I", bank0, area["NCTAID"], *launch.grid)
+      struct.pack_into("<Q", bank0, area["SHARED_WINDOW"], self.shared_window)
+      struct.pack_into("<Q", bank0, area["LOCAL_WINDOW"], LOCAL_WINDOW)
+      struct.pack_into("<I", bank0, area["STACK_POINTER"], STACK_TOP)
+      if len(cache) >= 64: cache.clear()
+      hit = cache[key] = (qmd.pack_bits(self.qmd_table, fields), bytes(bank0))
+    bits = hit[0] | qmd.pack_bits(self.qmd_table, qmd.cbuf_address_fields(self.qmd_version, 0, addr + qmd.QMD_BYTES))
+    return (bits.to_bytes(qmd.QMD_BYTES, "little") + hit[1],
             [(launch.args_addr + 8 * prm.ordinal, qmd.QMD_BYTES + kern.param_base + prm.offset, prm.size)
              for prm in kern.params])
 
@@ -923,7 +931,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     entries = []
     if words:
       addr, arena = self._block(4 * len(words))
-      np.frombuffer(self.view(addr, 4 * len(words)), np.uint32)[:] = np.array(words, dtype=np.uint64).astype(np.uint32)
+      self.view(addr, 4 * len(words))[:] = struct.pack(f"<{len(words)}I", *words)     # (4x numpy's list conversion)
       self._copy_params(addr, copies)
       entries.append((addr, len(words)))
       arenas = [*arenas, arena]

@@ -102,10 +102,14 @@ class Pushbuffer:
   """Words of methods. A data word may be 32 `Bits` of a symbolic value or a driver's `Fixup` (drivers/encoded.py):
   it stays in its place in `words`, which is how the encoder learns where it goes."""
 
-  def __init__(self): self.words: list = []
+  def __init__(self):
+    self.words: list = []
+    self.special: list[int] = []     # the indices of the words that are not ints (for Encoder.packet)
 
   def method(self, subchannel: int, method: int, *data, sec_op: int = SEC_OP_INC_METHOD) -> "Pushbuffer":
     self.words.append(method_header(subchannel, method, len(data), sec_op))
+    base = len(self.words)
+    self.special += [base + i for i, w in enumerate(data) if type(w) is not int]
     self.words.extend(data)
     return self
 
@@ -118,5 +122,10 @@ class Pushbuffer:
       raise ValueError(f"inline write of {nbytes} bytes in {len(data)} words (1 .. {I2M_MAX_WORDS} words, 4 bytes each)")
     self.method(SUBC_COMPUTE, I2M_LINE_LENGTH_IN, nbytes, 1)
     self.method(SUBC_COMPUTE, I2M_OFFSET_OUT_UPPER, dst_hi, dst_lo)
-    return self.method(SUBC_COMPUTE, I2M_LAUNCH_DMA, I2M_DST_MEMORY_LAYOUT_PITCH | I2M_SYSMEMBAR_DISABLE, *data,
-                       sec_op=SEC_OP_ONE_INC)
+    # (the data words are not scanned for placeholders one by one: only the first may be one, a driver's fixup of the
+    # whole run; a launch's run is ~300 words)
+    self.method(SUBC_COMPUTE, I2M_LAUNCH_DMA, I2M_DST_MEMORY_LAYOUT_PITCH | I2M_SYSMEMBAR_DISABLE, data[0],
+                sec_op=SEC_OP_ONE_INC)
+    self.words[-3] = method_header(SUBC_COMPUTE, I2M_LAUNCH_DMA, 1 + len(data), SEC_OP_ONE_INC)
+    self.words.extend(data[1:])
+    return self

@@ -82,6 +82,11 @@ def sm_config_bytes(value: int) -> int | None:
 
 def pack(table: dict, values: dict) -> bytes:
   """A QMD with `values` (field name -> int) at the table's bit positions; other bits zero."""
+  return pack_bits(table, values).to_bytes(QMD_BYTES, "little")
+
+
+def pack_bits(table: dict, values: dict) -> int:
+  """`values` (field name -> int) at the table's bit positions, as one integer (bit 0 = the QMD's first bit)."""
   bits = 0
   for name, value in values.items():
     if name not in table: raise KeyError(f"QMD field {name} is not in this QMD version's table")
@@ -89,13 +94,22 @@ def pack(table: dict, values: dict) -> bytes:
     width = hi - lo + 1
     if not 0 <= value < (1 << width): raise ValueError(f"QMD field {name}={value:#x} does not fit in {width} bits")
     bits |= value << lo
-  return bits.to_bytes(QMD_BYTES, "little")
+  return bits
 
 
 def unpack(table: dict, data: bytes) -> dict:
   """Every field of `table` read from a QMD."""
   bits = int.from_bytes(bytes(data[:QMD_BYTES]), "little")
   return {name: (bits >> lo) & ((1 << (hi - lo + 1)) - 1) for name, (hi, lo) in table.items()}
+
+
+def cbuf_address_fields(version: tuple, bank: int, addr: int) -> dict:
+  """The fields holding constant buffer `bank`'s address (V04_00: shifted by 6, 64-byte aligned; V03_00: as is)."""
+  if version == (4, 0):
+    if addr & 63: raise ValueError(f"QMD V04_00: constant buffer {bank} address {addr:#x} is not 64-byte aligned")
+    return {f"CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_{bank}": (addr >> 6) & 0xFFFFFFFF,
+            f"CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_{bank}": addr >> 38}
+  return {f"CONSTANT_BUFFER_ADDR_LOWER_{bank}": addr & 0xFFFFFFFF, f"CONSTANT_BUFFER_ADDR_UPPER_{bank}": addr >> 32}
 
 
 def launch_fields(version: tuple, *, program: int, cbufs: dict, grid, block, registers: int, shared: int,
@@ -121,12 +135,7 @@ def launch_fields(version: tuple, *, program: int, cbufs: dict, grid, block, reg
               "CTA_RASTER_DEPTH": grid[2], "REGISTER_COUNT_V": registers, "SM_GLOBAL_CACHING_ENABLE": 1})
   for i, (addr, size) in sorted(cbufs.items()):
     v.update({f"CONSTANT_BUFFER_VALID_{i}": 1, f"CONSTANT_BUFFER_SIZE_SHIFTED4_{i}": (size + 15) >> 4})
-    if version == (4, 0):
-      if addr & 63: raise ValueError(f"QMD V04_00: constant buffer {i} address {addr:#x} is not 64-byte aligned")
-      v.update({f"CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_{i}": (addr >> 6) & 0xFFFFFFFF,
-                f"CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_{i}": addr >> 38})
-    else:
-      v.update({f"CONSTANT_BUFFER_ADDR_LOWER_{i}": addr & 0xFFFFFFFF, f"CONSTANT_BUFFER_ADDR_UPPER_{i}": addr >> 32})
+    v.update(cbuf_address_fields(version, i, addr))
   return v
 
 
