@@ -848,3 +848,62 @@ def test_hang_and_fault_reports_name_the_last_command_done_and_the_first_not():
   assert not d.wait_value(d.channels["compute"].fence.addr, d.channels["compute"].fence_value, 5)
   with pytest.raises(nv_driver.ChannelReset, match=r"compute channel: every command done \(last #4 \(signal done 2\)\)"):
     d.check_faults("NV")
+
+
+def test_a_program_larger_than_one_inline_write_is_uploaded_whole():
+  """Program code reaches its memory in inline writes of at most I2M_MAX_WORDS words each: a kernel of ~48 KiB of SASS
+  (3000 dependent multiply-adds) takes several, and runs as numpy computes it (the emulated GPU faults a launch whose
+  code in memory is not the cubin's .text)."""
+  steps = 3000
+  body = "\n".join("  mad.lo.u32 %r2, %r2, %r3, %r4;" for _ in range(steps))
+  ptx = _ptx("sm_90", f""".visible .entry big(.param .u64 out)
+{{
+  .reg .b64 %rd<4>;
+  .reg .b32 %r<6>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  add.u32 %r2, %r1, 7;
+  or.b32 %r3, %r1, 3;
+  xor.b32 %r4, %r1, 0x9e3779b9;
+{body}
+  mul.wide.u32 %rd2, %r1, 4;
+  add.u64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r2;
+  ret;
+}}
+""")
+  d = _driver()
+  prog = _program(d, ptx, "big")
+  code = prog.handle.text
+  assert len(code) > 4 * pb.I2M_MAX_WORDS, len(code)            # more than one inline write
+  out = d.alloc(4 * 32)
+  assert _run(d, prog, [out.addr]) is None
+  t = np.arange(32, dtype=np.uint64)
+  r2, r3, r4 = t + 7, t | 3, t ^ 0x9E3779B9
+  for _ in range(steps): r2 = (r2 * r3 + r4) & 0xFFFFFFFF
+  np.testing.assert_array_equal(np.frombuffer(d.view(out.addr, 4 * 32), np.uint32), r2.astype(np.uint32))
+
+
+def test_a_program_whose_upload_was_dropped_by_a_channel_error_is_sent_again():
+  """Program code travels in the compute channel's next submission: a program loaded while the channel is stopped at
+  a bad method has its upload queued behind the fault, dropped with the channel. After the reset the driver sends
+  every live program again, so the program runs (the emulated GPU faults a launch whose code is not in memory)."""
+  import types
+  d = _driver()
+  _add_one_works(d)
+  gate = d.alloc_polled(16)                                        # the channel waits here until the test lets go
+  d.submit("compute", d.encode("compute", [("wait", types.SimpleNamespace(addr=gate.addr), 1)]))
+  d.submit("compute", _bad_method())
+  prog = _program(d, _copy_kernel(d.target, 9), "copy")
+  inp, out = d.alloc(4 * 32), d.alloc(4 * 32)
+  np.frombuffer(d.view(inp.addr, 4 * 32), np.uint32)[:] = np.arange(32)
+  kernargs = d.alloc(16)
+  np.frombuffer(d.view(kernargs.addr, 16), np.uint64)[:] = [out.addr, inp.addr]
+  d.submit("compute", d.encode("compute", [("exec", prog, kernargs.addr, (1, 1, 1), (32, 1, 1))]))   # behind the fault
+  assert not d._uploads                                            # its code went into that submission
+  np.frombuffer(d.view(gate.addr, 8), np.uint64)[0] = 1
+  end = time.monotonic() + 10
+  while d.k.fault() is None and time.monotonic() < end: time.sleep(0.005)
+  with pytest.raises(nv_driver.ChannelReset): d.check_faults("NV")
+  assert _run(d, prog, [out.addr, inp.addr]) is None
+  np.testing.assert_array_equal(np.frombuffer(d.view(out.addr, 4 * 32), np.uint32), np.arange(32) + 9)
