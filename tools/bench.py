@@ -495,12 +495,15 @@ an, bn = rng.standard_normal((256, 256), dtype=np.float32), rng.standard_normal(
 a, b = Tensor(an).realize(), Tensor(bn).realize()
 dev.synchronize()
 out = {}
+gpu = getattr(getattr(dev.driver, "kernel", None), "gpu", None)      # the emulated NV GPU: what launches read that
+written = dict(getattr(gpu, "host_written", {}))                     # the host wrote through BAR1
 for name, f, ref in (("add", lambda: a + b, an + bn), ("matmul", lambda: a @ b, an @ bn)):
   counters.reset()
   r = f().realize(); dev.synchronize()
   t = counters.total()
   assert np.allclose(r.numpy(), ref, rtol=1e-3, atol=1e-3), name
   out[name] = [t.global_bytes, t.global_system_bytes]
+if gpu is not None: out["host_written"] = sum(gpu.host_written.values()) - sum(written.values())
 k = getattr(dev.driver, "kernel", None)
 engine0 = getattr(k, "copy_engine_bytes", 0)
 x = rng.integers(0, 256, 64 << 20, dtype=np.uint8)
@@ -517,7 +520,8 @@ def bench_gpu_memory(results: dict):
   where they live): the fraction of an add's and a 256 matmul's global traffic in system memory (the goal is 0:
   tensors in the GPU's own memory), and a 64 MiB host->device->host round trip: seconds each way and its path (the
   copy engine through staging, or the CPU). AMD also with a small BAR (EMU_SMALL_BAR=1, where host-visible memory is
-  system memory)."""
+  system memory). NV: the bytes of QMDs, constant banks and code its launches read that the host wrote through BAR1
+  rather than the GPU (goal 0: a hypervisor may trap every BAR access)."""
   for name, kind, extra in (("amd_emu", "AMD", {}), ("amd_emu_small_bar", "AMD", {"EMU_SMALL_BAR": "1"}),
                             ("nv_emu", "NV", {})):
     env = dict(os.environ, EMU="1", DEV=kind, **extra)
@@ -529,6 +533,8 @@ def bench_gpu_memory(results: dict):
     for op in ("add", "matmul"):
       total, system = got[op]
       results[f"{name}.{op}.system_memory_fraction"] = system / max(total, 1)
+    if "host_written" in got:     # QMDs, constant banks and code of the two ops' launches (goal 0: I2M)
+      results[f"{name}.launch_bytes_written_by_host"] = got["host_written"]
     t_in, t_out, engine = got["roundtrip"]
     results[f"{name}.roundtrip_64mib.to_device_s"], results[f"{name}.roundtrip_64mib.to_host_s"] = t_in, t_out
     path = ("copy engine through pinned staging" if engine >= 2 * (64 << 20) else
