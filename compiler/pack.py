@@ -35,6 +35,7 @@ def matmul_operands(node: UOp) -> tuple[UOp, UOp, tuple[int, ...]] | None:
   read down the columns, so it is copied into row panels too, `_panels`)."""
   if node.op is not Ops.REDUCE_AXIS or node.arg[0] is not Ops.ADD or len(node.arg[1]) != 1: return None
   product, (r,) = node.src[0], node.arg[1]
+  if product.op is Ops.CAST and product.src[0].op is Ops.MUL: product = product.src[0]   # 16-bit floats: f32 sums
   rank = len(product.shape)
   if product.op is not Ops.MUL or rank < 3 or r < rank - 3: return None
   # a reduction over the first of the three axes (dW = A.T @ dOut as autograd builds it) reads A down its columns
@@ -124,8 +125,13 @@ def _packed(node: UOp) -> UOp | None:
   a, b = _permute(a, perm), _permute(b, perm)            # (..., n, 1, k) and (..., 1, m, k)
   n, m, k = a.shape[-3], b.shape[-2], a.shape[-1]
   if not all(isinstance(x, int) for x in node.src[0].shape): return None     # a symbolic size: never packed
-  if a.dtype != b.dtype or node.dtype != a.dtype: return None
-  if _narrower_source(b): return None
+  if node.dtype == dtypes.float32 and a.dtype == b.dtype and a.dtype in (dtypes.float16, dtypes.bfloat16):
+    # a product of two 16-bit float operands, summed in float32 (the Tensor layer's matmul): computed in float32
+    # from float32 copies (B's is its packed strips), each product exact rather than rounded to 16 bits. The CPU has
+    # no 16-bit float arithmetic: unpacked, every product was converted and rounded one scalar at a time (512^3:
+    # 0.002 TFLOP/s)
+    a, b = UOp(Ops.CAST, dtypes.float32, (a,)), UOp(Ops.CAST, dtypes.float32, (b,))
+  elif a.dtype != b.dtype or node.dtype != a.dtype or _narrower_source(b): return None
   if not (w := matmul_pack_width(node.device, node.dtype, n, k, m, math.prod(node.src[0].shape[:-3]))): return None
   full = (*node.src[0].shape[:-3], n, m, k)
   canonical = UOp(Ops.REDUCE_AXIS, node.dtype, (UOp(Ops.MUL, node.dtype, (UOp(Ops.EXPAND, a.dtype, (a,), full),

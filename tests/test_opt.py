@@ -188,6 +188,24 @@ def test_large_matmul_is_packed_and_vectorized():
   np.testing.assert_allclose(read(items[-1].bufs[0]).reshape(256, 256), a.astype(np.float64) @ b, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_16_bit_float_matmul_is_packed_in_float32(dt):
+  """A matmul of two 16-bit float operands on the CPU is computed in float32: B copied into float32 strips, exact
+  products summed in float32, the result rounded once to the 16-bit type (the unpacked kernel rounded every product
+  to 16 bits, one scalar at a time). Against numpy in float64 on the same 16-bit inputs: within the output's rounding."""
+  r = rng(9)
+  a = r.random((256, 192), dtype=np.float32)
+  b = r.random((192, 256), dtype=np.float32)
+  ta, tb = Tensor(a).cast(dt).realize(), Tensor(b).cast(dt).realize()
+  items = (ta @ tb).schedule()
+  assert len(items) == 2, [i.program.name for i in items]                 # the float32 strips, then the product
+  assert items[0].bufs[0].dtype == dtypes.float32
+  got = (ta @ tb).float().numpy().astype(np.float64)
+  ref = ta.float().numpy().astype(np.float64) @ tb.float().numpy().astype(np.float64)
+  ulp = 2.0 ** (-8 if dt == "bfloat16" else -11)                          # the 16-bit type's relative rounding
+  assert np.max(np.abs(got - ref) / np.abs(ref)) <= ulp * 1.01
+
+
 @pytest.mark.parametrize("avx512", [False, True])
 def test_matmul_graph_does_not_depend_on_the_host(monkeypatch, avx512):
   """The Tensor layer builds one matmul graph (a product summed over k, no copy) whatever the CPU; the scheduler's
