@@ -312,8 +312,8 @@ def _contiguous_reduce(ast: UOp, r: UOp) -> bool:
   if r not in rs: return False
   def at(k: int) -> int:
     return evaluate(substitute(idx, {v: UOp.const(dtypes.index, k if v is r else 0) for v in rs}))
-  try: return at(1) - at(0) == 1 and at(4) - at(0) == 4     # (an index through a reshape's div/mod: evaluated)
-  except ValueError: return False                           # (a Variable in the index)
+  try: base = at(0); return at(1) - base == 1 and at(4) - base == 4   # (an index through a reshape's div/mod)
+  except ValueError: return False                                      # (a Variable in the index)
 
 
 def gpu_opts(ast: UOp, device: str | None = None) -> list:

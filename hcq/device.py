@@ -10,6 +10,7 @@ from .lock import RuntimeLock
 from . import hooks             # CAPTURE=/PROFILE= (hcq/trace.py installs them)
 from baregrad.drivers import settings
 from baregrad.drivers.encoded import words_struct
+from baregrad.drivers.hostcopy import StagedCopies
 
 # name -> (module, class, what it needs); the module is imported only when the device is opened
 DRIVERS = {
@@ -81,10 +82,11 @@ class Device:
     self.host_memory = name.partition(":")[0] in HOST_KINDS
     self.closed = False                      # close() ran: what still retires here is dropped, its memory is gone
     # memory goes back to the driver only after the work queued before it was freed (see LRUAllocator). A GPU's own
-    # memory keeps up to 16 GiB of freed buffers for reuse (an allocation the GPU has no room for empties the cache and
-    # tries again; allocating video memory and mapping it costs ~20 ms per GiB on an H200); host memory (the CPU,
-    # Metal's shared storage, the emulated GPUs) keeps 1 GiB
-    cached = 1 << 30 if self.host_memory or driver.emulated or name.startswith("METAL") else 16 << 30
+    # memory (a driver whose copies go through staging: drivers/hostcopy.py) keeps up to 16 GiB of freed buffers for
+    # reuse (an allocation the GPU has no room for empties the cache and tries again; allocating video memory and
+    # mapping it costs ~20 ms per GiB on an H200); host memory (the CPU, Metal's shared storage, the emulated GPUs'
+    # memory, which is this process's) keeps 1 GiB
+    cached = 16 << 30 if isinstance(driver, StagedCopies) and not driver.emulated else 1 << 30
     self.allocator = LRUAllocator(driver, cached, release=lambda mem: self.retire(mem, self.free_memory),
                                   synchronize=self.synchronize, free=self.free_memory)
     self.signal_pool = SignalPool(driver)

@@ -202,9 +202,15 @@ class EmulatedProgram:
 class WrittenRanges:
   """Address ranges the GPU wrote itself (I2M, the copy engine): `covers(lo, hi)` when one write spanned [lo, hi).
   A cost model, not a rule: a later host write into such a range is not seen (the driver's launch memory is written
-  only by the GPU or only by the host)."""
+  only by the GPU or only by the host). Unmapping memory forgets what was written in it (the list stays as long as the
+  live mappings' distinct write destinations)."""
 
   def __init__(self): self.starts, self.ends = [], {}
+
+  def forget(self, lo: int, hi: int):
+    i, j = bisect.bisect_left(self.starts, lo), bisect.bisect_left(self.starts, hi)
+    for s in self.starts[i:j]: del self.ends[s]
+    del self.starts[i:j]
 
   def add(self, lo: int, hi: int):
     if lo not in self.ends: bisect.insort(self.starts, lo)

@@ -885,6 +885,7 @@ class EmulatedNVKernel:
       mem.info["va"] = p.base
 
   def _unmap_gpu(self, va: int):
+    with self.gpu.lock: self.gpu.gpu_written.forget(va, va + self.uvm_maps[va])   # what it wrote there is gone
     del self.uvm_maps[va]
     self.uvm_objects.pop(va, None)
     self.gpu.mem.unmap(va)

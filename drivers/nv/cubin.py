@@ -162,6 +162,10 @@ class CubinKernel:
   const_banks: dict = field(default_factory=dict)  # constant banks other than 0: {bank: bytes of .nv.constant<bank>}
   cbank0_data: bytes = b""                         # `.nv.constant0.<name>` as the cubin holds it
   relocations: list = field(default_factory=list)  # (relocation section, entries) that patch this kernel's sections
+  # set by the NV driver when it loads the kernel: {bank: (address, bytes)} of its constant banks other than 0, and its
+  # launches' QMD and bank 0 packed per (grid, block, ...) (NVDriver._launch_bytes)
+  bank_addrs: dict = field(default_factory=dict, repr=False, compare=False)
+  launch_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
   @property
   def local_high(self) -> int:

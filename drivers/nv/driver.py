@@ -329,10 +329,10 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     self._local_retired: list = []   # [memory, channel, fence value]: freed once that channel passed the value
     self._code_generation = 1        # bumped whenever program memory is written
     # program memory (code and its constant banks) is written by the compute channel itself (I2M) at its next
-    # submission: address -> bytes of the programs loaded and not written yet, and of every live one (sent again
-    # after a channel reset dropped the work queued)
-    self._uploads: dict[int, bytes] = {}
+    # submission: address -> bytes of every live program, and the addresses of those not written yet (all of them
+    # again after a channel reset dropped the work queued)
     self._programs: dict[int, bytes] = {}
+    self._uploads: set[int] = set()
     self.sass_version = int(self.target[3:], 16)   # sm_90 -> 0x90 (SASS_VERSION holds the sm as two hex digits)
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
 
@@ -437,11 +437,11 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       for retired in self._local_retired:      # what this channel used before is free once this submission is done
         if retired[1] is None: retired[1:] = [ch, ch.fence_value + 1]
       ch.local_generation = self._local_generation
-    for addr, image in self._uploads.items():     # programs loaded since: their code and constant banks, inline
+    for addr in sorted(self._uploads):       # programs loaded since: their code and constant banks, inline
+      image = self._programs[addr]
       for off in range(0, len(image), 4 * pb.I2M_MAX_WORDS):
         chunk = image[off:off + 4 * pb.I2M_MAX_WORDS]
-        p.inline_to_memory(hi32(addr + off), lo32(addr + off), len(chunk),
-                           list(struct.unpack(f"<{(len(chunk) + 3) // 4}I", chunk + bytes(-len(chunk) % 4))))
+        p.inline_to_memory(hi32(addr + off), lo32(addr + off), len(chunk), list(_le_words(chunk)))
     self._uploads.clear()
     return p.words + self._code_invalidation(ch)
 
@@ -709,7 +709,8 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     image = bytearray(end)
     image[:len(kern.text)] = kern.text
     for bank, off in offsets.items(): image[off:off + len(kern.const_banks[bank])] = kern.const_banks[bank]
-    self._uploads[mem.addr] = self._programs[mem.addr] = bytes(image)
+    self._programs[mem.addr] = bytes(image)
+    self._uploads.add(mem.addr)
     kern.bank_addrs = {bank: (mem.addr + off, len(kern.const_banks[bank])) for bank, off in offsets.items()}
     self._code_generation += 1     # the next compute submission invalidates the instruction caches first
     # the emulated GPU runs the PTX, not the SASS: the side channel (drivers/emu/README.md); the real kernel ignores it
@@ -723,7 +724,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     """Free a program's code (hcq calls this once the device has finished the work that used it)."""
     if handle.memory is None: return
     self.k.unregister_program(handle.memory.addr)
-    self._uploads.pop(handle.memory.addr, None)
+    self._uploads.discard(handle.memory.addr)
     self._programs.pop(handle.memory.addr, None)
     self.free(handle.memory)
     handle.memory = None
@@ -854,8 +855,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       if part.part == "hi": words[i] = hi32(addr + part.offset)
       elif part.part == "lo": words[i] = lo32(addr + part.offset)
       else:
-        chunk = data[part.offset:part.offset + part.nbytes]
-        words[i:i + (part.nbytes + 3) // 4] = struct.unpack(f"<{(part.nbytes + 3) // 4}I", chunk + bytes(-len(chunk) % 4))
+        words[i:i + (part.nbytes + 3) // 4] = _le_words(data[part.offset:part.offset + part.nbytes])
         # what is copied into the bank later (parameters, a patched grid width) goes to these pushbuffer words
         copies += [(src, 4 * i + at - part.offset, n) for src, at, n in moves if part.offset <= at < part.offset + part.nbytes]
     return words, arenas, copies
@@ -886,7 +886,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     # all but bank 0's address is the same for every launch of a kernel with this grid and block: packed once, kept
     # with the cubin kernel (a launch's QMD packing was a third of the host's time per launch)
     key = (launch.program, launch.grid, launch.block, cb_size, self.sass_version, tuple(sorted(kern.bank_addrs.items())))
-    cache = kern.__dict__.setdefault("_launch_cache", {})
+    cache = kern.launch_cache
     if (hit := cache.get(key)) is None:
       cbufs = {0: (0, cb_size), **kern.bank_addrs}
       fields = qmd.launch_fields(self.qmd_version, program=launch.program, cbufs=cbufs, grid=launch.grid,
@@ -1061,7 +1061,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     for kind, old in list(self.channels.items()):
       self.channels[kind] = self._channel(kind, old.cls, old.engine, old.subchannels)
     self._schedule()
-    self._uploads = dict(self._programs)       # the program writes queued before may have been dropped
+    self._uploads = set(self._programs)        # the program writes queued before may have been dropped
     for ch in self.channels.values(): self._submit_words(ch, self._init_words(ch))
     self._stalled = None
 
@@ -1151,6 +1151,11 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       return {"available": False, "reason": "no /dev/nvidiactl (the NVIDIA kernel driver is not loaded, or there is no "
                                             "NVIDIA GPU; set EMU=1 for the emulated GPU)"}
     return {"available": True, "emulated": kernel_mod.emulated()}
+
+
+def _le_words(data: bytes) -> tuple[int, ...]:
+  """`data` as little-endian 32-bit words, the last one zero-padded (inline data of an I2M write)."""
+  return struct.unpack(f"<{(len(data) + 3) // 4}I", data + bytes(-len(data) % 4))
 
 
 def _kind(mem: NVMemory) -> str:

@@ -367,3 +367,17 @@ def test_rendered_kernels_carry_their_block_as_maxntid(dev):
     local = tuple(p.meta["local_size"])
     assert f".maxntid {local[0]}, {local[1]}, {local[2]}" in str(p.source), str(p.source)[:400]
     assert tuple(p.handle.max_threads) == local
+
+
+def test_what_the_gpu_wrote_is_forgotten_with_its_memory(dev):
+  """The emulated GPU's record of what it wrote itself (I2M, copy engine: NVGpu.gpu_written) drops the ranges of
+  memory that is unmapped, so it does not grow with every allocation a process ever made, and a host write into
+  memory allocated again at the same address is not taken for the GPU's."""
+  d = dev.driver
+  g = d.k.gpu
+  mem = d.alloc(1 << 20)
+  d.copyin(mem.addr, bytes(4096))                        # the copy engine writes it
+  assert g.gpu_written.covers(mem.addr, mem.addr + 4096)
+  before = len(g.gpu_written.starts)
+  d.free(mem)
+  assert not g.gpu_written.covers(mem.addr, mem.addr + 4096) and len(g.gpu_written.starts) < before
