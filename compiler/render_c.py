@@ -496,6 +496,9 @@ class CRenderer:
         if sdt.itemsize < 4 and (u.dtype.is_float or u.dtype.itemsize == 4):
           x = widen_to_int32(x, sdt)      # (gcc converts narrow integer lanes to float one at a time)
           if u.dtype.itemsize == 4 and not u.dtype.is_float: return f"(({vtype(u.dtype, lanes())}){x})"
+          # zero-extended lanes (< 2^16) are exact as signed ones: x86 converts signed int32 to float in one
+          # instruction, unsigned (before AVX-512) as two halves, two conversions and a multiply-add (Q4_K's nibbles)
+          if u.dtype.is_float and sdt.is_unsigned: x = f"(({vtype(dtypes.int32, lanes())}){x})"
         return f"__builtin_convertvector({x}, {vtype(u.dtype, lanes())})"
       if op is Ops.BITCAST: return f"(({vtype(u.dtype, lanes())}){as_lanes(src[0])})"
       if op in (Ops.TRUNC, Ops.FLOOR): return trunc_floor(op, as_vector(src[0]), u.dtype)

@@ -126,6 +126,29 @@ def test_matmul_fuses_dequantization(name):
   np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-5, atol=1e-5 * np.abs(w).max() * cols)
 
 
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("n", [1, 5])
+def test_cpu_matvec_unrolls_k_quant_blocks(name, n):
+  """x @ W.T on the CPU with W in a K-quant (256-element blocks of 8 sub-blocks whose nibble, scale and min are chosen
+  by position) unrolls the reduction over the 8 sub-blocks, so each choice is a constant in its copy
+  (compiler/opt.py _block_period_unroll); types of 32-element blocks (one block a step) do not. One decode row and a
+  few prompt rows; the nibbles convert to float as signed lanes (render_c: one conversion, exact below 2^16). Against
+  gguf's own dequantization."""
+  rows, cols = 64, 1024
+  raw = random_blocks(name, rows * cols // BY_NAME[name].block_size, 3)
+  w = gguf.quants.dequantize(raw, QT[name]).reshape(rows, cols).astype(np.float64)
+  x = np.random.default_rng(4).standard_normal((n, cols)).astype(np.float32)
+  W = dequantize(Tensor(raw.reshape(-1), dtype=dtypes.uint8, device="CPU"), name, (rows, cols))
+  out = Tensor(x, device="CPU") @ W.T
+  items = out.schedule()
+  assert len(items) == 1, [i.name for i in items]
+  opts = items[0].program.meta["opts"]
+  assert any(o.op == "UNROLL" and o.amount == 8 for o in opts) == name.endswith("_K"), opts
+  if name in ("Q4_K", "Q5_K"):
+    assert "bg_u32x8)" not in items[0].program.source.split("void ")[-1], "nibbles converted as unsigned lanes"
+  np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=1e-5 * np.abs(w).max() * cols)
+
+
 def test_large_cpu_matmul_fuses_dequantization():
   """A CPU matmul large enough to pack its right operand into strips (compiler/pack.py) leaves a quantized weight alone:
   the product reads the blocks, no kernel stores the float32 weight."""

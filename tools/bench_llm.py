@@ -7,7 +7,7 @@ embedding table), so tokens/s <= memory bandwidth / bytes read per token. The ba
 by a STREAM-like copy (numpy, one thread per core, each copying its own part: (bytes read + bytes written) / time,
 as STREAM's Copy reports it)."""
 from __future__ import annotations
-import os, subprocess, sys, tempfile, threading, time
+import json, os, subprocess, sys, tempfile, threading, time
 import numpy as np
 
 # LLaMA-shaped, ~245M parameters: 16 blocks of width 1024, 16 query heads and 4 KV heads (grouped-query), SwiGLU 2816,
@@ -106,18 +106,57 @@ def _run_model(path: str, device: str, prompt_tokens: int, decode_tokens: int, r
   return best
 
 
+# llama.cpp on the same file, in a child (the llama-cpp-python package, which is not a dependency: BENCH_LLAMA_CPP names
+# a Python interpreter that imports it; without it, this interpreter if it does): the same prompt, then one token per
+# eval as a decode does, with all cores; the best of `rounds` as for ours
+LLAMA_CPP_CHILD = r"""
+import json, os, sys, time
+from llama_cpp import Llama
+path, prompt_tokens, decode_tokens, rounds = sys.argv[1], *map(int, sys.argv[2:5])
+m = Llama(model_path=path, n_ctx=prompt_tokens + decode_tokens + 8, n_threads=os.cpu_count(), n_batch=prompt_tokens,
+          verbose=False)
+prompt, best = list(range(300, 300 + prompt_tokens)), 0.0
+for r in range(rounds + 1):
+  m.reset(); m.eval(prompt)
+  t = time.perf_counter()
+  for i in range(decode_tokens): m.eval([301 + i])
+  if r: best = max(best, decode_tokens / (time.perf_counter() - t))
+print(json.dumps({"decode_tok_s": best}))
+"""
+
+
+def llama_cpp_python() -> str | None:
+  """An interpreter that imports llama_cpp: BENCH_LLAMA_CPP, else this one if it can; None without one."""
+  exe = os.environ.get("BENCH_LLAMA_CPP") or sys.executable
+  ok = subprocess.run([exe, "-c", "import llama_cpp"], capture_output=True).returncode == 0
+  if not ok and os.environ.get("BENCH_LLAMA_CPP"):
+    raise RuntimeError(f"BENCH_LLAMA_CPP={exe!r} cannot import llama_cpp (pip install llama-cpp-python there)")
+  return exe if ok else None
+
+
+def llama_cpp_decode(exe: str, path: str, rounds: int = 3) -> float:
+  out = subprocess.run([exe, "-c", LLAMA_CPP_CHILD, path, str(PROMPT_TOKENS), str(DECODE_TOKENS), str(rounds)],
+                       capture_output=True, text=True, timeout=1800)
+  if out.returncode != 0: raise RuntimeError(f"llama.cpp decode of {path} failed:\n{out.stderr[-2000:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])["decode_tok_s"]
+
+
 def bench_llm_cpu(results: dict):
   """F16, Q8_0 and Q4_K files of the ~245M-parameter model: decode tokens/s (steps replayed from the captured jit),
   prefill tokens/s of a 32-token prompt, the bytes a decode step reads, and the roofline: the copy bandwidth divided
   by those bytes. The copy is measured before each model and after the last, and the best of those is the
-  bandwidth (cpu.stream_copy.gbps) every share is computed with: a share is never flattered by a slow moment."""
-  bws, found = [], []
+  bandwidth (cpu.stream_copy.gbps) every share is computed with: a share is never flattered by a slow moment.
+  Where llama-cpp-python is there (llama_cpp_python()), llama.cpp decodes each file right after ours, in the same
+  run: `.llama_cpp_decode_tok_s` and our decode rate over it, `.vs_llama_cpp`."""
+  bws, found, theirs = [], [], {}
+  exe = llama_cpp_python()
   with tempfile.TemporaryDirectory(prefix="baregrad-bench-llm-") as tmp:
     for ftype in ("F16", "Q8_0", "Q4_K"):
       path = os.path.join(tmp, f"llama_245m_{ftype}.gguf")
       write_llama(path, ftype, BIG)
       bws.append(stream_copy_gbps())
       found.append((ftype, _run_model(path, "CPU", PROMPT_TOKENS, DECODE_TOKENS)))
+      if exe is not None: theirs[ftype] = llama_cpp_decode(exe, path)
       os.unlink(path)
   bws.append(stream_copy_gbps())
   results["cpu.stream_copy.gbps"] = bw = max(bws)
@@ -129,6 +168,9 @@ def bench_llm_cpu(results: dict):
     roof = bw * 1e9 / stats.weight_bytes_per_token
     results[f"{key}.roofline_tok_s"] = roof
     results[f"{key}.roofline_share"] = stats.decode_tokens_per_s / roof
+    if ftype in theirs:
+      results[f"{key}.llama_cpp_decode_tok_s"] = theirs[ftype]
+      results[f"{key}.vs_llama_cpp"] = stats.decode_tokens_per_s / theirs[ftype]
 
 
 # an emulated GPU runs a small model: a decode step's global bytes (loads) against the bytes of the weights it reads
@@ -180,7 +222,6 @@ def bench_llm_emulated(results: dict):
   row counts each time), divided by the bytes of the weights it needs (goal: DRAM <= 1.1), for F32 and Q8_0 weights
   of a small LLaMA; and a prefill attention's kernels and stored bytes per output byte (goal: one kernel, 1.0: the
   scores are never stored)."""
-  import json
   with tempfile.TemporaryDirectory(prefix="baregrad-bench-llm-emu-") as tmp:
     for ftype in ("F32", "Q8_0"):
       path = os.path.join(tmp, f"llama_small_{ftype}.gguf")
