@@ -552,7 +552,12 @@ def main(argv=None):
   p = argparse.ArgumentParser(prog="baregrad.tools.bench", description=__doc__)
   p.add_argument("--json", action="store_true", help="print one JSON object of metric -> number")
   p.add_argument("--only", nargs="*", choices=list(BENCHES), help="run only these groups")
+  p.add_argument("--llama-cpp", metavar="PYTHON", help="a Python interpreter that imports llama_cpp (llama-cpp-python): "
+                 "the llm group has llama.cpp decode the same GGUF files in the same run (default: this interpreter, "
+                 "where it imports llama_cpp)")
   args = p.parse_args(argv)
+  from . import bench_llm
+  bench_llm.LLAMA_CPP_PYTHON = args.llama_cpp
   results: dict[str, float] = {}
   for name, fn in BENCHES.items():
     if args.only and name not in args.only: continue

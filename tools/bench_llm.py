@@ -106,9 +106,10 @@ def _run_model(path: str, device: str, prompt_tokens: int, decode_tokens: int, r
   return best
 
 
-# llama.cpp on the same file, in a child (the llama-cpp-python package, which is not a dependency: BENCH_LLAMA_CPP names
-# a Python interpreter that imports it; without it, this interpreter if it does): the same prompt, then one token per
-# eval as a decode does, with all cores; the best of `rounds` as for ours
+# llama.cpp on the same file, in a child (the llama-cpp-python package, which is not a dependency: `bench --llama-cpp
+# PYTHON` names an interpreter that imports it; without one, this interpreter if it does): the same prompt, then one
+# token per eval as a decode does, with all cores; the best of `rounds` as for ours
+LLAMA_CPP_PYTHON: str | None = None
 LLAMA_CPP_CHILD = r"""
 import json, os, sys, time
 from llama_cpp import Llama
@@ -126,11 +127,13 @@ print(json.dumps({"decode_tok_s": best}))
 
 
 def llama_cpp_python() -> str | None:
-  """An interpreter that imports llama_cpp: BENCH_LLAMA_CPP, else this one if it can; None without one."""
-  exe = os.environ.get("BENCH_LLAMA_CPP") or sys.executable
-  ok = subprocess.run([exe, "-c", "import llama_cpp"], capture_output=True).returncode == 0
-  if not ok and os.environ.get("BENCH_LLAMA_CPP"):
-    raise RuntimeError(f"BENCH_LLAMA_CPP={exe!r} cannot import llama_cpp (pip install llama-cpp-python there)")
+  """An interpreter that imports llama_cpp: LLAMA_CPP_PYTHON (bench --llama-cpp), else this one if it can; None
+  without one."""
+  exe = LLAMA_CPP_PYTHON or sys.executable
+  try: ok = subprocess.run([exe, "-c", "import llama_cpp"], capture_output=True, timeout=120).returncode == 0
+  except OSError as e: raise RuntimeError(f"--llama-cpp {exe!r}: cannot run it ({e})") from None
+  if not ok and LLAMA_CPP_PYTHON:
+    raise RuntimeError(f"--llama-cpp {exe!r} cannot import llama_cpp (pip install llama-cpp-python there)")
   return exe if ok else None
 
 
