@@ -126,14 +126,16 @@ def test_matmul_fuses_dequantization(name):
   np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-5, atol=1e-5 * np.abs(w).max() * cols)
 
 
-@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q5_0", "Q5_1"])
 @pytest.mark.parametrize("n", [1, 5])
 def test_cpu_matvec_unrolls_k_quant_blocks(name, n):
   """x @ W.T on the CPU with W in a K-quant (256-element blocks of 8 sub-blocks whose nibble, scale and min are chosen
   by position) unrolls the reduction over the 8 sub-blocks, so each choice is a constant in its copy
   (compiler/opt.py _block_period_unroll); types of 32-element blocks (one block a step) do not. One decode row and a
-  few prompt rows; the nibbles convert to float as signed lanes (render_c: one conversion, exact below 2^16). Against
-  gguf's own dequantization."""
+  few prompt rows; the nibbles convert to float as signed lanes (render_c: one conversion, exact below 2^16). Every
+  type's reduction runs in vector lanes (REDUCE_LANES), Q5_0/Q5_1's fifth bits included (ggml_quants._bits: they
+  were chosen per lane between 8 shifted bytes, and the kernel ran one lane at a time). Against gguf's own
+  dequantization."""
   rows, cols = 64, 1024
   raw = random_blocks(name, rows * cols // BY_NAME[name].block_size, 3)
   w = gguf.quants.dequantize(raw, QT[name]).reshape(rows, cols).astype(np.float64)
@@ -144,6 +146,7 @@ def test_cpu_matvec_unrolls_k_quant_blocks(name, n):
   assert len(items) == 1, [i.name for i in items]
   opts = items[0].program.meta["opts"]
   assert any(o.op == "UNROLL" and o.amount == 8 for o in opts) == name.endswith("_K"), opts
+  assert any(o.op == "REDUCE_LANES" for o in opts), opts
   if name in ("Q4_K", "Q5_K"):
     assert "bg_u32x8)" not in items[0].program.source.split("void ")[-1], "nibbles converted as unsigned lanes"
   np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=1e-5 * np.abs(w).max() * cols)
@@ -245,7 +248,10 @@ def test_load_gguf_tensors(gguf_py_file):
       np.testing.assert_array_equal(t.numpy(), ints[name])
     else:   # quantized: lazy, over one uint8 buffer holding exactly the file's blocks
       buffers = [u for u in t.uop.toposort() if u.op is Ops.BUFFER]
-      assert len(buffers) == 1 and buffers[0].dtype == dtypes.uint8 and buffers[0].arg.nbytes == sizes[name]
+      blocks = [b for b in buffers if b.dtype == dtypes.uint8]
+      assert len(blocks) == 1 and blocks[0].arg.nbytes == sizes[name]
+      # besides the blocks at most a constant table (Q5_0/Q5_1: 8 floats, ggml_quants._bits), no copy of the weights
+      assert all(b.arg.nbytes <= 32 for b in buffers if b is not blocks[0]), buffers
       np.testing.assert_array_equal(t.numpy(), gguf.quants.dequantize(raws[tname], QT[tname]))
 
 
