@@ -190,6 +190,7 @@ def _fields(x: Tensor, n: int, width: int, axis: int) -> Tensor:
   fields are stacked views with constant shifts, so each element's kernel code is one shift and one mask, and the
   choice between fields is by position (a CPU kernel runs a row of one field as vector lanes)."""
   mask = (1 << width) - 1
+  x = x.cast(dtypes.int32)
   return Tensor.stack(*[(x >> (i * width)) & mask if i else x & mask for i in range(n)], dim=axis)
 
 
