@@ -93,14 +93,23 @@ def _depend(buf, ref: weakref.ref) -> None:
 
 
 def forget(buf) -> None:
-  """`buf` is about to be written: cached results that live in it or were computed from it are stale. Assigns that
-  already ran stay recorded: a graph that still holds one must not run it again."""
-  # `inputs` in remember() come from the graph before realized parts were replaced by their buffers, so a result
-  # computed from another cached result is indexed under that one's inputs too: one level is enough
-  refs, buf.dependents = buf.dependents, None
-  for ref in refs or ():
-    node = ref()
-    if node is not None and node.op is not Ops.ASSIGN: node.__dict__.pop(_VIEW, None)
+  """`buf` is about to be written: cached results that live in it or were computed from it are stale, and so are the
+  results computed from those (a graph walk stops at a realized node, graph_order: a result records the buffers it
+  read, the realized node's among them, not what that node was computed from). Assigns that already ran stay
+  recorded: a graph that still holds one must not run it again."""
+  todo, seen = [buf], set()
+  while todo:
+    b = todo.pop()
+    if id(b) in seen: continue
+    seen.add(id(b))
+    refs, b.dependents = b.dependents, None
+    for ref in refs or ():
+      node = ref()
+      if node is None or node.op is Ops.ASSIGN: continue
+      view = node.__dict__.pop(_VIEW, None)
+      for base in (() if view is None else view.src if view.op is Ops.MULTI else (view,)):
+        while base.op is not _BUFFER: base = base.src[0]
+        if base.arg is not b: todo.append(base.arg)
 stats = {"schedules_built": 0, "schedule_cache_hits": 0}
 
 
@@ -123,10 +132,26 @@ class Plan:
 _slot_uops: dict[tuple, UOp] = {}
 
 
+def graph_order(outs: list[UOp]) -> list[UOp]:
+  """The walk normalize_outputs takes over `outs` (their sink's toposort less the sink): a node it will replace by
+  the view holding its value (realized before, reusable) is a leaf, its sources not walked. A model that realizes
+  per layer (a KV cache written by each) then walks each layer once, not every earlier one again."""
+  outputs = set(outs)
+  def leaf(n: UOp) -> bool:
+    if n.op is not _ASSIGN and n in outputs: return False
+    view = reusable(n)
+    # (a value on several devices, a MULTI of views, is walked through: tensor/multi.py lowers such graphs)
+    return view is not None and view is not n and view.op is not Ops.MULTI
+  if len(outs) == 1: return outs[0].toposort(leaf)
+  return UOp.sink(*outs).toposort(leaf)[:-1]
+
+
 def normalize(sink: UOp):
   """Replace realized buffers by slots and bound variables by their DEFINE_VAR; returns (sink, buffers, var_vals).
   `buffers` lists every realized buffer the graph reaches, in the order of `sink.toposort()` (slot i is
-  buffers[i]), those under a node realized before included: they are what the result is computed from."""
+  buffers[i]), those under a node realized before included. (create_schedule walks graph_order instead: there
+  a realized node is a leaf and only the buffers the result reads are listed; forget() follows realized
+  results to what was computed from them.)"""
   outs, buffers, var_vals, _ = normalize_outputs(list(sink.src), sink.toposort()[:-1])
   return UOp.sink(*outs), buffers, var_vals
 
@@ -303,7 +328,7 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   Device, Buffer, ExecItem = _runtime or _import_runtime()
   # the toposort of one output is its sink's less the sink (a sink of several: see UOp.toposort); `order`: the
   # caller's toposort of outs[0] (one output)
-  if order is None: order = outs[0].toposort() if len(outs) == 1 else UOp.sink(*outs).toposort()[:-1]
+  if order is None: order = graph_order(outs)
   try: outs, buffers, var_vals, done = normalize_outputs(outs, order)
   except RecursionError: outs, buffers, var_vals, done = on_deep_stack(normalize_outputs, outs, order)
   # plans are keyed by the normalized sink, or by the output itself when there is one (no SINK node to look up; a

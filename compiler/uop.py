@@ -177,14 +177,18 @@ class UOp:
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
 
   # ---- graph walks ----
-  def toposort(self) -> list[UOp]:
-    """Every node reachable from self, sources before users (iterative: graphs get deep)."""
+  def toposort(self, leaf=None) -> list[UOp]:
+    """Every node reachable from self, sources before users (iterative: graphs get deep). `leaf(node)` true: the
+    node is in the order but its sources are not walked (self's always are)."""
     order, seen, stack = [], {self}, [(self, iter(self.src))]
     while stack:
       node, srcs = stack[-1]
       for s in srcs:      # the next source not seen yet: visit it (its sources first), then come back for the rest
         if s not in seen:
           seen.add(s)
+          if leaf is not None and leaf(s):
+            order.append(s)
+            continue
           stack.append((s, iter(s.src)))
           break
       else:

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
 from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promote, scalar_dtype, truncate
-from baregrad.compiler.schedule import create_schedule, realized, remember, forget
+from baregrad.compiler.schedule import create_schedule, graph_order, realized, remember, forget
 from baregrad.compiler import shape as sym
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
@@ -1124,7 +1124,7 @@ def _lowered(tensors) -> tuple[list[UOp], list, list | None]:
   one device is None there."""
   if len(tensors) == 1:   # the eager case: the walk that finds the graph's devices is the one scheduling needs
     u = tensors[0].uop
-    order = u.toposort()
+    order = graph_order([u])
     if not any(map(_multi.on_several, order)): return [u], [None], order
   todo = [t.uop for t in tensors if _multi.involves_several_devices(t.uop)]
   if not todo: return [t.uop for t in tensors], [None] * len(tensors), None

@@ -54,6 +54,46 @@ def test_a_write_makes_every_live_result_computed_from_the_buffer_stale():
     np.testing.assert_array_equal(pending.numpy(), np.full(8, 2.0 * k + 1.0, np.float32))
 
 
+def test_a_write_makes_results_computed_from_realized_results_stale():
+  """A graph that reads a realized result walks it as a leaf (schedule.graph_order: it records reading the result's
+  buffer, not what the result was computed from); a write to that origin makes the later result stale as well
+  (forget follows realized results to what was computed from them). Before the walk stopped there, each realize
+  walked every earlier graph again."""
+  w = Tensor(np.arange(8, dtype=np.float32)).realize()
+  x, x2 = (w * 2.0).contiguous(), (w * 2.0).contiguous()      # one graph node (hash-consed)
+  y, y2 = (x + 1.0).contiguous(), (x + 1.0).contiguous()
+  x2.realize()                 # x's node realized, recorded against w
+  y.realize()                  # reads x's value: x's node is a leaf of this graph
+  w.assign(Tensor(np.full(8, 5.0, np.float32))).realize()
+  np.testing.assert_array_equal((y2 * 1.0).numpy(), np.full(8, 11.0, np.float32))   # y2's node read by a graph
+  np.testing.assert_array_equal(y2.numpy(), np.full(8, 11.0, np.float32))
+  np.testing.assert_array_equal(x.numpy(), np.full(8, 10.0, np.float32))
+  np.testing.assert_array_equal(y.numpy(), np.arange(8, dtype=np.float32) * 2 + 1)   # realized before the write
+
+
+def test_a_realize_walks_only_what_it_computes():
+  """A chain of realizes, each reading the last one's result through its graph node: each walks its own nodes, not
+  the whole chain again (linear, not quadratic, in the chain's length)."""
+  walked = []
+  real = schedule.normalize_outputs
+  def spy(outs, order):
+    walked.append(len(order))
+    return real(outs, order)
+  x = Tensor(np.ones(4, np.float32))
+  held = []
+  schedule.normalize_outputs = spy
+  try:
+    for _ in range(30):
+      x = (x * 1.5 + 1.0).contiguous()
+      held.append(x.uop)       # (the graph node stays alive: a later graph may read its value)
+      (x + 0.0).realize()
+  finally: schedule.normalize_outputs = real
+  assert max(walked) == min(walked), walked
+  want = np.ones(4, np.float32)
+  for _ in range(30): want = want * np.float32(1.5) + np.float32(1.0)
+  np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+
+
 def test_last_command_names_the_last_kernel():
   """Hang and fault reports say what was submitted last."""
   x = Tensor(np.arange(4, dtype=np.float32))
