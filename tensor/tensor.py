@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
 from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promote, scalar_dtype, truncate
-from baregrad.compiler.schedule import create_schedule, graph_order, realized, remember, forget
+from baregrad.compiler.schedule import create_schedule, graph_order, realized, remember, forget, reusable
 from baregrad.compiler import shape as sym
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
@@ -1181,16 +1181,28 @@ def _reads_shifted(value: UOp, buf: Buffer, target: UOp | None = None) -> bool:
   state: dict[UOp, int] = {}   # 0 no, 1 reads at the same index, 2 reads elsewhere
   # the buffer read whole (through reshapes only) is read where a target that is a reshape of it writes
   whole = 1 if target is None or all(n.op is Ops.RESHAPE for n in _view_chain(target)[0]) else 2
-  for n in value.toposort():
-    if n is target: state[n] = 1
-    elif n.op is Ops.BUFFER: state[n] = whole if n.arg is buf else 0
-    elif not n.src: state[n] = 0
-    else:
-      s = max(state[x] for x in n.src)
-      if s and (n.op in MOVEMENT and n.op is not Ops.RESHAPE or n.op is Ops.REDUCE_AXIS): s = 2
-      if n.op is Ops.RESHAPE and s == 1 and n.src[0].op is not Ops.BUFFER and n.shape != n.src[0].shape: s = 2
-      state[n] = s
-  return state[value] == 2
+  # a node realized before is read from the view holding its value (as the schedule will: graph_order), so the walk
+  # does not go under it; the assign has already forgotten every result computed from `buf` (forget)
+  views = {}
+  def leaf(n: UOp) -> bool:
+    v = None if n is target else reusable(n)
+    if v is None or v is n or v.op is Ops.MULTI: return False
+    views[n] = v
+    return True
+  def walk(root: UOp) -> int:
+    for n in root.toposort(leaf):
+      if n in state: continue
+      if n is target: state[n] = 1
+      elif n in views: state[n] = walk(views[n])
+      elif n.op is Ops.BUFFER: state[n] = whole if n.arg is buf else 0
+      elif not n.src: state[n] = 0
+      else:
+        s = max(state[x] for x in n.src)
+        if s and (n.op in MOVEMENT and n.op is not Ops.RESHAPE or n.op is Ops.REDUCE_AXIS): s = 2
+        if n.op is Ops.RESHAPE and s == 1 and n.src[0].op is not Ops.BUFFER and n.shape != n.src[0].shape: s = 2
+        state[n] = s
+    return state[root]
+  return walk(value) == 2
 
 
 def _rotl(x: Tensor, r: int) -> Tensor: return (x << r) | (x >> (32 - r))

@@ -88,6 +88,23 @@ def test_value_reading_the_buffer_elsewhere(src, dst):
   np.testing.assert_array_equal(t2.numpy(), np.arange(12, dtype=np.float32).reshape(4, 3).T)
 
 
+def test_value_reading_the_buffer_through_an_assign_that_ran():
+  """The value of a write reads the same buffer elsewhere through an assign that already ran (its graph node, held
+  by a lazy result built before it ran: read from its view, c[0:4], not walked into): read whole before any element
+  is written, as numpy copies."""
+  a = np.arange(8, dtype=np.float32)
+  t = Tensor(a.copy()).realize()
+  head = t[0:4]
+  head.assign(Tensor(np.array([10., 20., 30., 40.], np.float32)))
+  later = head * 1.0 + 1.0       # built on the assign's node, before it runs
+  head.realize()
+  t[2:6].assign(later).realize()   # reads t[0:4] (2 elements behind) while writing t[2:6]
+  want = a.copy()
+  want[0:4] = [10., 20., 30., 40.]
+  want[2:6] = want[0:4] + 1.0
+  np.testing.assert_array_equal(t.numpy(), want)
+
+
 def test_setitem_stepped_and_tensor_indexes_still_write_the_tensor():
   a = rand(5, 6)
   t = Tensor(a.copy()).realize()
