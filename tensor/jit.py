@@ -13,7 +13,7 @@ on the queues of all of them (hcq/multigraph.py), ordered by signals across devi
 (a collective across processes, tensor/distributed.py) is captured as a host step: a replay runs the device work
 before it from prebuilt queues, the host step, then the device work after it (hcq/segmented.py)."""
 from __future__ import annotations
-import functools
+import functools, weakref
 from baregrad.compiler.uop import UOp, Ops
 from baregrad.compiler.schedule import fresh_views
 from baregrad.hcq import runtime
@@ -44,6 +44,24 @@ class jit:
 
   def reset(self):
     self.calls, self.graph, self.signature, self.out_meta, self.range_checks = 0, None, None, None, []
+    self._checked = None
+
+  # A replay whose Tensor arguments are the realized nodes the last replay checked (weak references: the check holds
+  # no memory) skips realizing and checking them again, and reads their buffers straight off the nodes; not while a
+  # write is pending (an assign runs with the next realize, which the replay then is)
+  _checked = None
+
+  def _same_inputs(self, tensors) -> bool:
+    checked = self._checked
+    return (checked is not None and len(checked) == len(tensors) and not _tensor._pending_assigns
+            and all(r() is t.uop for r, t in zip(checked, tensors)))
+
+  def _note_inputs(self, tensors) -> None:
+    """Remember the argument nodes of a replay that checked them, where each is one realized buffer (a BUFFER, or a
+    reshape of one) on one device; otherwise forget (the next replay checks them)."""
+    ok = all(not isinstance(t.device, tuple) and (t.uop.op is Ops.BUFFER or
+             (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)) for t in tensors)
+    self._checked = [weakref.ref(t.uop) for t in tensors] if ok else None
 
   def _split(self, args, kwargs):
     tensors, var_vals, static = [], {}, []
@@ -81,6 +99,8 @@ class jit:
     if self.graph is not None and any(Device._open.get(d.name) is not d for d in _graph_devices(self.graph)):
       self.reset()     # a device was closed (or belongs to the parent of this forked process): capture anew
     tensors, var_vals, static = self._split(args, kwargs)
+    if self.calls == 2 and self._same_inputs(tensors) and static == self.signature[1]:
+      return self._replay(tensors, var_vals, [t.uop.arg if t.uop.op is Ops.BUFFER else t.uop.src[0].arg for t in tensors])
     if tensors: Tensor.realize(*tensors)
     self._check(tensors, static)
     if self.calls == 0:
@@ -107,12 +127,17 @@ class jit:
       self.out_meta = (_structure(out), [_out_meta(t) for t in outs])
       self.calls = 2
       return out
+    in_bufs = [b for t in tensors for b in t._buffers()]
+    self._note_inputs(tensors)
+    return self._replay(tensors, var_vals, in_bufs)
+
+  def _replay(self, tensors, var_vals, in_bufs):
     for start, end, size in self.range_checks:   # symbolic views that other values could take outside their tensor
       b, e, n = (sym.evaluate(x, var_vals) for x in (start, end, size))
       if not 0 <= b <= e <= n:
         raise JitError(f"jitted {self.fn.__name__}: with {var_vals} a view [{sym.render(start)}, {sym.render(end)}) "
                        f"is [{b}, {e}), outside its tensor's {n} elements; bind values that keep it inside")
-    bufs = iter(self.graph.replay([b for t in tensors for b in t._buffers()], var_vals))
+    bufs = iter(self.graph.replay(in_bufs, var_vals))
     structure, metas = self.out_meta
     outs = []
     for shape, layout in metas:

@@ -210,6 +210,22 @@ def test_packed_weight_updated_in_place_between_replays():
     np.testing.assert_allclose(step(X, W).numpy(), x @ w, rtol=1e-4, atol=1e-3)
 
 
+def test_replay_with_the_same_arguments_sees_pending_writes():
+  """Replays with the very argument Tensors of the last one skip checking them again; a write still pending (an
+  assign not realized) to a weight the function reads, or to an argument, runs before the replay all the same."""
+  w = Tensor(np.ones(8, np.float32)).realize()
+  x = Tensor(np.arange(8, dtype=np.float32)).realize()
+  step = jit(lambda a: (a * w).contiguous())
+  for _ in range(4): np.testing.assert_array_equal(step(x).numpy(), np.arange(8))
+  w.assign(Tensor(np.full(8, 2.0, np.float32)))                   # pending: realized by the next realize
+  np.testing.assert_array_equal(step(x).numpy(), np.arange(8) * 2.0)
+  x.assign(Tensor(np.full(8, 3.0, np.float32)))                   # the argument itself
+  np.testing.assert_array_equal(step(x).numpy(), np.full(8, 6.0))
+  x.assign(Tensor(np.full(8, 4.0, np.float32))).realize()         # written in place, the same node
+  np.testing.assert_array_equal(step(x).numpy(), np.full(8, 8.0))
+  with pytest.raises(JitError, match="shape"): step(Tensor(np.ones(4, np.float32)))
+
+
 @pytest.mark.parametrize("name", ["contiguous", "reduce_broadcast"])
 def test_capture_computes_what_an_earlier_call_left_in_a_buffer(name):
   """Called with the same input Tensor each time, the traced function's intermediates (a contiguous(), a reduction
