@@ -1,8 +1,8 @@
-"""tools/mutate.py, the mutation tester: the mutants it makes and how it judges them (on a tiny synthetic package)."""
+"""tests/mutate.py, the mutation tester: the mutants it makes and how it judges them (on a tiny synthetic package)."""
 import io, textwrap, tokenize
 from pathlib import Path
 import pytest
-from baregrad.tools import mutate
+import mutate     # tests/mutate.py (tests/ is on sys.path: conftest.py)
 
 SOURCE = textwrap.dedent('''\
   """A module docstring with 256 and 0x10 in it."""

@@ -5,12 +5,12 @@ Mutation testing
 A test suite that still passes after a register offset, a bit position or a struct field type was changed does
 not check that fact. This tool makes such changes one at a time ("mutants") and reports the ones no test noticed:
 
-    python -m baregrad.tools.mutate                          # the hardware tables, with tests/amd and tests/nv
-    python -m baregrad.tools.mutate --target emu             # the emulators' compare/min/max/class/convert code
-    python -m baregrad.tools.mutate --files drivers/nv/qmd.py --tests "tests/nv/test_nv_emu.py" --jobs 2
-    python -m baregrad.tools.mutate --list                   # the mutants and their IDs, nothing runs
-    python -m baregrad.tools.mutate --only drivers/amd/pm4.py:31:10:swap     # one mutant (an ID from --list), with pytest's output
-    python -m baregrad.tools.mutate --jobs 2 --report mutants.md
+    python tests/mutate.py                          # the hardware tables, with tests/amd and tests/nv
+    python tests/mutate.py --target emu             # the emulators' compare/min/max/class/convert code
+    python tests/mutate.py --files drivers/nv/qmd.py --tests "tests/nv/test_nv_emu.py" --jobs 2
+    python tests/mutate.py --list                   # the mutants and their IDs, nothing runs
+    python tests/mutate.py --only drivers/amd/pm4.py:31:10:swap     # one mutant (an ID from --list), with pytest's output
+    python tests/mutate.py --jobs 2 --report mutants.md
 
 Mutants come from the AST, each replacing one token of the source text (IDs are `file:line:column:kind`, both
 1-based; the order is deterministic):
@@ -30,7 +30,7 @@ and is reported apart. The default tests of a file: tests/amd for drivers/amd/, 
 tests/emu for drivers/emu/, else tests/; `--tests "ARGS"` replaces them for every file and
 `--tests "PREFIX=ARGS"` for the files under PREFIX (ARGS: pytest arguments, i.e. paths, node IDs, -k, --deselect):
 
-    python -m baregrad.tools.mutate --jobs 2 \\
+    python tests/mutate.py --jobs 2 \\
       --tests "drivers/amd/=tests/amd/test_amd_hw_tables.py tests/amd/test_pm4_sdma_logic.py tests/amd/test_kfd.py tests/amd/test_kfd_rules.py" \\
       --tests "drivers/nv/=tests/nv/test_nv_hw_tables.py tests/nv/test_qmd_pushbuf_logic.py tests/nv/test_nv_driver.py tests/nv/test_nv_emu.py tests/nv/test_nv_rules.py"
 
@@ -444,7 +444,7 @@ def report(results: list[Result], sources: dict[str, str], header: list[str]) ->
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m baregrad.tools.mutate", description=__doc__.split("\n\n")[0],
+  parser = argparse.ArgumentParser(prog="python tests/mutate.py", description=__doc__.split("\n\n")[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--target", choices=("tables", "emu"), default="tables",
                       help="tables: the hardware tables (default); emu: the emulators' compare/min/max/class/convert code")
