@@ -21,11 +21,13 @@ def resolve(v, var_vals) -> int: return v if isinstance(v, int) else v.resolve(v
 
 class HWQueue:
   """`exec`, `copy`, `signal`, `wait`, `timestamp`, `memory_barrier`, then `submit(dev)` (or `bind` + `submit`)."""
+  _last = None
 
   def __init__(self, kind: str = "compute"):
     self.kind = kind
     self.cmds: list[tuple] = []
     self.bound = None          # (the driver's bound handle, [(word index, Bits of a Slot)], last values)
+    self._last = None          # a bound queue's last commands as reports word them (submit)
 
   def exec(self, program, args_addr, global_size=(1, 1, 1), local_size=(1, 1, 1)):
     if type(global_size) is not tuple: global_size = tuple(global_size)
@@ -47,6 +49,7 @@ class HWQueue:
   def bind(self, dev) -> "HWQueue":
     encoded = dev.driver.encode(self.kind, self.cmds)
     self.bound = (dev.driver.bind(self.kind, encoded), encoded.patches, [None] * len(encoded.patches))
+    self._last = None
     return self
 
   def submit(self, dev, var_vals: dict | None = None) -> "HWQueue":
@@ -68,8 +71,12 @@ class HWQueue:
       dev.timeline_value = dev.timeline_submitted
       raise
     dev.timeline_submitted = dev.timeline_value
-    # the last commands, for hang and fault reports (Device.last_command words them only when one is made)
-    dev.last_submitted = (self.kind, [brief(c) for c in self.cmds[-4:]])
+    # the last commands, for hang and fault reports (Device.last_command words them only when one is made); a bound
+    # queue's commands do not change, so its are made once
+    if self.bound is None: dev.last_submitted = (self.kind, [brief(c) for c in self.cmds[-4:]])
+    else:
+      if self._last is None: self._last = (self.kind, [brief(c) for c in self.cmds[-4:]])
+      dev.last_submitted = self._last
     return self
 
 
