@@ -132,16 +132,19 @@ class Plan:
 _slot_uops: dict[tuple, UOp] = {}
 
 
+def leaf_view(n: UOp) -> UOp | None:
+  """The view a graph walk reads n's value from instead of walking under n (realized before and reusable), or None.
+  A value on several devices (a MULTI of views) is walked through: tensor/multi.py lowers such graphs."""
+  view = reusable(n)
+  return view if view is not None and view is not n and view.op is not Ops.MULTI else None
+
+
 def graph_order(outs: list[UOp]) -> list[UOp]:
   """The walk normalize_outputs takes over `outs` (their sink's toposort less the sink): a node it will replace by
-  the view holding its value (realized before, reusable) is a leaf, its sources not walked. A model that realizes
-  per layer (a KV cache written by each) then walks each layer once, not every earlier one again."""
+  the view holding its value (leaf_view) is a leaf, its sources not walked. A model that realizes per layer (a KV
+  cache written by each) then walks each layer once, not every earlier one again."""
   outputs = set(outs)
-  def leaf(n: UOp) -> bool:
-    if n.op is not _ASSIGN and n in outputs: return False
-    view = reusable(n)
-    # (a value on several devices, a MULTI of views, is walked through: tensor/multi.py lowers such graphs)
-    return view is not None and view is not n and view.op is not Ops.MULTI
+  def leaf(n: UOp) -> bool: return (n.op is _ASSIGN or n not in outputs) and leaf_view(n) is not None
   if len(outs) == 1: return outs[0].toposort(leaf)
   return UOp.sink(*outs).toposort(leaf)[:-1]
 

@@ -78,6 +78,8 @@ class GraphExecutor:
     self.out_specs = [(b.size, b.dtype) if role[b][0] == "out" else role[b] for b in outputs]
     self.out_fixed = {j: b for j, b in enumerate(outputs) if role[b][0] not in ("out",) and role[b][0] != "in"}
     self.out_from_input = {j: role[b][1] for j, b in enumerate(outputs) if role[b][0] == "in"}
+    # the argument slots' names, made once (a replay fills them by position)
+    self.slot_names = ([f"in{i}" for i in range(len(inputs))], [f"out{j}" for j in range(len(outputs))])
 
     def addr(b: Buffer):
       r = role.get(b)
@@ -144,8 +146,6 @@ class GraphExecutor:
   def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
     with Device.lock: return self._replay(inputs, var_vals)
 
-  _slot_names = None    # ("in0", ...), ("out0", ...): the names of the argument slots, made once
-
   def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> list[Buffer]:
     dev = self.dev
     if self.last_value: dev.timeline.wait(self.last_value)   # the previous replay still reads the kernargs/arena
@@ -154,15 +154,11 @@ class GraphExecutor:
       if j in self.out_from_input: outs.append(inputs[self.out_from_input[j]])
       elif j in self.out_fixed: outs.append(self.out_fixed[j])
       else: outs.append(Buffer(dev.name, spec[0], spec[1]).ensure_allocated())
-    names = self._slot_names
-    if names is None or len(names[0]) < len(inputs) or len(names[1]) < len(outs):
-      names = self._slot_names = ([f"in{i}" for i in range(len(inputs))], [f"out{j}" for j in range(len(outs))])
-    vals = {n: b.addr for n, b in zip(names[0], inputs)}
-    vals.update(zip(names[1], [b.addr for b in outs]))
-    if var_vals:
-      vals.update((f"var:{k}", v) for k, v in var_vals.items())
-      vals.update(grid_values(self.grids, var_vals))
-    elif self.grids: vals.update(grid_values(self.grids, var_vals))
+    in_names, out_names = self.slot_names
+    vals = {n: b.addr for n, b in zip(in_names, inputs)}
+    vals.update(zip(out_names, [b.addr for b in outs]))
+    vals.update((f"var:{k}", v) for k, v in var_vals.items())
+    if self.grids: vals.update(grid_values(self.grids, var_vals))
     if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
     q = dev.queue("compute")       # other devices' copies on this device's memory (hcq/transfer.py) come first
     if q.cmds: dev.submit(q)

@@ -21,7 +21,6 @@ def resolve(v, var_vals) -> int: return v if isinstance(v, int) else v.resolve(v
 
 class HWQueue:
   """`exec`, `copy`, `signal`, `wait`, `timestamp`, `memory_barrier`, then `submit(dev)` (or `bind` + `submit`)."""
-  _last = None
 
   def __init__(self, kind: str = "compute"):
     self.kind = kind

@@ -57,10 +57,9 @@ class jit:
             and all(r() is t.uop for r, t in zip(checked, tensors)))
 
   def _note_inputs(self, tensors) -> None:
-    """Remember the argument nodes of a replay that checked them, where each is one realized buffer (a BUFFER, or a
-    reshape of one) on one device; otherwise forget (the next replay checks them)."""
-    ok = all(not isinstance(t.device, tuple) and (t.uop.op is Ops.BUFFER or
-             (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)) for t in tensors)
+    """Remember the argument nodes of a replay that checked them, where each is a whole realized buffer
+    (_whole_buffer); otherwise forget (the next replay checks them)."""
+    ok = all(_whole_buffer(t.uop) is not None for t in tensors)
     self._checked = [weakref.ref(t.uop) for t in tensors] if ok else None
 
   def _split(self, args, kwargs):
@@ -100,7 +99,7 @@ class jit:
       self.reset()     # a device was closed (or belongs to the parent of this forked process): capture anew
     tensors, var_vals, static = self._split(args, kwargs)
     if self.calls == 2 and self._same_inputs(tensors) and static == self.signature[1]:
-      return self._replay(tensors, var_vals, [t.uop.arg if t.uop.op is Ops.BUFFER else t.uop.src[0].arg for t in tensors])
+      return self._replay(tensors, var_vals, [_whole_buffer(t.uop) for t in tensors])
     if tensors: Tensor.realize(*tensors)
     self._check(tensors, static)
     if self.calls == 0:
@@ -220,6 +219,12 @@ def _build(s, it):
   if s == "T": return next(it)
   if s is None: return None
   return s[0](_build(x, it) for x in s[1])
+
+
+def _whole_buffer(u: UOp) -> Buffer | None:
+  """The buffer a realized node on one device is, whole (a BUFFER, or a reshape of one); None for anything else."""
+  if u.op is Ops.RESHAPE: u = u.src[0]
+  return u.arg if u.op is Ops.BUFFER else None
 
 
 def _tensor_from(buf: Buffer, shape) -> Tensor:

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 from baregrad.compiler.uop import UOp, Ops, MOVEMENT
 from baregrad.compiler.dtype import DType, dtypes, to_dtype, promote, weak_promote, scalar_dtype, truncate
-from baregrad.compiler.schedule import create_schedule, graph_order, realized, remember, forget, reusable
+from baregrad.compiler.schedule import create_schedule, graph_order, leaf_view, realized, remember, forget
 from baregrad.compiler import shape as sym
 from baregrad.hcq.device import Device, canonical
 from baregrad.hcq.buffer import Buffer
@@ -1185,15 +1185,13 @@ def _reads_shifted(value: UOp, buf: Buffer, target: UOp | None = None) -> bool:
   # does not go under it; the assign has already forgotten every result computed from `buf` (forget)
   views = {}
   def leaf(n: UOp) -> bool:
-    v = None if n is target else reusable(n)
-    if v is None or v is n or v.op is Ops.MULTI: return False
-    views[n] = v
-    return True
+    v = views[n] = None if n is target else leaf_view(n)
+    return v is not None
   def walk(root: UOp) -> int:
     for n in root.toposort(leaf):
       if n in state: continue
       if n is target: state[n] = 1
-      elif n in views: state[n] = walk(views[n])
+      elif views.get(n) is not None: state[n] = walk(views[n])
       elif n.op is Ops.BUFFER: state[n] = whole if n.arg is buf else 0
       elif not n.src: state[n] = 0
       else:

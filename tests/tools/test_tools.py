@@ -382,3 +382,20 @@ def test_capture_replay_on_emulated_gpu(name, kind, tmp_path):
   # a capture from one kind of device does not replay on another
   out = baregrad("replay", str(path), "--device", "CPU", check=False)
   assert out.returncode != 0 and kind in (out.stdout + out.stderr)
+
+
+def test_bench_llama_cpp_interpreter_is_checked(tmp_path, monkeypatch):
+  """bench --llama-cpp PYTHON: a path that does not run, or an interpreter without llama_cpp, is a clear error before
+  any model is written; without the flag an interpreter lacking llama_cpp only leaves the comparison out."""
+  from baregrad.tools import bench_llm
+  monkeypatch.setattr(bench_llm, "LLAMA_CPP_PYTHON", str(tmp_path / "no-such-python"))
+  with pytest.raises(RuntimeError, match="--llama-cpp .*no-such-python.*cannot run it"): bench_llm.llama_cpp_python()
+  stub = tmp_path / "python-without-llama"          # an executable that runs but cannot import llama_cpp
+  stub.write_text("#!/bin/sh\nexit 1\n")
+  stub.chmod(0o755)
+  monkeypatch.setattr(bench_llm, "LLAMA_CPP_PYTHON", str(stub))
+  with pytest.raises(RuntimeError, match="cannot import llama_cpp"): bench_llm.llama_cpp_python()
+  monkeypatch.setattr(bench_llm, "LLAMA_CPP_PYTHON", None)
+  have = subprocess.run([sys.executable, "-c", "import llama_cpp"], capture_output=True).returncode == 0
+  assert bench_llm.llama_cpp_python() == (sys.executable if have else None)
+  with pytest.raises(SystemExit): __import__("baregrad.tools.bench", fromlist=["main"]).main(["--llama-cpp"])
