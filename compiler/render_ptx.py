@@ -274,10 +274,20 @@ class PTXRenderer:
         dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
         addr = self.address(k, val(u.src[0].src[0]), val(x), x.dtype, dt)
         at = f"{addr}+{off * dt.itemsize}" if off else addr
-        if op is Ops.LOAD:
+        if op is Ops.LOAD and len(group) == 8:   # 8 16-bit elements: 4 words, each split into its two halves
+          words = [k.reg("b32") for _ in range(4)]
+          k.emit(f"ld.{space(u.src[0])}.v4.b32 {{{', '.join(words)}}}, [{at}];")
+          for i, w in enumerate(words):
+            k.names[group[2 * i]] = k.op("b32", f"and.b32 {{d}}, {w}, 0xFFFF;")
+            k.names[group[2 * i + 1]] = k.op("b32", f"shr.u32 {{d}}, {w}, 16;")
+        elif op is Ops.LOAD:
           regs = [k.reg(reg_class(dt)) for _ in group]
           k.emit(f"ld.{space(u.src[0])}.v4.{MEM_TYPE[dt]} {{{', '.join(regs)}}}, [{at}];")
           for ld, r in zip(group, regs): k.names[ld] = r
+        elif len(group) == 8:      # two 16-bit values a word: the odd one's low 16 bits inserted above the even one's
+          vals = [val(st.src[1]) for st in group]
+          words = [k.op("b32", f"bfi.b32 {{d}}, {vals[2 * i + 1]}, {vals[2 * i]}, 16, 16;") for i in range(4)]
+          k.emit(f"st.{space(u.src[0])}.v4.b32 [{at}], {{{', '.join(words)}}};")
         else: k.emit(f"st.{space(u.src[0])}.v4.{MEM_TYPE[dt]} [{at}], {{{', '.join(val(st.src[1]) for st in group)}}};")
       elif op is Ops.LOAD:
         idx = u.src[0]
@@ -384,8 +394,9 @@ class PTXRenderer:
     so 16-byte aligned: .shared arrays are declared so, and every buffer a kernel gets is: allocations are page
     aligned, JIT arena offsets 64-byte aligned) become one ld/st .v4 (PTX ISA: ld/st, "vector ... .v4", aligned to the
     vector size). Loads with no store, barrier or loop boundary between them go at the first one; stores with no load,
-    barrier or loop boundary between them at the last one (every value is computed by then).
-    {the access that emits: the four in order, each other one: None}."""
+    barrier or loop boundary between them at the last one (every value is computed by then). Eight 16-bit elements at
+    a multiple of 8 become one .v4.b32 access (16 bytes, two elements a word).
+    {the access that emits: the four (or eight) in order, each other one: None}."""
     from .symbolic import linear
     out: dict = {}
     order = {u: i for i, u in enumerate(program)}
@@ -396,11 +407,15 @@ class PTXRenderer:
         by_x.setdefault((acc.src[0].src[0], x), {}).setdefault(c, acc)
       for (_, x), accs in by_x.items():
         terms, const = linear(x)
-        if const % 4 or any(v % 4 for v in terms.values()): continue
-        for c in sorted(accs):
-          if c % 4 == 0 and all(c + i in accs for i in range(4)) and accs[c] not in out:
-            group = [accs[c + i] for i in range(4)]
-            out.update({g: None for g in group}); out[pick(group, key=order.__getitem__)] = group
+        # 16-bit elements go 8 to a 16-byte access where the index allows (ld/st .v4.b32, two elements a word)
+        wide = 8 if _access_type(next(iter(accs.values()))).itemsize == 2 else 4
+        for n in sorted({wide, 4}, reverse=True):
+          if const % n or any(v % n for v in terms.values()): continue
+          for c in sorted(accs):
+            if c % n == 0 and all(c + i in accs and accs[c + i] not in out for i in range(n)):
+              group = [accs[c + i] for i in range(n)]
+              out.update({g: None for g in group}); out[pick(group, key=order.__getitem__)] = group
+    def _access_type(u): return u.dtype if u.op is Ops.LOAD else u.src[1].dtype
     def ok(u, dt): return len(u.src[0].src) == 2 and dt in (dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.float16, dtypes.bfloat16)
     # a store ends the window of loads of its own buffer only (and a load that of stores to its buffer): accesses of
     # different buffers may pass each other (an elementwise kernel's lanes: load a, load b, store c, ... become one
