@@ -6,7 +6,7 @@ vidmemConstruct makes.
 Expected values are transcribed by hand from open-gpu-kernel-modules 580.142 ("OGKM", file named beside each), not
 read from drivers/nv/vidmem.py. With NV_OPEN_GPU_KERNEL_MODULES set to a checkout of OGKM at 580.142, a gcc probe
 compiles the headers and compares."""
-import errno, os, shutil, subprocess, sys
+import errno, os, shutil, signal, subprocess, sys, threading
 import numpy as np
 import pytest
 
@@ -289,7 +289,7 @@ def test_tensors_programs_and_launch_memory_are_video_memory(dev):
 
 
 def test_round_trip_goes_through_the_copy_engine(dev, monkeypatch):
-  """9 MiB in and out: the copy channel moves every byte (three 4 MiB chunks each way through the two staging
+  """9 MiB in and out: the copy channel moves every byte (in staging-buffer chunks each way through the two staging
   buffers), the host never reads video memory (no view of it while copying out), the bytes come back exact."""
   d = dev.driver
   n = 9 * MIB
@@ -308,6 +308,48 @@ def test_round_trip_goes_through_the_copy_engine(dev, monkeypatch):
   assert d.k.gpu.copy_bytes["copy"] - before.get("copy", 0) == 2 * n
   assert not any(d._in_device(addr, 1) for addr, _ in views), "the host read video memory"
   d.free(mem)
+
+
+def test_staged_copies_split_between_host_threads(dev, monkeypatch):
+  """A staged copy's host part is split between threads (parts of odd sizes here, chunks of the staging size and a
+  tail): every byte arrives, both ways, and the copy threads did the work."""
+  from baregrad.drivers import hostcopy
+  monkeypatch.setattr(hostcopy, "COPY_THREADS", 4)
+  monkeypatch.setattr(hostcopy, "PART_MIN", 4096)
+  d = dev.driver
+  n = 2 * d.STAGING + 12345
+  x = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
+  mem = d.alloc(n)
+  d.copyin(mem.addr, memoryview(x))
+  y = np.zeros(n, np.uint8)
+  d.copyout(memoryview(y), mem.addr)
+  np.testing.assert_array_equal(y, x)
+  assert any(t.name.startswith("baregrad-copy") for t in threading.enumerate())
+  d.free(mem)
+
+
+def test_copy_threads_in_a_forked_child():
+  """The parent's copy threads do not exist in a forked child: the child's split copy makes its own (reusing the
+  parent's pool would wait forever for threads that are not there)."""
+  from baregrad.drivers import hostcopy
+  threads = hostcopy._CopyThreads()
+  src = np.arange(1 << 16, dtype=np.uint8)
+  dst = np.zeros_like(src)
+  old = hostcopy.COPY_THREADS, hostcopy.PART_MIN
+  hostcopy.COPY_THREADS, hostcopy.PART_MIN = 4, 4096
+  try:
+    threads.copy(dst, src)
+    pid = os.fork()
+    if pid == 0:
+      signal.alarm(20)
+      out = np.zeros_like(src)
+      threads.copy(out, src)
+      os._exit(0 if np.array_equal(out, src) else 3)
+    _, status = os.waitpid(pid, 0)
+  finally:
+    hostcopy.COPY_THREADS, hostcopy.PART_MIN = old
+  assert np.array_equal(dst, src)
+  assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child: {status:#x}"
 
 
 def test_small_copies_by_the_copy_engine_and_host_memory_by_the_cpu(dev):
