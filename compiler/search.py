@@ -8,7 +8,7 @@ searched again and rewritten; a cache that cannot be used is a warning there, ne
 The search times real runs, so it needs the kernel compiler: the caller (compiler/codegen.py) passes its
 `get_program` in as `compile_kernel`."""
 from __future__ import annotations
-import dataclasses, hashlib, json, math
+import dataclasses, hashlib, json, math, time
 from baregrad.drivers import diskcache
 from baregrad.drivers.progress import Progress
 from .uop import UOp, Ops
@@ -57,7 +57,12 @@ def _emulated(dev) -> bool:
 # an emulated GPU's time says little about a real one: BEAM there minimizes what the emulator counted instead, one
 # global byte weighed as this many thread-instructions (drivers/emu/counters.py)
 EMU_BYTE_COST = 4
-GPU_LAUNCHES = 4
+# On the H200 the clocks took seconds of load to rise: the first candidates of a sweep (each run 0.05 s first) timed an
+# 8192x8192 float16 matvec at 148 us, the same kernel 57 us a few seconds later and 38.5 us after ~5 s of adds. So a
+# timing that follows none in the last GPU_COLD_AFTER seconds runs the kernel GPU_COLD_SECONDS first, others
+# GPU_WARM_SECONDS.
+GPU_LAUNCHES, GPU_WARM_SECONDS, GPU_COLD_SECONDS, GPU_COLD_AFTER = 4, 0.05, 1.0, 1.0
+_last_gpu_timing = -1e9
 
 
 def _buffers(spec) -> list:
@@ -85,19 +90,26 @@ def _run_times(spec, prog, bufs, repeats: int) -> list[float]:
     from baregrad.drivers.emu import counters
     counters.reset()
     repeats = 1        # the counts do not vary between runs
-  # a real GPU's run is GPU_LAUNCHES launches back to back (their time divided by their number): a kernel launched
-  # alone after the GPU waited runs slower (an H200 took 2.4x as long for an add), and that made candidates' times say
-  # more about the wait than about them
+  # a real GPU's run is GPU_LAUNCHES launches back to back (their time divided by their number), after
+  # GPU_WARM_SECONDS of such runs: its clocks rise only under sustained load (an H200 idles at 345 MHz and ran an add
+  # 2.4x slower launched alone after waits), which made candidates' times say more about the clock than about them
   launches = 1 if emulated or kind_of(dev.name) in HOST_KINDS else GPU_LAUNCHES
-  out = []
-  for _ in range(repeats):
+
+  def run() -> float:
     t0, t1 = Signal(dev, "beam0"), Signal(dev, "beam1")
     q = dev.compute_queue().timestamp(t0)
     for _ in range(launches):
       q.exec(prog, dev.kernargs.put(kernel_args(item)), global_size(item.meta, item.var_vals))   # every workgroup
     q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize()
-    out.append((device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9 / launches)
+    return (device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9 / launches
+  if launches > 1:
+    global _last_gpu_timing
+    cold = time.perf_counter() - _last_gpu_timing > GPU_COLD_AFTER
+    end = time.perf_counter() + (GPU_COLD_SECONDS if cold else GPU_WARM_SECONDS)
+    while time.perf_counter() < end: run()
+  out = [run() for _ in range(repeats)]
+  if launches > 1: _last_gpu_timing = time.perf_counter()
   if emulated:
     c = counters.last()
     return [(c.thread_instrs + EMU_BYTE_COST * c.global_bytes) * 1e-9]

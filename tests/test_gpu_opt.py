@@ -231,8 +231,9 @@ def test_beam_times_every_workgroup(device):
 
 
 def test_gpu_timings_launch_back_to_back(device, monkeypatch):
-  """On a real GPU BEAM times GPU_LAUNCHES launches between two timestamps (a kernel launched alone after a wait ran
-  2.4x slower on an H200), and time_item(launches=n) queues n: the emulator (made to look real here) counts them."""
+  """On a real GPU BEAM times GPU_LAUNCHES launches between two timestamps, after running them for GPU_WARM_SECONDS
+  (an H200's clocks rise only under sustained load), and time_item(launches=n) queues n: the emulator (made to look
+  real here) counts them."""
   if device == "METAL": pytest.skip("the emulated Metal has no counters")
   from baregrad.compiler import search
   from baregrad.drivers.emu import counters
@@ -242,9 +243,15 @@ def test_gpu_timings_launch_back_to_back(device, monkeypatch):
   prog = get_program(spec)
   bufs = search._buffers(spec)
   monkeypatch.setattr(search, "_emulated", lambda dev: False)
+  monkeypatch.setattr(search, "GPU_WARM_SECONDS", 0.0)
+  monkeypatch.setattr(search, "GPU_COLD_SECONDS", 0.0)
   counters.reset()
   times = search._run_times(spec, prog, bufs, 2)
   assert len(times) == 2 and counters.total().kernels == 2 * search.GPU_LAUNCHES
+  monkeypatch.setattr(search, "GPU_WARM_SECONDS", 0.01)     # runs for a while before the timed runs
+  counters.reset()
+  search._run_times(spec, prog, bufs, 2)
+  assert counters.total().kernels >= 3 * search.GPU_LAUNCHES
   counters.reset()
   assert time_item(Device.get(device), ExecItem(prog, bufs, {}, prog.meta), launches=3) > 0
   assert counters.total().kernels == 3
