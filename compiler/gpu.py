@@ -301,9 +301,9 @@ def _broadcast_operand(ast: UOp, r: UOp) -> bool:
   return any(u.op is Ops.LOAD and r not in u.src[0].src[1].toposort() for u in ast.toposort())
 
 
-def _contiguous_reduce(ast: UOp, r: UOp) -> bool:
+def _unit_stride(ast: UOp, r: UOp) -> bool:
   """Does the largest operand (by element size, then by the ranges its index uses) read neighbouring elements along
-  reduce axis r (stride 1)?"""
+  loop range r (stride 1)?"""
   loads = [u for u in ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
   if not loads: return False
   big = max(loads, key=lambda u: (u.dtype.itemsize, len({v for v in u.src[0].src[1].toposort() if v.op is Ops.RANGE})))
@@ -377,7 +377,7 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
     rowgroup, lanes = next(((g, n) for n in ((8, 4) if _weight_itemsize(ast) == 2 else (4,)) for g in (256, 128, 64)
                             if _size(rl[-1]) % (n * g) == 0 and _size(rl[-1]) // (n * g) >= 4), (None, 4))
     if gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]) and not narrow and \
-       rowgroup and _contiguous_reduce(ast, rl[-1]):
+       rowgroup and _unit_stride(ast, rl[-1]):
       # a matrix-vector product whose weight rows are contiguous along the reduction (x @ W.T, the layout of every
       # language model's weights): a workgroup of 256 threads per output, each thread 4 neighbouring weights per step
       # (a vector load; the warp reads 128 neighbouring weights), x re-read per output from the caches. On an H200
@@ -388,14 +388,24 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
       rows = tryopt(Opt("UNROLL", len(rl) - 1, lanes)) and tryopt(Opt("GROUP", len(_ranges(ast, "reduce")) - 1, rowgroup))
     elif gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]):
       matvec = True
-      # a matrix-vector product: every output reads all of x. A register tile of outputs per thread reads each x
-      # element once for all of them (global bytes 1 + 1/tile times the weight's, not 2x), keeping 8+ threads' work
-      # (a weight of bytes, quantized blocks: x is 4x its bytes per element, so more outputs share each x load)
-      tiles = (64, 32, 16, 8, 4) if narrow else (32, 16, 8, 4)
-      amt = next((t for t in tiles if _size(gl[-1]) % t == 0 and outputs // t >= (4 if narrow else 16 if t == 32 else 8)),
-                 None)
-      if amt: tryopt(Opt("UPCAST", len(gl) - 1, amt))
-      outputs = math.prod(_size(r) for r in _ranges(ast, "global"))
+      if not narrow and len(gl) == 1 and outputs >= 4096 and outputs % 64 == 0 and _size(rl[-1]) % 16 == 0 and \
+         rsize // 16 >= 16 and _unit_stride(ast, gl[-1]):
+        # weights contiguous along the outputs (x @ W, W of shape (in, out)): 64 threads of a workgroup along the
+        # outputs (a warp reads neighbouring weights), 16 along the reduction, each a contiguous chunk. On the H200
+        # (8192x8192, clocks warm) float16 ran 54 us, float32 66 us, against 94 and 103 for the register tile below
+        try: ast, opts, rows = apply_opts(ast, [Opt("LOCAL", 0, 64), Opt("GROUPTOP", len(rl) - 1, 16)]), \
+          opts + [Opt("LOCAL", 0, 64), Opt("GROUPTOP", len(rl) - 1, 16)], True
+        except OptError: pass
+      matvec = not rows         # (x is not staged through workgroup memory then: the shape measured had it from the caches)
+      if not rows:
+        # a matrix-vector product: every output reads all of x. A register tile of outputs per thread reads each x
+        # element once for all of them (global bytes 1 + 1/tile times the weight's, not 2x), keeping 8+ threads' work
+        # (a weight of bytes, quantized blocks: x is 4x its bytes per element, so more outputs share each x load)
+        tiles = (64, 32, 16, 8, 4) if narrow else (32, 16, 8, 4)
+        amt = next((t for t in tiles if _size(gl[-1]) % t == 0 and outputs // t >= (4 if narrow else 16 if t == 32 else 8)),
+                   None)
+        if amt: tryopt(Opt("UPCAST", len(gl) - 1, amt))
+        outputs = math.prod(_size(r) for r in _ranges(ast, "global"))
     if rows: pass
     elif outputs < 4096 and rsize >= 64:
       # threads of a workgroup share the innermost reduce axis, each at least 16 elements of the whole reduction;
