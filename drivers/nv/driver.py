@@ -57,6 +57,7 @@ VA_BASE, VA_LIMIT = 0x20_0000_0000, 1 << 40      # driver-chosen host == GPU add
 MAP_FIXED_NOREPLACE = 0x100000                    # <linux/mman.h>
 PAGE = 0x1000
 OVERRUN = 0x10000
+PARAM_GATHER_SPAN = 1 << 30    # a bound pushbuffer gathers its launches' parameters in one numpy copy when they lie within this
 GPFIFO_ENTRIES = 1024
 # VA regions, by the page size of what lies there: pinned host memory in 4 KiB pages, video memory in 64 KiB and in
 # 2 MiB pages (vidmem.placement). Within a region allocations lie back to back at their page alignment (see OVERRUN);
@@ -982,13 +983,30 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
     mem = self.alloc_polled(4 * max(len(words), 1))     # pushbuffer: the host patches it (and reads it in reports)
     view = np.frombuffer(self.view(mem.addr, 4 * max(len(words), 1)), np.uint32)
     view[:len(words)] = np.array(words, dtype=np.uint64).astype(np.uint32)
-    return BoundPushbuffer(mem, view, len(words), copies, arenas)
+    return BoundPushbuffer(mem, view, len(words), copies, arenas, self._param_gather(copies))
+
+  def _param_gather(self, copies) -> tuple | None:
+    """The parameter copies from kernel-argument memory as one numpy gather (a replay's host time per launch was
+    mostly one cffi copy per parameter): (the source bytes, their indices, the pushbuffer byte indices, the copies of
+    symbolic grid widths left to copy one by one), or None."""
+    params = [(src, dst, n) for src, dst, n in copies if not isinstance(src, GridWord)]
+    if not params: return None
+    lo, hi = min(src for src, _, _ in params), max(src + n for src, _, n in params)
+    if hi - lo > PARAM_GATHER_SPAN: return None
+    take = np.concatenate([np.arange(src - lo, src - lo + n) for src, _, n in params])
+    put = np.concatenate([np.arange(dst, dst + n) for _, dst, n in params])
+    return (np.frombuffer(self.view(lo, hi - lo), np.uint8), take, put,
+            [c for c in copies if isinstance(c[0], GridWord)])
 
   def submit_bound(self, kind: str, bound: "BoundPushbuffer", patch: list[tuple[int, int]]):
     """Patch the words, copy the launches' parameters from the kernarg memory (a replay patched them), submit."""
     if self._faulted(): self.check_faults(self.name)
     for i, v in patch: bound.words[i] = v
-    self._copy_params(bound.memory.addr, bound.copies)
+    if bound.gather is None: self._copy_params(bound.memory.addr, bound.copies)
+    else:
+      src, take, put, grids = bound.gather
+      bound.words.view(np.uint8)[put] = src[take]
+      self._copy_params(bound.memory.addr, grids)
     ch = self.channels[kind]
     entries, arenas = [], []
     if (state := self._state_words(ch)):
@@ -1202,3 +1220,4 @@ class BoundPushbuffer:
   copies: list           # (kernarg address or GridWord, byte offset in the pushbuffer, bytes): every launch's
                          # parameters (and symbolic grid width) into its inline bank 0 data, copied per submit
   arenas: list           # the launch memory the bound queue holds
+  gather: tuple | None = None   # the parameter copies as one numpy gather (NVDriver._param_gather)
