@@ -42,6 +42,9 @@ kernel_mod.EMULATORS.setdefault("AMD", ("baregrad.drivers.emu.kfd_kernel", "Emul
 _ffi = cffi.FFI()
 _ffi.cdef("int munmap(void *addr, size_t length);")
 _libc = _ffi.dlopen(None)
+# resolved once here: _unmap_all runs as a GC finalizer, which may fire while this thread is inside another cffi type
+# parse, and cffi's parser lock is not reentrant (a string type parsed there deadlocked a test worker)
+_VOID_P = _ffi.typeof("void *")
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS, MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
 DOORBELL_PAGE = 8192            # 1024 64-bit doorbells per process on gfx9+ (libhsakmt's doorbell mapping size)
@@ -142,7 +145,7 @@ def _process_kernel():
 
 
 def _unmap_all(mappings: list):
-  for addr, size in mappings: _libc.munmap(_ffi.cast("void *", addr), size)
+  for addr, size in mappings: _libc.munmap(_ffi.cast(_VOID_P, addr), size)
   mappings.clear()
 
 

@@ -112,8 +112,11 @@ def _libgcc():
   except OSError: return libc    # a process built with compiler-rt has __clear_cache itself
 
 
+_VOID_P = ffi.typeof("void *")   # (unmap_memory runs as a GC finalizer: no cffi type parse there, see amd/driver.py)
+
+
 def unmap_memory(addr: int, size: int) -> None:
-  result = libc.munmap(ffi.cast("void *", addr), size)
+  result = libc.munmap(ffi.cast(_VOID_P, addr), size)
   if kernel_log.enabled: kernel_log.munmap(addr, size, result)
 
 

@@ -462,3 +462,27 @@ def test_host_device_copies_through_sdma(drv):
   drv.copyout(back, m.addr)
   assert (back == host).all()
   assert engine.history.count("COPY_LINEAR") - before == 4      # two chunks in, two chunks out
+
+
+def test_the_unmap_finalizer_parses_no_c_type():
+  """_unmap_all runs as a GC finalizer, which can fire while the thread is inside a cffi type parse; cffi's parser lock
+  is not reentrant, so a string type parsed there deadlocked a test worker. Here another thread holds that lock (and
+  the module's type cache is empty): the unmap must still finish."""
+  import ctypes, threading
+  import cffi.cparser
+  from baregrad.drivers.amd import driver as amd
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                                            ctypes.c_int, ctypes.c_long]
+  addr = libc.mmap(None, 4096, 3, 0x22, -1, 0)          # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+  assert addr not in (None, ctypes.c_void_p(-1).value)
+  amd._ffi._parsed_types.clear()
+  mappings = [(addr, 4096)]
+  worker = threading.Thread(target=amd._unmap_all, args=(mappings,), daemon=True)
+  with cffi.cparser.lock:
+    worker.start()
+    worker.join(5)
+    stuck = worker.is_alive()
+  worker.join(5)
+  assert not stuck, "the unmap waited for cffi's parser lock"
+  assert mappings == []
