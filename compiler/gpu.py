@@ -323,6 +323,15 @@ def _weight_itemsize(ast: UOp) -> int:
   return max(loads, key=lambda u: len({v for v in u.src[0].src[1].toposort() if v.op is Ops.RANGE})).dtype.itemsize
 
 
+NARROW_THREADS = 8192       # threads a quantized matvec keeps at least when it tiles outputs per thread
+NARROW_WORKGROUPS = 512     # ... and workgroups when it puts several tiles in one (an H200 has 132 SMs)
+
+
+def _block_group(blocks: int) -> int | None:
+  """Threads sharing a reduction of `blocks` 32-weight blocks: the largest divisor of it up to 64, at least 8."""
+  return next((n for n in range(min(blocks, 64), 7, -1) if blocks % n == 0), None)
+
+
 def gpu_opts(ast: UOp, device: str | None = None) -> list:
   """The hand-coded choice: a matmul on 16-bit floats runs on the device's tensor cores (TC) with 4x4 of them per
   wave; long reductions into few outputs are grouped across a workgroup; reductions into many outputs get a register
@@ -362,7 +371,7 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
   rl = _ranges(ast, "reduce")
   inner = {v for u in reduces for v in u.src[0].toposort() if v is not u and v.op is Ops.REDUCE}
   top = [u for u in reduces if u not in inner]
-  matvec = rows = False
+  matvec = rows = placed = False     # placed: the kernel's workgroups are chosen (no LOCAL added below)
   if reduces and nested and len(top) == 1 and outputs < 4096 and len(top[0].src) > 1:
     # nested reductions (a loss: a sum over rows of a function of a sum over columns): threads share the outer one
     r = max(top[0].src[1:], key=lambda r: r.arg[0])
@@ -386,6 +395,21 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
       # (a reduction 4 x 256 does not divide, LLaMA's 11008: 128 or 64 threads; on the H200 128 ran float32 as fast
       # and float16 at 0.7x of 256, both far ahead of the register tile)
       rows = tryopt(Opt("UNROLL", len(rl) - 1, lanes)) and tryopt(Opt("GROUP", len(_ranges(ast, "reduce")) - 1, rowgroup))
+    elif narrow and gl and (outputs < 4096 or len(gl) == 1) and _broadcast_operand(ast, gl[-1]) and \
+         _size(rl[-1]) % 32 == 0 and _size(rl[-1]) >= 256 and (n := _block_group(_size(rl[-1]) // 32)):
+      # quantized weights (ggml blocks, a multiple of 32 weights each) times x: each output's reduction split between
+      # n threads, each whole blocks in a contiguous chunk (a block's scale loaded once, the block one unrolled step),
+      # a tile of up to 4 outputs per thread (x loaded once for them) where that leaves NARROW_THREADS threads, and
+      # workgroups of several tiles only where NARROW_WORKGROUPS remain. The register tile below gave a 1024x2816 Q8_0
+      # matvec 2 workgroups of 64 threads (a 245M-parameter Q8_0 LLaMA decoded 53 tokens/s on an H200, its F16 file 160)
+      rows = placed = True
+      t = next((t for t in (4, 2) if outputs % t == 0 and outputs // t * n >= NARROW_THREADS), 1)
+      if t > 1: tryopt(Opt("UPCAST", len(gl) - 1, t))
+      if tryopt(Opt("GROUPTOP", len(rl) - 1, n)) and _size(rl[-1]) // n > 32:
+        tryopt(Opt("UNROLL", len(_ranges(ast, "reduce")) - 1, 32))
+      tiles = outputs // t
+      next((True for w in (8, 4, 2) if n * w <= 256 and tiles % w == 0 and tiles // w >= NARROW_WORKGROUPS and
+            tryopt(Opt("LOCAL", len(gl) - 1, w))), None)
     elif gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]):
       matvec = True
       if not narrow and len(gl) == 1 and outputs >= 4096 and outputs % 64 == 0 and _size(rl[-1]) % 16 == 0 and \
@@ -446,7 +470,7 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
   threads = math.prod(_size(r) for r in _ranges(ast, *LOCAL_KINDS))
   gl = _ranges(ast, "global")
   for axis in reversed(range(len(gl))):
-    if threads >= 64 or len(_ranges(ast, *LOCAL_KINDS)) >= 3: break
+    if placed or threads >= 64 or len(_ranges(ast, *LOCAL_KINDS)) >= 3: break
     size = _size(_ranges(ast, "global")[axis])
     want = max(1, min(256 // threads, 16 if len(gl) > 1 and axis != len(gl) - 1 else 256))
     # a grouped reduction's partials: one word per thread and output of its tile in workgroup memory (<= 16 KiB)
