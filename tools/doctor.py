@@ -420,6 +420,20 @@ class Doctor:
       dt, k = kernels(v @ w.T)
       row(f"matvec {n_mv}x{n_mv} {dt_name}, x @ W.T ({k} kernel{'s' * (k > 1)})",
           f"{dt * 1e6:10.1f} us  {n_mv * n_mv * np.dtype(np_dt).itemsize / dt / 1e9:8.1f} GB/s of weights")
+    # the two other layouts language models bring: weights of shape (in, out) (GPT-2's), and Q8_0 blocks
+    w = Tensor((rng.standard_normal((n_mv, n_mv)) * 0.1).astype(np.float16), device=name).realize()
+    v = Tensor(rng.standard_normal((1, n_mv)).astype(np.float16), device=name).realize()
+    dt, k = kernels(v @ w)
+    row(f"matvec {n_mv}x{n_mv} float16, x @ W ({k} kernel{'s' * (k > 1)})",
+        f"{dt * 1e6:10.1f} us  {n_mv * n_mv * 2 / dt / 1e9:8.1f} GB/s of weights")
+    from baregrad.tensor.ggml_quants import dequantize
+    from .bench_llm import _random_blocks
+    raw, _, _ = _random_blocks(rng, "Q8_0", (n_mv, n_mv))
+    wq = dequantize(Tensor(np.frombuffer(raw, np.uint8), device=name).realize(), "Q8_0", (n_mv, n_mv))
+    v = Tensor(rng.standard_normal((1, n_mv)).astype(np.float32), device=name).realize()
+    dt, k = kernels(v @ wq.T)
+    row(f"matvec {n_mv}x{n_mv} Q8_0, x @ W.T ({k} kernel{'s' * (k > 1)})",
+        f"{dt * 1e6:10.1f} us  {len(raw) / dt / 1e9:8.1f} GB/s of weights")
     for dt_name, np_dt in (("float32", np.float32), ("float16", np.float16)):
       a = Tensor(rng.standard_normal((n_mm, n_mm)).astype(np_dt), device=name).realize()
       b = Tensor(rng.standard_normal((n_mm, n_mm)).astype(np_dt), device=name).realize()

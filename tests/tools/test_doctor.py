@@ -162,10 +162,12 @@ def test_perf_section_on_the_cpu_and_an_emulated_gpu():
     assert got[7][:2] == ("performance", "PASS") and got[8][0] == "summary" and "7 passed, 0 failed" in got[8][2]
     body = got[7][2]
     figures = [(m.group(1), float(m.group(2))) for m in
-               re.finditer(r"^    (add of|matvec \d+x\d+ float16|matvec \d+x\d+ float32|matmul \d+\^3 float32|matmul \d+\^3 "
-                            r"float16|host -> device|a small op|a jitted)\D.*?\s([\d.]+) (?:us|GB/s)", body, re.M)]
-    assert [f for f, _ in figures] == ["add of", *(f for f in re.findall(r"matvec \d+x\d+ float(?:16|32)", body)),
+               re.finditer(r"^    (add of|matvec \d+x\d+ float16|matvec \d+x\d+ float32|matvec \d+x\d+ Q8_0|matmul \d+\^3 "
+                            r"float32|matmul \d+\^3 float16|host -> device|a small op|a jitted)\D.*?\s([\d.]+) (?:us|GB/s)",
+                            body, re.M)]
+    assert [f for f, _ in figures] == ["add of", *(f for f in re.findall(r"matvec \d+x\d+ (?:float16|float32|Q8_0)", body)),
                                        *re.findall(r"matmul \d+\^3 float(?:32|16)", body), "host -> device", "a small op",
                                        "a jitted"], body
-    assert len(figures) == 8 and all(0 < v < 1e9 for _, v in figures), body
+    assert len(figures) == 10 and all(0 < v < 1e9 for _, v in figures), body
+    assert "x @ W (" in body and "Q8_0, x @ W.T" in body, body
     assert ("emulator's times" in body) == (env.get("EMU") == "1")
