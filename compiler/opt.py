@@ -270,6 +270,9 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
     elif u.op is Ops.LOAD or u.op is Ops.REDUCE:
       if u.dtype not in VEC_DTYPES or (u.op is Ops.REDUCE and u.arg not in (Ops.ADD, Ops.MUL, Ops.MAX)): return False
       dts.add(u.dtype)
+      # reduction lanes end at their reduction (summed across the vector): what uses its result is scalar (a float16
+      # output converted after a float32 sum)
+      if u.op is Ops.REDUCE and opt.op == "REDUCE_LANES" and r in u.src[1:]: dep.discard(u)
     elif not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]): return False
     elif u.op is Ops.WHERE and not u.dtype.is_float and u.src[0] in dep:
       int_selects.add(u.dtype.itemsize)   # integer lanes chosen lane by lane: a mask select as wide as the float lanes

@@ -206,6 +206,24 @@ def test_16_bit_float_matmul_is_packed_in_float32(dt):
   assert np.max(np.abs(got - ref) / np.abs(ref)) <= ulp * 1.01
 
 
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_16_bit_float_matvec_exact_products_in_vector_lanes(dt):
+  """A 16-bit float matrix-vector product on the CPU (too small to pack): exact products summed in float32, the
+  result rounded once (products rounded to 16 bits each kept it scalar: a 2048x2048 float16 x @ W.T ran 3.2 GB/s),
+  x @ W.T's reduction in float32 vector lanes though the output is 16-bit. Against numpy in float64 on the same
+  16-bit inputs, both layouts: within the output's rounding."""
+  r = rng(10)
+  x, w = r.standard_normal((1, 512), dtype=np.float32), r.standard_normal((96, 512), dtype=np.float32)
+  tx, tw = Tensor(x).cast(dt).realize(), Tensor(w).cast(dt).realize()
+  ulp = 2.0 ** (-8 if dt == "bfloat16" else -11)                          # the 16-bit type's relative rounding
+  for y in (tx @ tw.T, tx @ tw.T.contiguous().realize()):
+    got = y.float().numpy().astype(np.float64)
+    ref = tx.float().numpy().astype(np.float64) @ tw.float().numpy().astype(np.float64).T
+    assert np.max(np.abs(got - ref) / np.abs(ref)) <= ulp * 1.01
+  src = (tx @ tw.T).schedule()[-1].program.source
+  assert "bg_f32x8 acc0[" in src or "bg_f32x16 acc0[" in src, src
+
+
 @pytest.mark.parametrize("avx512", [False, True])
 def test_matmul_graph_does_not_depend_on_the_host(monkeypatch, avx512):
   """The Tensor layer builds one matmul graph (a product summed over k, no copy) whatever the CPU; the scheduler's
