@@ -45,7 +45,7 @@ def _vocab(n: int) -> dict:
           "tokenizer.ggml.eos_token_id": np.uint32(2), "tokenizer.ggml.unknown_token_id": np.uint32(0)}
 
 
-def _random_blocks(rng, ftype: str, shape) -> tuple:
+def random_blocks(rng, ftype: str, shape) -> tuple:
   """Random weights of `shape` in ggml type `ftype`, as the writer takes them: F16 arrays, or raw blocks with
   finite scales (Q8_0: 34 bytes per 32; Q4_K: 144 bytes per 256; block layouts in tensor/ggml_quants.py)."""
   from baregrad.tensor.ggml_quants import BY_NAME, LAYOUTS
@@ -73,19 +73,19 @@ def write_llama(path: str, ftype: str, cfg: dict, seed: int = 0) -> None:
         "llama.attention.layer_norm_rms_epsilon": np.float32(1e-5), "llama.rope.freq_base": np.float32(10000.0),
         **_vocab(cfg["vocab"])}
   kv = cfg["kv_heads"] * hd
-  tensors = {"token_embd.weight": _random_blocks(rng, ftype, (cfg["vocab"], dim)),
+  tensors = {"token_embd.weight": random_blocks(rng, ftype, (cfg["vocab"], dim)),
              "output_norm.weight": np.ones(dim, np.float32),
-             "output.weight": _random_blocks(rng, ftype, (cfg["vocab"], dim))}
+             "output.weight": random_blocks(rng, ftype, (cfg["vocab"], dim))}
   for i in range(cfg["layers"]):
     b = f"blk.{i}."
     tensors.update({b + "attn_norm.weight": np.ones(dim, np.float32), b + "ffn_norm.weight": np.ones(dim, np.float32),
-                    b + "attn_q.weight": _random_blocks(rng, ftype, (dim, dim)),
-                    b + "attn_k.weight": _random_blocks(rng, ftype, (kv, dim)),
-                    b + "attn_v.weight": _random_blocks(rng, ftype, (kv, dim)),
-                    b + "attn_output.weight": _random_blocks(rng, ftype, (dim, dim)),
-                    b + "ffn_gate.weight": _random_blocks(rng, ftype, (ff, dim)),
-                    b + "ffn_up.weight": _random_blocks(rng, ftype, (ff, dim)),
-                    b + "ffn_down.weight": _random_blocks(rng, ftype, (dim, ff))})
+                    b + "attn_q.weight": random_blocks(rng, ftype, (dim, dim)),
+                    b + "attn_k.weight": random_blocks(rng, ftype, (kv, dim)),
+                    b + "attn_v.weight": random_blocks(rng, ftype, (kv, dim)),
+                    b + "attn_output.weight": random_blocks(rng, ftype, (dim, dim)),
+                    b + "ffn_gate.weight": random_blocks(rng, ftype, (ff, dim)),
+                    b + "ffn_up.weight": random_blocks(rng, ftype, (ff, dim)),
+                    b + "ffn_down.weight": random_blocks(rng, ftype, (dim, ff))})
   write_gguf(path, md, tensors)
 
 

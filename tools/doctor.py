@@ -427,8 +427,8 @@ class Doctor:
     row(f"matvec {n_mv}x{n_mv} float16, x @ W ({k} kernel{'s' * (k > 1)})",
         f"{dt * 1e6:10.1f} us  {n_mv * n_mv * 2 / dt / 1e9:8.1f} GB/s of weights")
     from baregrad.tensor.ggml_quants import dequantize
-    from .bench_llm import _random_blocks
-    raw, _, _ = _random_blocks(rng, "Q8_0", (n_mv, n_mv))
+    from .bench_llm import random_blocks
+    raw, _, _ = random_blocks(rng, "Q8_0", (n_mv, n_mv))
     wq = dequantize(Tensor(np.frombuffer(raw, np.uint8), device=name).realize(), "Q8_0", (n_mv, n_mv))
     v = Tensor(rng.standard_normal((1, n_mv)).astype(np.float32), device=name).realize()
     dt, k = kernels(v @ wq.T)
