@@ -3,7 +3,7 @@ storage), a plain copy through the driver's `view`. StagedCopies: for drivers wi
 read through the BAR (AMD VRAM, NV video memory), the copy engine and host staging (hcq/driver.py)."""
 from __future__ import annotations
 import os, threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 # One thread copies ~5.5 GB/s between ordinary and pinned host memory on an H200 machine's Xeon (a 64 MiB numpy copy),
@@ -31,6 +31,7 @@ class _CopyThreads:
       pool = self._pool
     step = -(-dst.nbytes // parts) + 63 & ~63          # 64-byte aligned parts
     done = [pool.submit(np.copyto, dst[o:o + step], src[o:o + step]) for o in range(0, dst.nbytes, step)]
+    wait(done)            # every part finished (a failed one's error is raised below only once none still writes)
     for f in done: f.result()
 
 

@@ -329,8 +329,8 @@ def test_staged_copies_split_between_host_threads(dev, monkeypatch):
 
 
 def test_copy_threads_in_a_forked_child():
-  """The parent's copy threads do not exist in a forked child: the child's split copy makes its own (reusing the
-  parent's pool would wait forever for threads that are not there)."""
+  """The parent's copy threads do not exist in a forked child: the child's split copy runs on threads it makes
+  itself and is exact (an alarm ends a child that waits)."""
   from baregrad.drivers import hostcopy
   threads = hostcopy._CopyThreads()
   src = np.arange(1 << 16, dtype=np.uint8)
@@ -350,6 +350,25 @@ def test_copy_threads_in_a_forked_child():
     hostcopy.COPY_THREADS, hostcopy.PART_MIN = old
   assert np.array_equal(dst, src)
   assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child: {status:#x}"
+
+
+def test_a_failed_copy_part_is_raised_after_the_others_finish(monkeypatch):
+  """A part of a split copy that fails is raised only once no other part still writes (a later copy reuses the
+  staging buffer the others write into)."""
+  import time
+  from baregrad.drivers import hostcopy
+  monkeypatch.setattr(hostcopy, "COPY_THREADS", 4)
+  monkeypatch.setattr(hostcopy, "PART_MIN", 4096)
+  src, dst = np.arange(1 << 16, dtype=np.uint8), np.zeros(1 << 16, np.uint8)
+  real, finished = np.copyto, []
+  def copyto(d, s):
+    if d.ctypes.data == dst.ctypes.data: raise MemoryError("part 0")
+    time.sleep(0.2)
+    real(d, s)
+    finished.append(d.ctypes.data)
+  monkeypatch.setattr(np, "copyto", copyto)
+  with pytest.raises(MemoryError, match="part 0"): hostcopy._CopyThreads().copy(dst, src)
+  assert len(finished) == 3
 
 
 def test_small_copies_by_the_copy_engine_and_host_memory_by_the_cpu(dev):
