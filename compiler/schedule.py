@@ -343,9 +343,9 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   plan = _plans.pop(key, None)
   if plan is None:
     plan = on_deep_stack(build_plan, UOp.sink(*outs))
-    while len(_plans) >= PLAN_CACHE: _plans.pop(next(iter(_plans)))   # least recently used first
+    while _plans and len(_plans) >= PLAN_CACHE: _plans.pop(next(iter(_plans)))   # least recently used first
   else: stats["schedule_cache_hits"] += 1
-  _plans[key] = plan
+  if PLAN_CACHE: _plans[key] = plan          # (PLAN_CACHE=0: none kept)
   if plan.flat is None:
     n = len(buffers)
     def at(r): return r[1] if r[0] == "in" else n + r[1]

@@ -304,6 +304,17 @@ def test_program_cache_is_bounded(monkeypatch):
   assert len(address_space.entries) <= base + 16, (base, len(address_space.entries))
 
 
+def test_no_plan_cache(monkeypatch):
+  """PLAN_CACHE=0 (a valid setting: keep no schedules) schedules every realize anew and keeps none (it raised
+  StopIteration evicting from the empty cache)."""
+  from baregrad.compiler import schedule
+  monkeypatch.setattr(schedule, "PLAN_CACHE", 0)
+  schedule._plans.clear()
+  x = np.arange(6, dtype=np.float32)
+  for _ in range(2): np.testing.assert_array_equal((Tensor(x, device="CPU") * 2).numpy(), x * 2)
+  assert len(schedule._plans) == 0
+
+
 @pytest.mark.parametrize("name", ["NV", "AMD"])
 def test_emulated_gpu_programs_and_memory_are_released(name):
   """The same on the emulated GPUs, counted as live mappings of the emulated GPU's memory: kernel code,
