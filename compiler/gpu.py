@@ -301,12 +301,21 @@ def _broadcast_operand(ast: UOp, r: UOp) -> bool:
   return any(u.op is Ops.LOAD and r not in u.src[0].src[1].toposort() for u in ast.toposort())
 
 
+def _param_loads(ast: UOp) -> list[UOp]:
+  """The kernel's loads of its buffer parameters."""
+  return [u for u in ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+
+
+def _index_ranges(load: UOp) -> int:
+  """How many loop ranges a load's index uses."""
+  return len({v for v in load.src[0].src[1].toposort() if v.op is Ops.RANGE})
+
+
 def _unit_stride(ast: UOp, r: UOp) -> bool:
   """Does the largest operand (by element size, then by the ranges its index uses) read neighbouring elements along
   loop range r (stride 1)?"""
-  loads = [u for u in ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
-  if not loads: return False
-  big = max(loads, key=lambda u: (u.dtype.itemsize, len({v for v in u.src[0].src[1].toposort() if v.op is Ops.RANGE})))
+  if not (loads := _param_loads(ast)): return False
+  big = max(loads, key=lambda u: (u.dtype.itemsize, _index_ranges(u)))
   idx = big.src[0].src[1]
   rs = [v for v in idx.toposort() if v.op is Ops.RANGE]
   if r not in rs: return False
@@ -318,9 +327,7 @@ def _unit_stride(ast: UOp, r: UOp) -> bool:
 
 def _weight_itemsize(ast: UOp) -> int:
   """Element size of the operand read through the most loop ranges (a matrix-vector product's weights)."""
-  loads = [u for u in ast.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
-  if not loads: return 0
-  return max(loads, key=lambda u: len({v for v in u.src[0].src[1].toposort() if v.op is Ops.RANGE})).dtype.itemsize
+  return max(loads, key=_index_ranges).dtype.itemsize if (loads := _param_loads(ast)) else 0
 
 
 NARROW_THREADS = 8192       # threads a quantized matvec keeps at least when it tiles outputs per thread
@@ -411,7 +418,6 @@ def gpu_opts(ast: UOp, device: str | None = None) -> list:
       next((True for w in (8, 4, 2) if n * w <= 256 and tiles % w == 0 and tiles // w >= NARROW_WORKGROUPS and
             tryopt(Opt("LOCAL", len(gl) - 1, w))), None)
     elif gl and (outputs < 4096 or len(gl) == 1) and rsize >= 64 and _broadcast_operand(ast, gl[-1]):
-      matvec = True
       if not narrow and len(gl) == 1 and outputs >= 4096 and outputs % 64 == 0 and _size(rl[-1]) % 16 == 0 and \
          rsize // 16 >= 16 and _unit_stride(ast, gl[-1]):
         # weights contiguous along the outputs (x @ W, W of shape (in, out)): 64 threads of a workgroup along the

@@ -9,7 +9,9 @@ On the CPU a large one is rewritten here: B is first copied (a kernel of its own
     B (k, m) --copy--> strips (m/W, k, W);  out[i, jb*W + l] = sum over kk of A[i, kk] * strips[jb, kk, l]
 
 The copy costs O(k*m); it pays for itself once the product is big enough (`matmul_pack_width`).
-compiler/schedule.py applies `pack_matmuls` when kernel optimizations are on (OPT)."""
+compiler/schedule.py applies `pack_matmuls` to every graph; it packs only when kernel optimizations are on (OPT).
+A float32 sum of 16-bit float products on the CPU gets exact float32 products either way (`_exact_products`), so
+its result does not depend on OPT."""
 from __future__ import annotations
 import math
 from .uop import UOp, Ops
@@ -161,8 +163,9 @@ def _exact_products(node: UOp) -> UOp | None:
   return node.replace(src=(UOp(Ops.MUL, dtypes.float32, tuple(UOp(Ops.CAST, dtypes.float32, (s,)) for s in mul.src)),))
 
 
-def pack_matmuls(sink: UOp) -> tuple[UOp, dict]:
-  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top), and the
+def pack_matmuls(sink: UOp, pack: bool = True) -> tuple[UOp, dict]:
+  """`sink` with each large CPU matmul computed from its right operand packed into strips (see the top; `pack`
+  false: none, OPT=0) and 16-bit float products summed in float32 made exact (`_exact_products`), and the
   node of `sink` each node of the result stands for (new -> old; the copies and packed products added have none):
   what the schedule materializes is recorded under the caller's nodes, so a later realize reads those values
   instead of computing them again. Bottom-up: a matmul whose operand holds another matmul reads that one's packed
@@ -172,7 +175,7 @@ def pack_matmuls(sink: UOp) -> tuple[UOp, dict]:
   for node in sink.toposort():
     src = tuple(done[s] for s in node.src)
     new = node if all(x is y for x, y in zip(src, node.src)) else node.replace(src=src)
-    if (packed := _packed(new)) is not None:
+    if pack and (packed := _packed(new)) is not None:
       total = packed
       while total.op is Ops.RESHAPE: total = total.src[0]
       back[total] = node        # the packed product's reduction holds node's values in node's order (no permute)

@@ -276,8 +276,9 @@ def build_plan(sink: UOp) -> Plan:
   from baregrad.drivers.progress import progress   # a bar on a terminal when compiling takes a while
   stats["schedules_built"] += 1
   caller_outs = set(sink.src)
-  packed_from: dict = {}     # device-specific layouts: large CPU matmuls pack their right operand (node -> the sink's)
-  if _codegen().OPT: sink, packed_from = pack_matmuls(sink)
+  # device-specific layouts: large CPU matmuls pack their right operand (with OPT), 16-bit products summed in float32
+  # are exact on the CPU; packed_from: node -> the sink's node it stands for
+  sink, packed_from = pack_matmuls(sink, pack=bool(_codegen().OPT))
   sched = rangeify(sink, lambda n: n.device)
   if viz.VIZ: viz.viz_event("schedule", sink=sink, schedule=sched)
   ref: dict[UOp, tuple] = {}

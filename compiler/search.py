@@ -79,10 +79,7 @@ def _buffers(spec) -> list:
 def _run_times(spec, prog, bufs, repeats: int) -> list[float]:
   """Device seconds of `repeats` runs of `prog` on `bufs` (a cost from the counters on an emulated GPU, see below)."""
   from baregrad.hcq.device import Device, HOST_KINDS, kind_of
-  from baregrad.hcq.signal import Signal
-  from baregrad.hcq.runtime import ExecItem, kernel_args
-  from baregrad.hcq.exec_item import global_size
-  from baregrad.hcq.trace import device_ns
+  from baregrad.hcq.runtime import ExecItem, time_item
   dev = Device.get(spec.device)
   item = ExecItem(prog, bufs, {v: 1 for v in prog.variables}, prog.meta)
   emulated = _emulated(dev)
@@ -94,15 +91,7 @@ def _run_times(spec, prog, bufs, repeats: int) -> list[float]:
   # GPU_WARM_SECONDS of such runs: its clocks rise only under sustained load (an H200 idles at 345 MHz and ran an add
   # 2.4x slower launched alone after waits), which made candidates' times say more about the clock than about them
   launches = 1 if emulated or kind_of(dev.name) in HOST_KINDS else GPU_LAUNCHES
-
-  def run() -> float:
-    t0, t1 = Signal(dev, "beam0"), Signal(dev, "beam1")
-    q = dev.compute_queue().timestamp(t0)
-    for _ in range(launches):
-      q.exec(prog, dev.kernargs.put(kernel_args(item)), global_size(item.meta, item.var_vals))   # every workgroup
-    q.timestamp(t1).signal(dev.timeline, dev.next_timeline()).submit(dev)
-    dev.synchronize()
-    return (device_ns(dev, t1.timestamp) - device_ns(dev, t0.timestamp)) * 1e-9 / launches
+  def run() -> float: return time_item(dev, item, launches)     # every workgroup (exec_item.enqueue's global size)
   if launches > 1:
     global _last_gpu_timing
     cold = time.perf_counter() - _last_gpu_timing > GPU_COLD_AFTER
