@@ -25,7 +25,8 @@
  * headers, the few libc functions it needs come in through struct bg_libc. Linux only (futex, getcpu,
  * sched_setaffinity). With the ring empty the worker spins a while (idle(): long enough for an eager host's next
  * doorbell, and not on the host thread's CPU), then sleeps until a doorbell wakes it.
- * The bg_host_* functions are for the host thread: waits and doorbells with the GIL released.
+ * The bg_host_* functions are for the host thread: waits and doorbells with the GIL released. A waiting host thread
+ * runs chunks of the EXEC_MT kernel in flight (host_help), as a BLAS's calling thread computes its share.
  */
 #include <stdint.h>
 #include <stddef.h>
@@ -144,14 +145,20 @@ static int64_t spin_step(uint32_t i, int64_t t, const struct bg_libc *libc) {
   return now_ns(libc);
 }
 
+struct bg_guard;
+static int host_help(struct bg_guard **g, const struct bg_libc *libc);
+
 /* Block until *addr >= value: spin for spin_ns, then futex-wait on the low word in short slices,
- * giving up when *abort64 or *abort32 (either may be NULL) becomes nonzero or timeout_ns (< 0: never) passes. */
+ * giving up when *abort64 or *abort32 (either may be NULL) becomes nonzero or timeout_ns (< 0: never) passes.
+ * help (a host thread's wait; NULL for the worker's): while spinning, run chunks of the multi-threaded kernel in
+ * flight, under the guard *help (claimed on first use; the caller releases it). */
 static int wait_ge(const uint64_t *addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns,
-                   const uint64_t *abort64, const uint32_t *abort32, const struct bg_libc *libc) {
+                   const uint64_t *abort64, const uint32_t *abort32, struct bg_guard **help, const struct bg_libc *libc) {
   if (LOAD(addr) >= value) return BG_WAIT_DONE;
-  int64_t start = now_ns(libc), t = start;
-  for (uint32_t i = 1; t - start < spin_ns; i++) {
+  int64_t start = now_ns(libc), t = start, spin_start = start;
+  for (uint32_t i = 1; t - spin_start < spin_ns; i++) {
     if (LOAD(addr) >= value) return BG_WAIT_DONE;
+    if (help && host_help(help, libc)) { spin_start = t = now_ns(libc); continue; }   /* spin on after a chunk */
     t = spin_step(i, t, libc);
   }
   for (;;) {
@@ -356,23 +363,39 @@ static struct {
   uint32_t generation, stop;       /* generation: futex word the helpers sleep on */
   uint64_t ticket;                 /* generation << 32 | next chunk to claim */
   uint32_t done, nchunks, helpers, owner;
+  uint32_t active;                 /* threads running chunks now: the worker, helpers and waiting host threads */
   uint64_t fn, args;
   uint32_t fault_sig;              /* the first signal that stopped a chunk of the current job (0: none) */
   uint64_t fault_addr;
 } team;
 
-static void run_chunks(struct bg_guard *g, const struct bg_libc *libc) {
+/* A helper or a waiting host thread joins the current job only while fewer than THREADS threads (the worker and its
+ * helpers) run its chunks: a host thread that waits takes the place of a helper still asleep, and a helper that
+ * wakes after that stays out. More runners than cores would share a CPU, and a chunk whose thread lost the CPU holds
+ * up the whole kernel. */
+static int join_team(void) {
+  uint32_t a = LOAD(&team.active);
+  do { if (a > LOAD(&team.helpers)) return 0; }
+  while (!__atomic_compare_exchange_n(&team.active, &a, a + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+  return 1;
+}
+
+static void leave_team(void) { __atomic_sub_fetch(&team.active, 1, __ATOMIC_ACQ_REL); }
+
+/* returns how many chunks this thread ran */
+static uint32_t run_chunks(struct bg_guard *g, const struct bg_libc *libc) {
   uint64_t t = __atomic_load_n(&team.ticket, __ATOMIC_ACQUIRE);
   uint64_t gen = t >> 32;
   /* the job as published under `gen`; if it has been replaced since, every claim below fails */
   bg_kernel_t fn = (bg_kernel_t)__atomic_load_n(&team.fn, __ATOMIC_RELAXED);
   const uint64_t *args = (const uint64_t *)__atomic_load_n(&team.args, __ATOMIC_RELAXED);
-  uint32_t n = __atomic_load_n(&team.nchunks, __ATOMIC_RELAXED);
+  uint32_t n = __atomic_load_n(&team.nchunks, __ATOMIC_RELAXED), ran = 0;
   for (;;) {
     t = __atomic_load_n(&team.ticket, __ATOMIC_ACQUIRE);
-    if ((t >> 32) != gen || (uint32_t)t >= n) return;
+    if ((t >> 32) != gen || (uint32_t)t >= n) return ran;
     /* acq_rel: the job reads above cannot move past a successful claim */
     if (!__atomic_compare_exchange_n(&team.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    ran++;
     int sig = guarded_call(g, (uint64_t)fn, (uint64_t)args, (int64_t)(uint32_t)t);
     if (sig) {
       uint32_t none = 0;
@@ -381,6 +404,19 @@ static void run_chunks(struct bg_guard *g, const struct bg_libc *libc) {
     }
     if (__atomic_add_fetch(&team.done, 1, __ATOMIC_ACQ_REL) == n) futex_wake(&team.done, 0x7fffffff, libc);
   }
+}
+
+/* A host thread that waits for the device runs chunks of the job in flight, as a BLAS's calling thread computes its
+ * share: it is on a CPU anyway (spinning), and on a machine with few cores the kernel's chunks otherwise share that
+ * CPU with its spin. 1 if it ran any. Without a guard slot it does not help (a fault would end the process). */
+static int host_help(struct bg_guard **g, const struct bg_libc *libc) {
+  uint64_t t = LOAD(&team.ticket);
+  if (!LOAD(&team.owner) || (uint32_t)t >= LOAD(&team.nchunks)) return 0;
+  if (!*g && !(*g = claim_guard(libc))) return 0;
+  if (!join_team()) return 0;
+  uint32_t ran = run_chunks(*g, libc);
+  leave_team();
+  return ran != 0;
 }
 
 /* the chunks one after the other: 0, or the signal that stopped one (*addr: where) */
@@ -404,10 +440,12 @@ static int exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, struct bg_guard
   __atomic_store_n(&team.args, args, __ATOMIC_RELAXED);
   __atomic_store_n(&team.nchunks, (uint32_t)nchunks, __ATOMIC_RELAXED);
   __atomic_store_n(&team.done, 0, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&team.active, 1, __ATOMIC_ACQ_REL);   /* the worker runs chunks: counted before anyone can join */
   __atomic_store_n(&team.ticket, (uint64_t)gen << 32, __ATOMIC_SEQ_CST);   /* releases the job fields */
   __atomic_store_n(&team.generation, gen, __ATOMIC_SEQ_CST);
   futex_wake(&team.generation, 0x7fffffff, libc);
   run_chunks(g, libc);
+  leave_team();
   uint32_t d;
   for (uint32_t i = 1; (d = LOAD(&team.done)) < nchunks; i++) {
     if (i < 4096) CPU_RELAX(); else futex_wait(&team.done, d, FUTEX_SLICE_NS, libc);
@@ -440,7 +478,7 @@ void bg_helper_run(const struct bg_libc *libc) {
       if (g == seen) { futex_wait(&team.generation, seen, IDLE_SLEEP_NS, libc); continue; }
     }
     seen = g;
-    run_chunks(guard, libc);
+    if (join_team()) { run_chunks(guard, libc); leave_team(); }
     ran = 1;
   }
   __atomic_sub_fetch(&team.helpers, 1, __ATOMIC_SEQ_CST);
@@ -475,7 +513,7 @@ static uint64_t run_packet(struct bg_ctl *ctl, const uint64_t *words, uint64_t m
     futex_wake((const void *)ARG(1), 0x7fffffff, libc);
     return BG_OK;
   case BG_WAIT:
-    return wait_ge((const uint64_t *)ARG(1), ARG(2), -1, WAIT_SPIN_NS, NULL, &ctl->stop, libc) == BG_WAIT_DONE
+    return wait_ge((const uint64_t *)ARG(1), ARG(2), -1, WAIT_SPIN_NS, NULL, &ctl->stop, NULL, libc) == BG_WAIT_DONE
                ? BG_OK : BG_STOPPED;
   case BG_TIMESTAMP: STORE((uint64_t *)ARG(1), (uint64_t)now_ns(libc)); return BG_OK;
   case BG_BARRIER: __atomic_thread_fence(__ATOMIC_SEQ_CST); return BG_OK;
@@ -614,14 +652,19 @@ void bg_host_stop(struct bg_ctl *ctl, const struct bg_libc *libc) {
  * uint64 at fault_addr (0: none) becomes nonzero. */
 int bg_host_wait_value(uint64_t addr, uint64_t value, int64_t timeout_ns, int64_t spin_ns, uint64_t fault_addr,
                        const struct bg_libc *libc) {
-  return wait_ge((const uint64_t *)addr, value, timeout_ns, spin_ns, (const uint64_t *)fault_addr, NULL, libc);
+  struct bg_guard *g = 0;
+  int result = wait_ge((const uint64_t *)addr, value, timeout_ns, spin_ns, (const uint64_t *)fault_addr, NULL, &g, libc);
+  release_guard(g);
+  return result;
 }
 
 /* Block until the worker's rptr reaches `target` (woken when the ring empties or a quarter frees up). */
 int bg_host_wait_rptr(struct bg_ctl *ctl, uint64_t target, int64_t timeout_ns, int64_t spin_ns,
                       const struct bg_libc *libc) {
   __atomic_add_fetch(&ctl->rptr_waiters, 1, __ATOMIC_SEQ_CST);
-  int result = wait_ge(&ctl->rptr, target, timeout_ns, spin_ns, &ctl->fault, &ctl->stop, libc);
+  struct bg_guard *g = 0;
+  int result = wait_ge(&ctl->rptr, target, timeout_ns, spin_ns, &ctl->fault, &ctl->stop, &g, libc);
+  release_guard(g);
   __atomic_sub_fetch(&ctl->rptr_waiters, 1, __ATOMIC_SEQ_CST);
   return result;
 }

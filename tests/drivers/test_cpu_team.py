@@ -84,3 +84,74 @@ def test_exec_mt_two_processors_at_once(image):
   for t in threads: t.join(90)
   assert not errors and len(results) == 2
   for expected, outs in results: np.testing.assert_array_equal(outs, expected)
+
+
+
+TID_SRC = r"""
+#include <stdint.h>
+static long gettid_raw(void) {    /* gettid: <asm/unistd_64.h> 186, asm-generic <unistd.h> 178 */
+#if defined(__x86_64__)
+  long r; __asm__ volatile("syscall" : "=a"(r) : "0"(186L) : "rcx", "r11", "memory"); return r;
+#else
+  register long x8 __asm__("x8") = 178, x0 __asm__("x0");
+  __asm__ volatile("svc 0" : "=r"(x0) : "r"(x8) : "memory"); return x0;
+#endif
+}
+/* args: out, running, most, spin, linger. out[chunk] = the id of the thread that ran the chunk; *most = the most
+ * chunks that ran at once. A chunk spins `spin` steps, then, up to `linger` more, until more than `most_wanted` (args[5])
+ * chunks run at once: so every thread that joins the job is in a chunk at the same time as the others. */
+void tid(const uint64_t *args, int64_t chunk) {
+  uint64_t *running = (uint64_t *)args[1], *most = (uint64_t *)args[2];
+  uint64_t now = __atomic_add_fetch(running, 1, __ATOMIC_SEQ_CST), m = __atomic_load_n(most, __ATOMIC_SEQ_CST);
+  while (now > m && !__atomic_compare_exchange_n(most, &m, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  volatile uint64_t s = 0;
+  for (uint64_t i = 0; i < args[3]; i++) s += i;
+  for (uint64_t i = 0; i < args[4] && __atomic_load_n(most, __ATOMIC_SEQ_CST) <= args[5]; i++) s += i;
+  ((uint64_t *)args[0])[chunk] = (uint64_t)gettid_raw();
+  __atomic_sub_fetch(running, 1, __ATOMIC_SEQ_CST);
+}
+"""
+
+
+def test_waiting_host_thread_runs_chunks():
+  """A host thread that waits for the processor runs chunks of the multi-threaded kernel in flight (as a BLAS's caller
+  computes its share) in place of a helper that is still asleep, and every chunk runs once. Jobs spaced 2 ms apart:
+  the helpers sleep at each start."""
+  import threading
+  _Worker.get().start_helpers(max(1, (os.cpu_count() or 1) - 1))
+  img = load_elf(cc.compile_c(TID_SRC))
+  try:
+    nchunks, njobs = 8, 100
+    outs, args, signal = np.zeros((njobs, nchunks), np.uint64), np.zeros(6, np.uint64), np.zeros(1, np.uint64)
+    counters = np.zeros(2, np.uint64)
+    args[:] = (0, addr(counters), addr(counters) + 8, 20_000, 0, 0)
+    with CommandProcessor() as proc:
+      for j in range(njobs):
+        args[0] = addr(outs) + 8 * nchunks * j
+        proc.write(packet(Op.EXEC_MT, img.symbol("tid"), addr(args), nchunks) + packet(Op.SIGNAL, addr(signal), j + 1))
+        assert proc.wait_value(addr(signal), j + 1, timeout=60)
+        time.sleep(0.002)
+    assert (outs != 0).all()
+    assert threading.get_native_id() in set(outs.ravel().tolist()), "the waiting host thread ran no chunk"
+  finally:
+    img.close()
+
+
+def test_no_more_runners_than_threads():
+  """The worker, its helpers and a waiting host thread: at most THREADS of them (the worker and its helpers) run chunks
+  at once; more would share a CPU, and a chunk whose thread lost it holds up the kernel. Each chunk lingers (up to
+  ~10 ms) until one more than that runs at once, so every thread that joins overlaps the others."""
+  _Worker.get().start_helpers(max(1, (os.cpu_count() or 1) - 1))
+  cap = len(_Worker.get().helpers) + 1
+  img = load_elf(cc.compile_c(TID_SRC))
+  try:
+    nchunks = 3 * cap
+    outs, args, signal, counters = (np.zeros(n, np.uint64) for n in (nchunks, 6, 1, 2))
+    args[:] = (addr(outs), addr(counters), addr(counters) + 8, 0, 10_000_000, cap)
+    with CommandProcessor() as proc:
+      proc.write(packet(Op.EXEC_MT, img.symbol("tid"), addr(args), nchunks) + packet(Op.SIGNAL, addr(signal), 1))
+      assert proc.wait_value(addr(signal), 1, timeout=60)
+    assert (outs != 0).all()
+    assert 1 <= counters[1] <= cap, f"{counters[1]} chunks ran at once, THREADS is {cap}"
+  finally:
+    img.close()
