@@ -243,7 +243,7 @@ def reduce_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
 
 
 def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
-  from .render_c import vector_renderable, VEC_DTYPES, INT_VEC_DTYPES
+  from .render_c import vector_renderable, lane_step, VEC_DTYPES, INT_VEC_DTYPES
   from .pattern import graph_rewrite
   from .symbolic import symbolic
   try: ast = apply_opt(ast, opt)
@@ -253,9 +253,15 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
   r = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda u: u.arg[0])
   ast = graph_rewrite(ast, symbolic)
   strides = dict(_index_strides(ast))
-  dep, dts, int_selects = {r}, set(), set()
+  dep, dts, int_selects, lane_ints = {r}, set(), set(), set()
   for u in ast.toposort():
     if u is r or not any(s in dep for s in u.src): continue
+    if any(s in lane_ints for s in u.src):     # integer lanes computed from positions (as the C renderer takes them)
+      if not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]): return False
+      dep.add(u)
+      if u.dtype in INT_VEC_DTYPES: lane_ints.add(u)
+      elif u.op in (Ops.CMPLT, Ops.CMPNE): int_selects.add(u.src[0].dtype.itemsize)
+      continue
     if u.op is Ops.INDEX:
       terms = strides[u]
       inside = any(t is not r and r in t.toposort() for t in terms)
@@ -267,6 +273,11 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
     elif u.dtype in (dtypes.index, dtypes.int32, dtypes.int64) and u.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD):
       continue   # index arithmetic (its strides are checked at the INDEX)
     elif u.op is Ops.LOAD and opt.op == "REDUCE_LANES" and u.dtype in INT_VEC_DTYPES: continue
+    elif u.op is Ops.CAST and u.src[0].dtype == dtypes.index and u.dtype in (dtypes.int32, dtypes.int64):
+      # a position as integer lanes (a causal mask's key index): linear in the lanes, compared as a mask as wide
+      if opt.op != "UPCAST" or lane_step(u.src[0], r) is None: return False
+      lane_ints.add(u)
+      continue
     elif u.op is Ops.LOAD or u.op is Ops.REDUCE:
       if u.dtype not in VEC_DTYPES or (u.op is Ops.REDUCE and u.arg not in (Ops.ADD, Ops.MUL, Ops.MAX)): return False
       dts.add(u.dtype)

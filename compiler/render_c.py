@@ -77,6 +77,9 @@ def vector_renderable(op: Ops, dtype: DType, src_dtypes) -> bool:
   float arithmetic, comparisons and bool logic (masks), selects, bool -> float casts. compiler/opt.py asks this too,
   before it gives a kernel wide register tiles."""
   if op in INT_VEC_OPS and dtype in _INT_LANES: return all(d in _INT_LANES for d in src_dtypes)   # (and, or, xor too)
+  if op in (Ops.CMPLT, Ops.CMPNE) and src_dtypes and src_dtypes[0] in _INT_LANES:
+    # integer lanes compared: a mask as wide as the integers (callers check it is as wide as the float lanes)
+    return dtype.is_bool and all(d == src_dtypes[0] for d in src_dtypes)
   if op in MASK_OPS: return dtype.is_bool and all(d.is_bool or d in VEC_DTYPES for d in src_dtypes)
   if op is Ops.CAST:
     if all(d.is_bool for d in src_dtypes): return dtype in VEC_DTYPES
@@ -194,6 +197,17 @@ def index_linear(u: UOp) -> tuple[dict[UOp, int], int]:
   return fold_div_mod(*linear(u))
 
 
+def lane_step(value: UOp, lane: UOp) -> int | None:
+  """How much an index value grows per step of the lane range `lane` when it is linear in it (value = lane 0's value
+  + step * lane), else None (the lane inside a division or a remainder). A CAST of such a value to integer lanes is
+  rendered as lane 0's value plus step times (0, 1, ..., n-1): a causal mask compares the key's position with the
+  query's."""
+  terms, _ = index_linear(value)
+  step = terms.get(lane)
+  if step is None or any(t is not lane and lane in t.toposort() for t in terms): return None
+  return step
+
+
 def flat_lane_index(names: dict, lanes) -> str:
   """The row-major index into an accumulator array of its lane ranges (`lanes`, outermost first; `names`: each
   range's variable name): r0*n1*n2 + r1*n2 + r2. Shared with render_msl."""
@@ -221,6 +235,11 @@ def vector_loops(program: list[UOp], alias: dict[UOp, UOp]) -> tuple[dict[int, U
     keep = {i: r for i, r in loops.items() if reads[i] <= set(vacc)}
     if keep == loops: return loops, vacc, {i: dts[i] for i in loops}
     loops = keep
+
+
+def _lane_cast(u: UOp) -> bool:
+  """A CAST of an index value to 32- or 64-bit integer lanes (see lane_step)."""
+  return u.op is Ops.CAST and u.src[0].dtype == dtypes.index and u.dtype in (dtypes.int32, dtypes.int64)
 
 
 def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
@@ -260,21 +279,32 @@ def _vector_candidates(program: list[UOp], alias: dict[UOp, UOp]):
     for u in body:
       for s in u.src: users.setdefault(s, []).append(u)
     ok, dts, int_selects = True, set(), set()
+    lane_ints: set[UOp] = set()     # integer lanes computed from positions (lane casts)
     for u in body:
       if not dep(u): continue
       if u.op is Ops.INDEX: ok = contiguous(u)
+      elif any(alias.get(x, x) in lane_ints for x in u.src):
+        ok = vector_renderable(u.op, u.dtype, [x.dtype for x in u.src])
+        if u.dtype in _INT_LANES: lane_ints.add(u)
+        elif u.op in (Ops.CMPLT, Ops.CMPNE): int_selects.add(u.src[0].dtype.itemsize)
       elif (u.dtype is not None and u.dtype in (dtypes.index, dtypes.int64, dtypes.int32) and u.op in (Ops.ADD, Ops.MUL)
             and not data(u)):
-        # index arithmetic: rendered for lane 0, used only to address vector loads/stores
-        ok = all(v.op in (Ops.ADD, Ops.MUL) and v.dtype == u.dtype or v.op is Ops.INDEX and v.src[1] is u
-                 for v in users.get(u, []))
+        # index arithmetic: rendered for lane 0, used to address vector loads/stores (or cast to integer lanes)
+        ok = all(v.op in (Ops.ADD, Ops.MUL) and v.dtype == u.dtype or v.op is Ops.INDEX and v.src[1] is u or
+                 _lane_cast(v) for v in users.get(u, []))
+      elif _lane_cast(u):
+        # a position as integer lanes (lane 0's plus the step times the lane); compared, a mask as wide as they are
+        ok = lane_step(u.src[0], r) is not None
+        lane_ints.add(u)
       elif u.op is Ops.LOAD:
         ok = (u.dtype in VEC_DTYPES or u.dtype in INT_VEC_DTYPES) and u.src[0].src[0].dtype == u.dtype
         if u.dtype in VEC_DTYPES: dts.add(u.dtype)
       elif u.op in VEC_OPS | MASK_OPS | INT_VEC_OPS | {Ops.CAST, Ops.BITCAST}:
         ok = vector_renderable(u.op, u.dtype, [s.dtype for s in u.src])
-        # integer lanes chosen lane by lane: a mask select, as wide as the float lanes (checked below)
+        # integer lanes chosen lane by lane, or compared: a mask select or a mask as wide as the float lanes (checked
+        # below)
         if u.op is Ops.WHERE and u.dtype in _INT_LANES and dep(u.src[0]): int_selects.add(u.dtype.itemsize)
+        if u.op in (Ops.CMPLT, Ops.CMPNE) and u.src[0].dtype in _INT_LANES: int_selects.add(u.src[0].dtype.itemsize)
         dts.update(d for d in [u.dtype, *(s.dtype for s in u.src)] if d in VEC_DTYPES)
       elif u.op is Ops.ACC_UPDATE:   # acc = acc op x (the step itself is ops of the body)
         acc = u.src[0]
@@ -522,6 +552,7 @@ class CRenderer:
         a, b = as_mask(src[0]), as_mask(src[1])
         return {Ops.CMPLT: f"(~{a}&{b})", Ops.CMPNE: f"({a}^{b})", Ops.XOR: f"({a}^{b})", Ops.OR: f"({a}|{b})",
                 Ops.AND: f"({a}&{b})"}[op]
+      if src[0].dtype in _INT_LANES: return alu(op, src[0].dtype, *[as_lanes(s) for s in src])   # integer comparisons
       return alu(op, src[-1].dtype, *[name_of(s) for s in src])    # float arithmetic and comparisons (vector op scalar)
 
     def is_vec(u: UOp) -> bool:
@@ -635,6 +666,13 @@ class CRenderer:
         st = f"{name_of(idx.src[0])}[{name_of(idx.src[1])}] = {name_of(u.src[1])};"
         if len(idx.src) == 3: st = f"if ({name_of(idx.src[2])}) {st}"
         lines.append("  " * indent + st)
+      elif vec[0] is not None and _lane_cast(u) and vec[0] in u.src[0].toposort():
+        n, step = lanes(), lane_step(u.src[0], vec[0])
+        vt = vtype(u.dtype, n)
+        iota = "{" + ", ".join(str(step * k) for k in range(n)) + "}"
+        vvals.add(u)
+        nm = f"v{counter[0]}"; counter[0] += 1; names[u] = nm
+        lines.append("  " * indent + f"const {vt} {nm} = (({vt}){iota} + ({ctype(u.dtype)}){name_of(u.src[0])});")
       elif vector_value(u): new_var(u, vector_alu(u))
       elif op is Ops.CAST and dtypes.float16 in (u.src[0].dtype, u.dtype):
         vtypes.update(_HALF_TYPES)

@@ -56,6 +56,9 @@ CASES = {
   "odd_sizes": lambda r: (Tensor(r.standard_normal((7, 13), dtype=np.float32)) * Tensor(r.standard_normal((13,), dtype=np.float32))).exp(),
   "odd_reduce": lambda r: Tensor(r.standard_normal((30, 45), dtype=np.float32)).sum(0) / 3,
   "f64_mean": lambda r: Tensor(r.standard_normal((8, 64))).mean(1, keepdim=True) * Tensor(r.standard_normal((8, 64))),
+  # positions compared in vector lanes (integer lanes: lane 0's position plus 3 * lane), a mask as a causal one is
+  "positions_mask": lambda r: ((Tensor.arange(64).reshape(1, 64) * 3 - 5 < Tensor.arange(16).reshape(16, 1) * 7) |
+                               (Tensor.arange(64).reshape(1, 64) == 9)).where(Tensor(r.standard_normal((16, 64), dtype=np.float32)), -1.5),
 }
 
 
@@ -434,6 +437,25 @@ def test_vector_lanes_with_masks_selects_and_max(dtype):
   np.testing.assert_array_equal(got.view(bits), run_with(spec, bufs, []).view(bits))
   np.testing.assert_allclose(got.reshape(8, 64), want, rtol=1e-6)
 
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_causal_mask_positions_in_vector_lanes(offset):
+  """Attention scores with a causal mask fused in (q @ k.T * scale + triu(-inf)): the mask compares the key's position
+  with the query's, positions that depend on the vector lanes; they run as integer lanes (lane 0's position plus
+  0..n-1) compared into masks, so the scores get the wide register tile a matmul gets (they ran as a 4 x 4 tile of
+  scalar copies, 5x slower). The values are numpy's, the masked ones exactly -inf."""
+  r = rng(14)
+  q, k = (r.standard_normal((4, 4, 64, 16)).astype(np.float32) for _ in range(2))   # (large enough to pack)
+  t = (Tensor(q) @ Tensor(k).transpose(-1, -2)) * 0.25 + Tensor.full((64, 64), float("-inf")).triu(1 + offset)
+  prog = t.schedule()[-1].program
+  lanes = 16 if has_avx512() else 8
+  assert Opt("UPCAST", 3, lanes) in prog.meta["opts"], prog.meta["opts"]
+  assert f"bg_i32x{lanes}" in prog.source and "{0, 1, 2, 3" in prog.source, prog.source
+  want = (q @ k.transpose(0, 1, 3, 2)) * 0.25 + np.triu(np.full((64, 64), -np.inf, np.float32), 1 + offset)
+  got = t.numpy()
+  np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 def test_relu_gradient_is_a_vector_tile_and_strided_lanes_stay_few():
   """The backward of a relu MLP: the weight gradient with the relu mask fused in gets the widest vector tile (masks in
