@@ -410,6 +410,16 @@ def _block_period_unroll(ast: UOp, opts: list[Opt]) -> int:
 ROWS_6_FROM = 48     # rows from which an AVX2 matmul tile is 6 x 16 (padded to a multiple of 6), else 4 x 16
 
 
+def _strip_axis(ast: UOp, gl: list[UOp], sizes: list[int], j: int) -> int | None:
+  """The global axis, of an even size, along which the output's columns go on from the lane axis j (stride
+  sizes[j] in the store: a packed matmul's strips), or None."""
+  stores = [u for u in ast.toposort() if u.op is Ops.STORE]
+  if len(stores) != 1: return None
+  terms = dict(_index_strides(ast))[stores[0].src[0]]
+  if terms.get(gl[j]) != 1: return None
+  return next((a for a in range(len(gl)) if a != j and sizes[a] % 2 == 0 and terms.get(gl[a]) == sizes[j]), None)
+
+
 def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
   threads = cpu_threads() if threads is None else threads
   nodes = ast.toposort()
@@ -440,6 +450,13 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
     vector = amt_j is not None
     if amt_j is None: amt_j = next((a for a in (16, 8, 4) if sizes[j] % a == 0), None)
     i = next((i for i in reversed(range(len(gl))) if i != j and sizes[i] % 4 == 0), None)
+    strips = _strip_axis(ast, gl, sizes, j) if vector and amt_j == sizes[j] == 8 and not has_avx512() else None
+    if strips is not None:
+      # the columns go on along another axis, one 8-wide strip per step (a packed matmul whose output is viewed as
+      # (rows, strips, 1, 8)): the tile takes 2 strips of it, and its rows are the rows (they were the strips: a
+      # 1 x 64 tile, 9 loads per 8 FMAs; 1024 x 256 @ 256 x 64 in a training step 432 -> 218 us)
+      i = next((a for a in reversed(range(len(gl))) if a not in (j, strips) and
+                (sizes[a] % 4 == 0 or sizes[a] >= ROWS_6_FROM)), None)
     rl = reduce_ranges(ast)
     racc = next(u.dtype for u in reduces)
     rlanes = (64 if has_avx512() else 32) // max(racc.itemsize, 4) if racc.is_float else 0
@@ -484,8 +501,8 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
       sizes[j] //= 32; sizes[i] //= 8
       sizes[i], sizes[j] = sizes[j], sizes[i]
       panel = (j, i)            # after the swap: the row blocks are axis j, the column strips axis i
-    elif i is not None and not has_avx512() and amt_j == 8 and sizes[j] % 16 == 0 and (sizes[i] % 4 == 0 or
-                                                                                      sizes[i] >= ROWS_6_FROM):
+    elif i is not None and not has_avx512() and amt_j == 8 and (sizes[j] % 16 == 0 or strips is not None) and \
+        (sizes[i] % 4 == 0 or sizes[i] >= ROWS_6_FROM):
       # AVX2: 6 rows x 2 vectors of 8 = 12 accumulators, 8 loads (6 broadcasts) per 12 FMAs: 12 independent sums hide
       # the FMA latency (4 cycles, two units: 8 in flight), which the 4 x 16 tile's 8 accumulators did not. Rows
       # that 6 does not divide are padded (PADTO: the extra rows' stores are dropped). Zen 3, 1024^3 on 2 cores:
@@ -493,10 +510,12 @@ def hand_coded_opts(ast: UOp, threads: int | None = None) -> list[Opt]:
       # Below ROWS_6_FROM rows the padding costs more than it saves: 4 rows (8 accumulators, 6 loads per 8 FMAs;
       # an 8 x 8 tile needs 9 loads per 8 FMAs and waits on the load ports)
       rows = 6 if sizes[i] >= ROWS_6_FROM else 4
-      lanes = [Opt("UPCAST", j, 8), Opt("UPCAST", j, 2)]
+      lanes = [Opt("UPCAST", j, 8), Opt("UPCAST", j if strips is None else strips, 2)]
       tile = ([Opt("PADTO", i, rows)] if sizes[i] % rows else []) + [Opt("UPCAST", i, rows)]
       opts += lanes + tile if j > i else tile + lanes
-      sizes[j] //= 16; sizes[i] = -(-sizes[i] // rows)
+      if strips is None: sizes[j] //= 16
+      else: sizes[j], sizes[strips] = 1, sizes[strips] // 2
+      sizes[i] = -(-sizes[i] // rows)
     elif i is not None:
       # a 16x16 register tile needs 32 vector registers (AVX-512); 16x8 fits 16 (AVX2)
       wide = 16 if has_avx512() and sizes[i] % 16 == 0 and amt_j == 16 else 0

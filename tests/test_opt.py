@@ -457,6 +457,25 @@ def test_causal_mask_positions_in_vector_lanes(offset):
   np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
+
+def test_packed_matmul_strips_on_their_own_axis_get_the_row_tile():
+  """A packed matmul whose output is viewed as (rows, strips, 1, 8) (the gradient of a 3-d activation times a weight:
+  the strips are an axis of their own, the 8 lanes another) gets the matmul's register tile over rows and two strips,
+  not a 1 x 64 tile across the strips (9 loads per 8 FMAs: a training step's 1024 x 256 @ 256 x 64 took 2x as long).
+  The gradient matches numpy."""
+  r = rng(15)
+  x, w1, w2 = (r.standard_normal(s).astype(np.float32) for s in ((16, 64, 64), (256, 64), (64, 256)))
+  X, W1, W2 = (Tensor(a, requires_grad=True) for a in (x, w1, w2))
+  ((X @ W1.T).square() @ W2.T).sum().backward()
+  items = X.grad.schedule()
+  if not has_avx512():    # (AVX-512 packs 16-wide strips, another form)
+    strips = [i for i in items if i.program.name == "r_1024_32_1_8_64"]
+    assert strips, [i.program.name for i in items]
+    for it in strips: assert Opt("UPCAST", 0, 6) in it.meta["opts"], it.meta["opts"]
+  h = x @ w1.T
+  want = ((2 * h) * w2.sum(0)) @ w1        # d/dx of sum((x @ w1.T)^2 @ w2.T)
+  np.testing.assert_allclose(X.grad.numpy(), want, rtol=2e-4, atol=2e-3)
+
 def test_relu_gradient_is_a_vector_tile_and_strided_lanes_stay_few():
   """The backward of a relu MLP: the weight gradient with the relu mask fused in gets the widest vector tile (masks in
   vector lanes), and a kernel whose lanes read an operand with a stride (dh = dOut @ W2.T) gets at most 16 scalar
