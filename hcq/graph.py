@@ -140,7 +140,9 @@ class GraphExecutor:
     main.signal(self.dev.timeline, Slot("__timeline"))
     self.side_queues = [queues[k].bind(self.dev) for k in kinds[1:] if seq[k]]
     self.queue = main.bind(self.dev)
+    self.patch_list = self.patch_pos
     self.patch_pos = np.array(self.patch_pos, dtype=np.int64)
+    self.base_names = {k: f"__base:{k}" for k in kinds}
     self.last_value = 0
 
   def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
@@ -155,17 +157,23 @@ class GraphExecutor:
       elif j in self.out_fixed: outs.append(self.out_fixed[j])
       else: outs.append(Buffer(dev.name, spec[0], spec[1]).ensure_allocated())
     in_names, out_names = self.slot_names
-    vals = {n: b.addr for n, b in zip(in_names, inputs)}
+    vals = dict(zip(in_names, [b.addr for b in inputs]))
     vals.update(zip(out_names, [b.addr for b in outs]))
-    vals.update((f"var:{k}", v) for k, v in var_vals.items())
+    if var_vals: vals.update((f"var:{k}", v) for k, v in var_vals.items())
     if self.grids: vals.update(grid_values(self.grids, var_vals))
-    if len(self.patch_pos): self.kv[self.patch_pos] = np.array([vals[s] for s in self.patch_slots], dtype=np.uint64)
-    q = dev.queue("compute")       # other devices' copies on this device's memory (hcq/transfer.py) come first
-    if q.cmds: dev.submit(q)
+    if len(self.patch_pos):
+      patch = [vals[s] for s in self.patch_slots]
+      if len(patch) <= 8:       # (a few words: item by item costs less than building an array for a gather)
+        kv = self.kv
+        for i, v in zip(self.patch_list, patch): kv[i] = v
+      else: self.kv[self.patch_pos] = np.array(patch, dtype=np.uint64)
+    if dev.last_kind != "compute" or dev.pending_waits:
+      q = dev.queue("compute")     # other devices' copies on this device's memory (hcq/transfer.py) come first
+      if q.cmds: dev.submit(q)
     vals["__prev"] = dev.timeline_value
     vals["__timeline"] = self.last_value = dev.next_timeline()
     for k, base in self.bases.items():
-      vals[f"__base:{k}"] = base
+      vals[self.base_names[k]] = base
       self.bases[k] = base + self.seq[k]
     if hooks.active: hooks.installed.on_graph_replay(self, inputs, outs, var_vals, self.last_value)   # CAPTURE/PROFILE
     for side in self.side_queues: side.submit(dev, vals)

@@ -395,6 +395,7 @@ class CommandProcessor:
     end first. Blocks while the ring is full."""
     if not isinstance(words, list): words = list(words)
     total, ring_words, sizes, i = len(words), self.ring_words, [], 0
+    if total and int(words[0]) >> 16 == total <= ring_words: sizes, i = [total], total   # one packet (bound queues)
     while i < total:
       n = int(words[i]) >> 16
       if n == 0: raise ValueError(f"packet at word {i} has nwords=0 (header 0x{int(words[i]):x})")
@@ -411,7 +412,8 @@ class CommandProcessor:
         words_struct(total).pack_into(self._memory, elf.PAGE + 8 * at, *words)  # common case: no wrap, room for all
         self._wptr = wptr + total
         starts = [wptr]
-        for n in sizes[:-1]: starts.append(starts[-1] + n)
+        if len(sizes) > 1:
+          for n in sizes[:-1]: starts.append(starts[-1] + n)
       else:
         starts = self._write_slow(words, sizes)
       w = self._w
