@@ -264,6 +264,11 @@ def _codegen():
 def _plans_clear(): _plans.clear()
 
 
+# the kernel optimization settings (codegen.OPT, codegen.BEAM) the cached plans were made under: a program may switch
+# them at run time (a test, a tool comparing OPT on and off), and a plan packs matmuls and picks programs by them
+_plans_made_with: list = [None]
+
+
 def get_programs(specs: list) -> list:
   """codegen.get_programs (tests wrap this name to see every kernel a schedule compiles)."""
   return _codegen().get_programs(specs)
@@ -341,6 +346,10 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   if Device.epoch != _device_epoch:    # a device was closed: the programs loaded on it are stale
     _codegen().drop_stale_programs()
     _device_epoch = Device.epoch
+  cg = _codegen()
+  if (cg.OPT, cg.BEAM) != _plans_made_with[0]:   # plans chose their layouts and programs under other settings
+    _plans.clear()
+    _plans_made_with[0] = (cg.OPT, cg.BEAM)
   plan = _plans.pop(key, None)
   if plan is None:
     plan = on_deep_stack(build_plan, UOp.sink(*outs))

@@ -224,12 +224,11 @@ def test_16_bit_float_matvec_exact_products_in_vector_lanes(dt, monkeypatch):
   float16 x @ W.T ran 3.2 GB/s; and they made 35 of these 96 outputs differ from the once-rounded product), both
   layouts; x @ W.T's reduction in float32 vector lanes though the output is 16-bit. Reference: numpy's float64
   product of the same 16-bit inputs, rounded once (a float32 sum may round differently in a rare output)."""
-  from baregrad.compiler import codegen, schedule
+  from baregrad.compiler import codegen
   r = rng(10)
   x, w = r.standard_normal((1, 512), dtype=np.float32), r.standard_normal((96, 512), dtype=np.float32)
   tx, tw = Tensor(x).cast(dt).realize(), Tensor(w).cast(dt).realize()
   ref = _round_to(dt, tx.float().numpy().astype(np.float64) @ tw.float().numpy().astype(np.float64).T)
-  monkeypatch.setattr(schedule, "PLAN_CACHE", 0)          # each OPT setting schedules its own graph
   for opt in (1, 0):
     monkeypatch.setattr(codegen, "OPT", opt)
     for y in (tx @ tw.T, tx @ tw.T.contiguous().realize()):
@@ -305,6 +304,18 @@ def test_no_packing_without_opts(monkeypatch):
   assert matmul_pack_width("CPU", dtypes.int32, 1024, 1024, 1024) == 0
   assert matmul_pack_width("CPU", dtypes.float32, 64, 48, 64) == 0
 
+
+def test_switching_opt_at_run_time_schedules_anew(monkeypatch):
+  """A program that switches OPT (or BEAM) at run time gets schedules made under the new setting: the cached plan of
+  the same graph (a packed matmul, two kernels) is not reused with OPT=0 (one plain kernel), nor the other way."""
+  from baregrad.compiler import codegen
+  r = rng(9)
+  a, b = r.random((128, 96), dtype=np.float32), r.random((96, 128), dtype=np.float32)
+  A, B = Tensor(a).realize(), Tensor(b).realize()
+  for opt, kernels in ((1, 2), (0, 1), (1, 2)):
+    monkeypatch.setattr(codegen, "OPT", opt)
+    assert len((A @ B).schedule()) == kernels, opt
+    np.testing.assert_allclose((A @ B).numpy(), a.astype(np.float64) @ b, rtol=1e-4)
 
 @pytest.mark.parametrize("lanes", [2, 4, 8, 16, 32])
 def test_vector_lanes_with_offsets_and_scalars(lanes):
