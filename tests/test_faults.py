@@ -261,10 +261,12 @@ def test_store_past_the_end_names_the_allocation(dev, monkeypatch):
   for m in taken: dev.driver.free(m)
 
 
-def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():
-  """A CPU kernel that spins until the host releases it: the wait times out within its timeout and names the command
-  processor's position, the kernel running there and the last command done; the queues' dump shows it; once
-  released, the device computes again."""
+@pytest.mark.parametrize("threads", [1, 4])
+def test_cpu_kernel_that_never_returns_is_named_within_the_timeout(threads):
+  """A CPU kernel that spins until the host releases it (every chunk of a multi-threaded one: the waiting host thread,
+  which runs chunks of the kernel in flight, must not take one that never returns): the wait times out within its
+  timeout and names the command processor's position, the kernel running there and the last command done; the
+  queues' dump shows it; once released, the device computes again."""
   from baregrad.drivers.cpu.driver import CPUDriver
   import numpy as np
   dev = Device("CPU", CPUDriver())
@@ -275,7 +277,8 @@ def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():
     spin = f"  while (!*(volatile unsigned long long *){flag.addr:#x}ULL) {{}}\n"
     source = prog.source.replace("long long core) {\n", "long long core) {\n" + spin, 1)
     assert source != prog.source
-    spinning = dataclasses.replace(prog, binary=dev.driver.compile(source), source=source, handle=None).load(dev)
+    spinning = dataclasses.replace(prog, binary=dev.driver.compile(source), source=source, handle=None,
+                                   meta={**prog.meta, "threads": threads}).load(dev)
     out, inp = dev.driver.alloc(256), dev.driver.alloc(256)
     dev.compute_queue().signal(dev.timeline, dev.next_timeline()).submit(dev)
     dev.synchronize(timeout=10)
@@ -287,7 +290,7 @@ def test_cpu_kernel_that_never_returns_is_named_within_the_timeout():
     msg = str(e.value)
     assert msg.startswith("CPU: waited 0.5 s") and re.search(r"first not done #\d+ \(kernel E_64\)", msg), msg
     assert re.search(r"last command done #\d+ \(signal \[0x[0-9a-f]+\] = 1\)", msg), msg
-    assert re.search(r"EXEC fn=0x[0-9a-f]+ args=", e.value.queues), e.value.queues
+    assert re.search(r"EXEC(_MT)? fn=0x[0-9a-f]+ args=", e.value.queues), e.value.queues
     dev.driver.view(flag.addr, 8)[:] = (1).to_bytes(8, "little")
     dev.synchronize(timeout=10)
     assert "every command done" in dev.driver.progress_report()

@@ -146,7 +146,7 @@ static int64_t spin_step(uint32_t i, int64_t t, const struct bg_libc *libc) {
 }
 
 struct bg_guard;
-static int host_help(struct bg_guard **g, const struct bg_libc *libc);
+static int host_help(struct bg_guard **g, int64_t left_ns, const struct bg_libc *libc);
 
 /* Block until *addr >= value: spin for spin_ns, then futex-wait on the low word in short slices,
  * giving up when *abort64 or *abort32 (either may be NULL) becomes nonzero or timeout_ns (< 0: never) passes.
@@ -158,7 +158,10 @@ static int wait_ge(const uint64_t *addr, uint64_t value, int64_t timeout_ns, int
   int64_t start = now_ns(libc), t = start, spin_start = start;
   for (uint32_t i = 1; t - spin_start < spin_ns; i++) {
     if (LOAD(addr) >= value) return BG_WAIT_DONE;
-    if (help && host_help(help, libc)) { spin_start = t = now_ns(libc); continue; }   /* spin on after a chunk */
+    if (help && host_help(help, timeout_ns < 0 ? -1 : start + timeout_ns - t, libc)) {
+      spin_start = t = now_ns(libc);    /* spin on after a chunk */
+      continue;
+    }
     t = spin_step(i, t, libc);
   }
   for (;;) {
@@ -364,6 +367,7 @@ static struct {
   uint64_t ticket;                 /* generation << 32 | next chunk to claim */
   uint32_t done, nchunks, helpers, owner;
   uint32_t active;                 /* threads running chunks now: the worker, helpers and waiting host threads */
+  int64_t chunk_ns;                /* how long the first chunk of the current job to finish took (0: none yet) */
   uint64_t fn, args;
   uint32_t fault_sig;              /* the first signal that stopped a chunk of the current job (0: none) */
   uint64_t fault_addr;
@@ -396,7 +400,12 @@ static uint32_t run_chunks(struct bg_guard *g, const struct bg_libc *libc) {
     /* acq_rel: the job reads above cannot move past a successful claim */
     if (!__atomic_compare_exchange_n(&team.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
     ran++;
+    int64_t t0 = __atomic_load_n(&team.chunk_ns, __ATOMIC_RELAXED) ? 0 : now_ns(libc);
     int sig = guarded_call(g, (uint64_t)fn, (uint64_t)args, (int64_t)(uint32_t)t);
+    if (t0) {
+      int64_t took = now_ns(libc) - t0, none = 0;
+      __atomic_compare_exchange_n(&team.chunk_ns, &none, took > 0 ? took : 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
     if (sig) {
       uint32_t none = 0;
       if (__atomic_compare_exchange_n(&team.fault_sig, &none, (uint32_t)sig, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -408,10 +417,16 @@ static uint32_t run_chunks(struct bg_guard *g, const struct bg_libc *libc) {
 
 /* A host thread that waits for the device runs chunks of the job in flight, as a BLAS's calling thread computes its
  * share: it is on a CPU anyway (spinning), and on a machine with few cores the kernel's chunks otherwise share that
- * CPU with its spin. 1 if it ran any. Without a guard slot it does not help (a fault would end the process). */
-static int host_help(struct bg_guard **g, const struct bg_libc *libc) {
+ * CPU with its spin. 1 if it ran any. Without a guard slot it does not help (a fault would end the process). Only
+ * once a chunk of the job finished, and only while its wait has HELP_MARGIN times that chunk's time left (left_ns < 0:
+ * no timeout): a kernel that never returns must leave the host free to time out and report it, not take the host
+ * with it (a chunk that hangs only after others finished can still do that). */
+#define HELP_MARGIN 64
+static int host_help(struct bg_guard **g, int64_t left_ns, const struct bg_libc *libc) {
   uint64_t t = LOAD(&team.ticket);
   if (!LOAD(&team.owner) || (uint32_t)t >= LOAD(&team.nchunks)) return 0;
+  int64_t took = __atomic_load_n(&team.chunk_ns, __ATOMIC_RELAXED);
+  if (!took || (left_ns >= 0 && took > left_ns / HELP_MARGIN)) return 0;
   if (!*g && !(*g = claim_guard(libc))) return 0;
   if (!join_team()) return 0;
   uint32_t ran = run_chunks(*g, libc);
@@ -440,6 +455,7 @@ static int exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, struct bg_guard
   __atomic_store_n(&team.args, args, __ATOMIC_RELAXED);
   __atomic_store_n(&team.nchunks, (uint32_t)nchunks, __ATOMIC_RELAXED);
   __atomic_store_n(&team.done, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&team.chunk_ns, 0, __ATOMIC_RELAXED);
   __atomic_add_fetch(&team.active, 1, __ATOMIC_ACQ_REL);   /* the worker runs chunks: counted before anyone can join */
   __atomic_store_n(&team.ticket, (uint64_t)gen << 32, __ATOMIC_SEQ_CST);   /* releases the job fields */
   __atomic_store_n(&team.generation, gen, __ATOMIC_SEQ_CST);
