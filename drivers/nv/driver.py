@@ -53,6 +53,8 @@ from .cubin import compile_ptx, load_cubin, DRIVER_AREA, STACK_TOP
 from .rm import ffi
 
 _ffi = cffi.FFI()
+# pointer types resolved once: the host reads fences and the error notifier, and rings the doorbell, on every submit
+_U16P, _U32P, _U64P = (_ffi.typeof(f"volatile uint{n}_t *") for n in (16, 32, 64))
 VA_BASE, VA_LIMIT = 0x20_0000_0000, 1 << 40      # driver-chosen host == GPU addresses (GPFIFO GET_HI is 8 bits)
 MAP_FIXED_NOREPLACE = 0x100000                    # <linux/mman.h>
 PAGE = 0x1000
@@ -156,6 +158,8 @@ class Channel:
   # fence reached that value (the GPU's GP_GET in USERD is written back only when its PBDMA idles: dev_pbdma.ref.txt)
   slots: list = field(default_factory=lambda: [0] * GPFIFO_ENTRIES)
   code_generation: int = 0                          # program memory writes its last invalidation covered
+  views: tuple | None = None                        # (GPFIFO words, USERD words) as the host writes them
+  fence_template: tuple | None = None               # (the fence release's words, where the value's two words go)
 
 
 class RMClient:
@@ -760,7 +764,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       self._local_retired.remove(retired)
       self.free(retired[0])
 
-  def _u64(self, addr: int) -> int: return struct.unpack("<Q", self.view(addr, 8))[0]
+  def _u64(self, addr: int) -> int: return _ffi.cast(_U64P, addr)[0]
 
   # ---- queues ----
   def encode(self, kind: str, cmds: list[tuple]) -> Encoded:
@@ -941,17 +945,18 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
   def _ring(self, ch: Channel, entries: list, arenas):
     """Append the channel's fence release, write the GPFIFO entries, GPPut, and ring the doorbell."""
     ch.fence_value += 1
-    fence = pb.Pushbuffer()
-    self._semaphore(fence, ch.fence.addr, ch.fence_value, pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI)
-    faddr, farena = self._block(4 * len(fence.words))
-    np.frombuffer(self.view(faddr, 4 * len(fence.words)), np.uint32)[:] = fence.words
-    ring = np.frombuffer(self.view(ch.ring.addr, GPFIFO_ENTRIES * 8), np.uint32)
-    userd = np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32)
+    words = self._fence_words(ch, ch.fence_value)
+    faddr, farena = self._block(4 * len(words))
+    self.view(faddr, 4 * len(words))[:] = struct.pack(f"<{len(words)}I", *words)
+    if ch.views is None:     # made once per channel: a replay's host time went largely into making views
+      ch.views = (np.frombuffer(self.view(ch.ring.addr, GPFIFO_ENTRIES * 8), np.uint32),
+                  np.frombuffer(self.view(ch.userd.addr, pb.USERD_BYTES), np.uint32))
+    ring, userd = ch.views
     for arena in [*arenas, farena]: self._inflight.append((ch, ch.fence_value, arena))
     if self.word_log is not None:
-      gp = [w for addr, n in [*entries, (faddr, len(fence.words))] for w in pb.gp_entry(addr, n)]
+      gp = [w for addr, n in [*entries, (faddr, len(words))] for w in pb.gp_entry(addr, n)]
       self.word_log.add(ch.name, "gpfifo", gp, self._readable)
-    for addr, n in [*entries, (faddr, len(fence.words))]:
+    for addr, n in [*entries, (faddr, len(words))]:
       # after this entry the next one must still be unread (GPPut == GPGet means empty): wait until the submission that
       # last wrote it is complete (its fence), which needs no GP_GET from USERD
       nxt = (ch.put + 1) % GPFIFO_ENTRIES
@@ -961,9 +966,24 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
       ch.put = nxt
     self._publish(ch, userd)
 
+  def _fence_words(self, ch: Channel, value: int) -> list[int]:
+    """The pushbuffer words that release `value` to the channel's fence: encoded once per channel, the value's two
+    words replaced per submit."""
+    if ch.fence_template is None:
+      p = [pb.Pushbuffer(), pb.Pushbuffer()]
+      for v, q in zip((0, (1 << 32) + 1), p):
+        self._semaphore(q, ch.fence.addr, v, pb.SEM_OPERATION_RELEASE | pb.SEM_RELEASE_WFI)
+      at = [i for i, (a, b) in enumerate(zip(p[0].words, p[1].words)) if a != b]
+      assert len(at) == 2, at     # the value's low and high word
+      ch.fence_template = (p[0].words, at[0], at[1])
+    words, lo, hi = ch.fence_template
+    words = list(words)
+    words[lo], words[hi] = value & 0xFFFFFFFF, value >> 32
+    return words
+
   def _publish(self, ch: Channel, userd):
     userd[pb.USERD_GP_PUT // 4] = ch.put
-    np.frombuffer(self.view(self.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING, 4), np.uint32)[0] = ch.token
+    _ffi.cast(_U32P, self.doorbell + pb.USERMODE_NOTIFY_CHANNEL_PENDING)[0] = ch.token
 
   def _wait_for_gpfifo(self, ch: Channel, userd, value: int):
     """The GPFIFO is full: publish the entries written so far and wait for the channel's fence to reach `value`."""
@@ -1035,7 +1055,7 @@ class NVDriver(StagedCopies, TraceMarkers):     # copyin/copyout of video memory
 
   def _faulted(self) -> bool:
     """Whether RM wrote the channels' error notifier (or the emulated GPU reports a fault)."""
-    status = struct.unpack_from("<H", self.view(self.error_notifier.addr + 14, 2))[0]
+    status = _ffi.cast(_U16P, self.error_notifier.addr + 14)[0]
     return bool(status) or self.k.fault() is not None
 
   def check_faults(self, device_name: str):
