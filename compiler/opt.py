@@ -242,6 +242,9 @@ def reduce_lanes_ok(ast: UOp, axis: int, lanes: int) -> bool:
   return _lanes_vectorize(ast, Opt("REDUCE_LANES", axis, lanes))
 
 
+EPILOGUE_SCALAR_OPS = 4   # ops after a reduction that its output lanes may run as scalar copies (_lanes_vectorize)
+
+
 def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
   from .render_c import vector_renderable, lane_step, VEC_DTYPES, INT_VEC_DTYPES
   from .pattern import graph_rewrite
@@ -253,7 +256,16 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
   r = max((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg[1] == "upcast"), key=lambda u: u.arg[0])
   ast = graph_rewrite(ast, symbolic)
   strides = dict(_index_strides(ast))
-  dep, dts, int_selects, lane_ints = {r}, set(), set(), set()
+  users: dict[UOp, list[UOp]] = {}
+  for u in ast.toposort():
+    for x in u.src: users.setdefault(x, []).append(u)
+  def users_of(u: UOp) -> list[UOp]:     # every node computed from u
+    out, stack, seen = [], [u], {u}
+    while stack:
+      for v in users.get(stack.pop(), ()):
+        if v not in seen: seen.add(v); out.append(v); stack.append(v)
+    return out
+  dep, dts, int_selects, lane_ints, epilogue, scalar_tail = {r}, set(), set(), set(), set(), 0
   for u in ast.toposort():
     if u is r or not any(s in dep for s in u.src): continue
     if any(s in lane_ints for s in u.src):     # integer lanes computed from positions (as the C renderer takes them)
@@ -285,7 +297,16 @@ def _lanes_vectorize(ast: UOp, opt: Opt) -> bool:
       # reduction lanes end at their reduction (summed across the vector): what uses its result is scalar (a float16
       # output converted after a float32 sum)
       if u.op is Ops.REDUCE and opt.op == "REDUCE_LANES" and r in u.src[1:]: dep.discard(u)
-    elif not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]): return False
+      # output lanes of a reduction (no other reduction reads it): what its result goes through runs once per output
+      # after the loop, a loop of its own that the C renderer makes vector ops where it can and scalar copies where
+      # not (a float16 output's conversion): a few such ops leave the accumulating loop's vector lanes worth it
+      if u.op is Ops.REDUCE and opt.op == "UPCAST":
+        after = users_of(u)
+        if not any(v.op is Ops.REDUCE for v in after): epilogue.update(after)
+    elif not vector_renderable(u.op, u.dtype, [s.dtype for s in u.src]):
+      if u not in epilogue: return False
+      scalar_tail += 1
+      if scalar_tail > EPILOGUE_SCALAR_OPS: return False
     elif u.op is Ops.WHERE and not u.dtype.is_float and u.src[0] in dep:
       int_selects.add(u.dtype.itemsize)   # integer lanes chosen lane by lane: a mask select as wide as the float lanes
     else: dts.update(d for d in (u.dtype, *(s.dtype for s in u.src)) if d in VEC_DTYPES)
