@@ -368,6 +368,7 @@ static struct {
   uint32_t done, nchunks, helpers, owner;
   uint32_t active;                 /* threads running chunks now: the worker, helpers and waiting host threads */
   int64_t chunk_ns;                /* how long the first chunk of the current job to finish took (0: none yet) */
+  uint32_t sleepers;               /* helpers asleep (or about to be) on `generation`: a new job wakes them */
   uint64_t fn, args;
   uint32_t fault_sig;              /* the first signal that stopped a chunk of the current job (0: none) */
   uint64_t fault_addr;
@@ -459,7 +460,7 @@ static int exec_mt(uint64_t fn, uint64_t args, uint64_t nchunks, struct bg_guard
   __atomic_add_fetch(&team.active, 1, __ATOMIC_ACQ_REL);   /* the worker runs chunks: counted before anyone can join */
   __atomic_store_n(&team.ticket, (uint64_t)gen << 32, __ATOMIC_SEQ_CST);   /* releases the job fields */
   __atomic_store_n(&team.generation, gen, __ATOMIC_SEQ_CST);
-  futex_wake(&team.generation, 0x7fffffff, libc);
+  if (__atomic_load_n(&team.sleepers, __ATOMIC_SEQ_CST)) futex_wake(&team.generation, 0x7fffffff, libc);   /* (a syscall) */
   run_chunks(g, libc);
   leave_team();
   uint32_t d;
@@ -491,7 +492,14 @@ void bg_helper_run(const struct bg_libc *libc) {
           t = spin_step(i, t, libc);
         ran = 0;
       }
-      if (g == seen) { futex_wait(&team.generation, seen, IDLE_SLEEP_NS, libc); continue; }
+      if (g == seen) {
+        /* Dekker-style with exec_mt: count ourselves asleep, then the futex checks the generation (both seq_cst), so
+         * either exec_mt sees a sleeper and wakes it or the futex sees the new generation and returns at once */
+        __atomic_add_fetch(&team.sleepers, 1, __ATOMIC_SEQ_CST);
+        futex_wait(&team.generation, seen, IDLE_SLEEP_NS, libc);
+        __atomic_sub_fetch(&team.sleepers, 1, __ATOMIC_SEQ_CST);
+        continue;
+      }
     }
     seen = g;
     if (join_team()) { run_chunks(guard, libc); leave_team(); }

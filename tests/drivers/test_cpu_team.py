@@ -155,3 +155,26 @@ def test_no_more_runners_than_threads():
     assert 1 <= counters[1] <= cap, f"{counters[1]} chunks ran at once, THREADS is {cap}"
   finally:
     img.close()
+
+
+def test_a_sleeping_helper_is_woken_for_the_next_job():
+  """Helpers asleep after an idle spell are woken by the next job (exec_mt wakes them only when one counts itself
+  asleep: the wake is a syscall per kernel otherwise): after 0.3 s of idle, a job of 64 chunks of ~0.2 ms is shared by
+  the worker and a helper. The host polls from Python here (a waiting host thread would take a helper's place)."""
+  _Worker.get().start_helpers(max(1, (os.cpu_count() or 1) - 1))
+  img = load_elf(cc.compile_c(TID_SRC))
+  try:
+    nchunks = 64
+    outs, args, signal, counters = (np.zeros(n, np.uint64) for n in (nchunks, 6, 1, 2))
+    args[:] = (addr(outs), addr(counters), addr(counters) + 8, 200_000, 0, 0)
+    with CommandProcessor() as proc:
+      for round_ in range(1, 4):
+        outs[:] = 0
+        time.sleep(0.3)                      # the helpers' spin after a job is long over: they sleep
+        proc.write(packet(Op.EXEC_MT, img.symbol("tid"), addr(args), nchunks) + packet(Op.SIGNAL, addr(signal), round_))
+        deadline = time.monotonic() + 60
+        while signal[0] < round_ and time.monotonic() < deadline: time.sleep(0.001)
+        assert signal[0] == round_ and (outs != 0).all()
+        assert len(set(outs.tolist())) >= 2, f"round {round_}: one thread ran every chunk (the helper slept through)"
+  finally:
+    img.close()
