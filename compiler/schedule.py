@@ -266,7 +266,7 @@ def _plans_clear(): _plans.clear()
 
 # the kernel optimization settings (codegen.OPT, codegen.BEAM) the cached plans were made under: a program may switch
 # them at run time (a test, a tool comparing OPT on and off), and a plan packs matmuls and picks programs by them
-_plans_made_with: list = [None]
+_plans_made_with: tuple | None = None
 
 
 def get_programs(specs: list) -> list:
@@ -333,7 +333,7 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
   graph nodes other than the outputs that the schedule materializes, each with the view that will hold its value:
   [(node, view)]). A schedule not in the cache is built on the compiler's deep-stack thread
   (compiler/deepstack.py): deep graphs recurse deeply."""
-  global _device_epoch
+  global _device_epoch, _plans_made_with
   Device, Buffer, ExecItem = _runtime or _import_runtime()
   # the toposort of one output is its sink's less the sink (a sink of several: see UOp.toposort); `order`: the
   # caller's toposort of outs[0] (one output)
@@ -347,9 +347,9 @@ def create_schedule(outs: list[UOp], order: list[UOp] | None = None):
     _codegen().drop_stale_programs()
     _device_epoch = Device.epoch
   cg = _codegen()
-  if (cg.OPT, cg.BEAM) != _plans_made_with[0]:   # plans chose their layouts and programs under other settings
+  if (cg.OPT, cg.BEAM) != _plans_made_with:     # plans chose their layouts and programs under other settings
     _plans.clear()
-    _plans_made_with[0] = (cg.OPT, cg.BEAM)
+    _plans_made_with = (cg.OPT, cg.BEAM)
   plan = _plans.pop(key, None)
   if plan is None:
     plan = on_deep_stack(build_plan, UOp.sink(*outs))

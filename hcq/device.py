@@ -179,11 +179,18 @@ class Device:
     queue's last submission (queues of two kinds run side by side) and after other devices' work on this device's
     memory (`pending_waits`). Submit it with `submit` (it signals the timeline)."""
     q = HWQueue(kind)
-    if self.last_kind is not None and self.last_kind != kind: q.wait(self.timeline, self.timeline_value)
+    if self._after_other_kind(kind): q.wait(self.timeline, self.timeline_value)
     if self.pending_waits:
       for sig, value in self.pending_waits: q.wait(sig, value)
       self.pending_waits.clear()
     return q
+
+  def _after_other_kind(self, kind: str) -> bool: return self.last_kind is not None and self.last_kind != kind
+
+  def must_order(self, kind: str) -> bool:
+    """Whether queue(kind) would hold waits (for the other kind's last submission, or other devices' work): a
+    prebuilt queue submitted on its own needs them submitted first."""
+    return self._after_other_kind(kind) or bool(self.pending_waits)
 
   def submit(self, q: HWQueue) -> int:
     """Signal the next timeline value at the end of `q` and submit it; returns that value."""

@@ -145,7 +145,7 @@ class GraphExecutor:
     self.base_names = {k: f"__base:{k}" for k in kinds}
     self.last_value = 0
 
-  def replay(self, inputs: list[Buffer], var_vals: dict[str, int], submit_only: bool = False) -> list[Buffer]:
+  def replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> list[Buffer]:
     with Device.lock: return self._replay(inputs, var_vals)
 
   def _replay(self, inputs: list[Buffer], var_vals: dict[str, int]) -> list[Buffer]:
@@ -167,9 +167,8 @@ class GraphExecutor:
         kv = self.kv
         for i, v in zip(self.patch_list, patch): kv[i] = v
       else: self.kv[self.patch_pos] = np.array(patch, dtype=np.uint64)
-    if dev.last_kind != "compute" or dev.pending_waits:
-      q = dev.queue("compute")     # other devices' copies on this device's memory (hcq/transfer.py) come first
-      if q.cmds: dev.submit(q)
+    if dev.must_order("compute"):   # other devices' copies on this device's memory (hcq/transfer.py) come first
+      dev.submit(dev.queue("compute"))
     vals["__prev"] = dev.timeline_value
     vals["__timeline"] = self.last_value = dev.next_timeline()
     for k, base in self.bases.items():

@@ -412,8 +412,7 @@ class CommandProcessor:
         words_struct(total).pack_into(self._memory, elf.PAGE + 8 * at, *words)  # common case: no wrap, room for all
         self._wptr = wptr + total
         starts = [wptr]
-        if len(sizes) > 1:
-          for n in sizes[:-1]: starts.append(starts[-1] + n)
+        for n in sizes[:-1]: starts.append(starts[-1] + n)
       else:
         starts = self._write_slow(words, sizes)
       w = self._w
